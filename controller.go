@@ -1,0 +1,421 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+const controllerName = "podjanitor"
+
+// Event reasons, on the pod.
+const (
+	ReasonExpired           = "Expired"
+	ReasonEvicted           = "Evicted"
+	ReasonWouldRemove       = "WouldRemove"
+	ReasonInvalidAnnotation = "InvalidAnnotation"
+	ReasonEvictionBlocked   = "EvictionBlocked"
+)
+
+// Options configure a Controller. The zero value of a field means its default.
+type Options struct {
+	// Evaluator decides each pod's deadline. Required.
+	Evaluator *policy.Evaluator
+	// DryRun decides and reports but changes nothing.
+	DryRun bool
+	// MaxRemovalsPerSecond caps removals cluster-wide; 0 means no limit.
+	MaxRemovalsPerSecond float64
+	// RemovalBurst is the token bucket size; defaults to 1 when a limit is set.
+	RemovalBurst int
+	// ShutdownTimeout bounds how long Run waits for in-flight removals; default 30s.
+	ShutdownTimeout time.Duration
+	// Metrics receives the controller's measurements; nil records nothing.
+	Metrics *Metrics
+}
+
+// Result tells processNextWorkItem what to do with a key, as controller-runtime's
+// reconcile.Result does: RequeueAfter parks the key until then, Requeue retries it
+// with backoff, the zero value forgets it.
+type Result struct {
+	Requeue      bool
+	RequeueAfter time.Duration
+}
+
+// terminalError marks an error that retrying cannot fix (invalid user input).
+type terminalError struct{ err error }
+
+func (e *terminalError) Error() string { return e.err.Error() }
+func (e *terminalError) Unwrap() error { return e.err }
+
+// TerminalError wraps err so that the key is forgotten instead of retried.
+func TerminalError(err error) error { return &terminalError{err: err} }
+
+func isTerminal(err error) bool {
+	var t *terminalError
+	return errors.As(err, &t)
+}
+
+// Controller removes pods whose lifetime is over.
+//
+// Every pod event only enqueues the pod's key. A worker reads the pod from the
+// informer cache and asks the policy package for its deadline: a pod with no
+// deadline is forgotten, a pod that is not due yet is parked in the queue with
+// AddAfter for exactly the time that is left, and a due pod is deleted (or evicted,
+// when it is running) with a UID and resourceVersion precondition, so that a pod
+// replaced under the same name or changed since the decision is never removed by
+// a stale decision. A token bucket caps the removal rate; a key that finds no
+// token is parked until one is free, never dropped.
+type Controller struct {
+	client   kubernetes.Interface
+	recorder events.EventRecorder
+	clock    clock.WithTicker
+
+	podLister  corelisters.PodLister
+	podsSynced cache.InformerSynced
+
+	// evaluator is swapped when the policy file is reloaded.
+	evaluator atomic.Pointer[policy.Evaluator]
+
+	queue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	limiter *rate.Limiter
+	opts    Options
+	metrics *Metrics
+
+	// blocked remembers the pods whose eviction a PodDisruptionBudget refused,
+	// so that EvictionBlocked is reported once per pod, not once per retry.
+	blockedMu sync.Mutex
+	blocked   map[cache.ObjectName]types.UID
+}
+
+// NewController wires the controller to the pod informer. It does not start anything.
+func NewController(ctx context.Context, podInformer coreinformers.PodInformer, client kubernetes.Interface,
+	recorder events.EventRecorder, clk clock.WithTicker, opts Options) (*Controller, error) {
+	logger := klog.FromContext(ctx)
+	if opts.Evaluator == nil {
+		return nil, errors.New("options: an Evaluator is required")
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = 30 * time.Second
+	}
+	limit, burst := rate.Inf, opts.RemovalBurst
+	if opts.MaxRemovalsPerSecond > 0 {
+		limit = rate.Limit(opts.MaxRemovalsPerSecond)
+		burst = max(burst, 1)
+	}
+	c := &Controller{
+		client:     client,
+		recorder:   recorder,
+		clock:      clk,
+		podLister:  podInformer.Lister(),
+		podsSynced: podInformer.Informer().HasSynced,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](10*time.Millisecond, 5*time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
+				Name: controllerName, Clock: clk, MetricsProvider: opts.Metrics.WorkqueueProvider()},
+		),
+		limiter: rate.NewLimiter(limit, burst),
+		opts:    opts,
+		metrics: opts.Metrics,
+		blocked: map[cache.ObjectName]types.UID{},
+	}
+	c.evaluator.Store(opts.Evaluator)
+	_, err := podInformer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueue,
+		UpdateFunc: func(old, cur interface{}) {
+			if old.(*corev1.Pod).ResourceVersion != cur.(*corev1.Pod).ResourceVersion {
+				c.enqueue(cur)
+			}
+		},
+		DeleteFunc: c.enqueue,
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return nil, fmt.Errorf("adding pod event handler: %w", err)
+	}
+	return c, nil
+}
+
+// enqueue adds the key of a pod, or of a deleted pod's tombstone.
+func (c *Controller) enqueue(obj interface{}) {
+	key, err := cache.DeletionHandlingObjectToName(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+// SetEvaluator replaces the policy and decides every cached pod again.
+func (c *Controller) SetEvaluator(e *policy.Evaluator) error {
+	c.evaluator.Store(e)
+	pods, err := c.podLister.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, p := range pods {
+		c.queue.Add(cache.MetaObjectToName(p))
+	}
+	return nil
+}
+
+// Run waits for the pod cache, then runs workers until ctx is cancelled. On
+// cancellation workers stop taking keys and Run waits up to the shutdown timeout
+// for removals in flight; those keep a context of their own until then.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	logger := klog.FromContext(ctx)
+
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	var wg sync.WaitGroup
+	defer func() {
+		c.queue.ShutDown()
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+			logger.Info("All workers finished")
+		case <-c.clock.After(c.opts.ShutdownTimeout):
+			logger.Info("Shutdown timeout: cancelling removals still in flight", "timeout", c.opts.ShutdownTimeout)
+			cancelWork()
+			<-done
+		}
+	}()
+
+	logger.Info("Starting controller", "workers", workers, "dryRun", c.opts.DryRun)
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.podsSynced) {
+		return errors.New("pod cache did not sync")
+	}
+	c.metrics.setMaxConcurrency(workers)
+	for range workers {
+		wg.Go(func() {
+			for c.processNextWorkItem(ctx, workCtx) {
+			}
+		})
+	}
+	logger.Info("Started workers")
+	<-ctx.Done()
+	logger.Info("Shutting down workers")
+	return nil
+}
+
+// processNextWorkItem handles one key and applies the Result table of
+// controller-runtime. It returns false when the worker should stop.
+func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+	if ctx.Err() != nil {
+		return false // shutting down: take no new work
+	}
+
+	c.metrics.workerStarted()
+	start := c.clock.Now()
+	result, err := c.safeSync(workCtx, key)
+	c.metrics.workerFinished(c.clock.Since(start))
+
+	logger := klog.FromContext(ctx)
+	switch {
+	case err != nil && isTerminal(err):
+		c.queue.Forget(key)
+		c.metrics.reconciled(labelError, true)
+		logger.V(2).Info("Not retrying pod", "pod", key, "err", err)
+	case err != nil:
+		c.queue.AddRateLimited(key)
+		c.metrics.reconciled(labelError, false)
+		utilruntime.HandleErrorWithContext(ctx, err, "Syncing pod failed, will retry", "pod", key, "retries", c.queue.NumRequeues(key))
+	case result.RequeueAfter > 0:
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, result.RequeueAfter)
+		c.metrics.reconciled(labelRequeueAfter, false)
+	case result.Requeue:
+		c.queue.AddRateLimited(key)
+		c.metrics.reconciled(labelRequeue, false)
+	default:
+		c.queue.Forget(key)
+		c.metrics.reconciled(labelSuccess, false)
+	}
+	return true
+}
+
+// safeSync runs syncHandler and turns a panic into a retryable error.
+func (c *Controller) safeSync(ctx context.Context, key cache.ObjectName) (result Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.metrics.panicked()
+			err = fmt.Errorf("panic syncing pod %s: %v", key, r)
+		}
+	}()
+	return c.syncHandler(ctx, key)
+}
+
+// syncHandler decides what to do with one pod now.
+func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Result, error) {
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", key)
+	pod, err := c.podLister.Pods(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		logger.V(4).Info("Pod is gone")
+		c.forgetPod(key)
+		return Result{}, nil
+	}
+	if err != nil {
+		return Result{}, err
+	}
+
+	now := c.clock.Now()
+	decision, err := c.evaluator.Load().Decide(pod, now)
+	if err != nil {
+		c.metrics.unscheduled(key)
+		var invalid *policy.AnnotationError
+		if errors.As(err, &invalid) {
+			c.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonInvalidAnnotation, "Validate",
+				"Not removing pod: %v", invalid)
+			return Result{}, TerminalError(fmt.Errorf("pod %s: %w", key, err))
+		}
+		return Result{}, fmt.Errorf("pod %s: %w", key, err)
+	}
+	if !decision.HasDeadline() {
+		c.metrics.unscheduled(key)
+		logger.V(4).Info("Pod has no deadline", "skipped", decision.Skipped, "kept", decision.Kept)
+		return Result{}, nil
+	}
+	if decision.ClockSkew {
+		logger.V(2).Info("Pod's finish time lies in the future, counting from now", "deadline", decision.Deadline)
+	}
+	if wait := decision.Deadline.Sub(now); wait > 0 {
+		c.metrics.scheduled(key)
+		logger.V(4).Info("Pod is not due yet", "deadline", decision.Deadline, "wait", wait, "by", decision.Source)
+		return Result{RequeueAfter: wait}, nil
+	}
+	c.metrics.unscheduled(key)
+
+	if delay := c.reserveRemoval(now); delay > 0 {
+		logger.V(4).Info("Removal rate limit reached, waiting", "delay", delay)
+		return Result{RequeueAfter: delay}, nil
+	}
+	return c.removePod(ctx, pod, decision)
+}
+
+// reserveRemoval takes a removal token, or returns how long until one is free.
+func (c *Controller) reserveRemoval(now time.Time) time.Duration {
+	r := c.limiter.ReserveN(now, 1)
+	if !r.OK() {
+		return time.Second
+	}
+	if delay := r.DelayFrom(now); delay > 0 {
+		r.CancelAt(now)
+		return delay
+	}
+	return 0
+}
+
+// removePod deletes or evicts a due pod, guarded by the cached UID and resourceVersion.
+func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.Decision) (Result, error) {
+	logger := klog.FromContext(ctx)
+	key := cache.MetaObjectToName(pod)
+	lateness := c.clock.Since(d.Deadline)
+	if c.opts.DryRun {
+		logger.V(2).Info("Would remove pod (dry run)", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source, "deadline", d.Deadline)
+		c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonWouldRemove, actionVerb(d.Action),
+			"Dry run: would %s pod, its deadline %s (%s) has passed", d.Action, d.Deadline.UTC().Format(time.RFC3339), d.Source)
+		c.metrics.removed(d, true, lateness)
+		return Result{}, nil
+	}
+
+	uid, rv := pod.UID, pod.ResourceVersion
+	opts := metav1.DeleteOptions{
+		Preconditions:      &metav1.Preconditions{UID: &uid, ResourceVersion: &rv},
+		GracePeriodSeconds: d.GracePeriodSeconds,
+	}
+	var err error
+	if d.Action == policy.ActionEvict {
+		err = c.client.CoreV1().Pods(pod.Namespace).EvictV1(ctx, &policyv1.Eviction{
+			ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+			DeleteOptions: &opts,
+		})
+	} else {
+		err = c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, opts)
+	}
+	switch {
+	case err == nil:
+	case apierrors.IsNotFound(err):
+		logger.V(4).Info("Pod already gone", "pod", klog.KObj(pod))
+		c.forgetPod(key)
+		return Result{}, nil
+	case apierrors.IsConflict(err):
+		// The pod changed or was replaced since it was cached: decide again on fresh data.
+		logger.V(2).Info("Pod changed since the decision, deciding again", "pod", klog.KObj(pod), "err", err)
+		return Result{Requeue: true}, nil
+	case d.Action == policy.ActionEvict && apierrors.IsTooManyRequests(err):
+		c.metrics.removalFailed(d.Action)
+		if c.markBlocked(key, pod.UID) {
+			c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonEvictionBlocked, "Evict",
+				"Eviction refused, retrying with backoff: %v", err)
+		}
+		return Result{}, fmt.Errorf("evicting pod %s: %w", key, err)
+	default:
+		c.metrics.removalFailed(d.Action)
+		return Result{}, fmt.Errorf("removing pod %s (%s): %w", key, d.Action, err)
+	}
+
+	c.forgetPod(key)
+	reason, verb := ReasonExpired, "deleted"
+	if d.Action == policy.ActionEvict {
+		reason, verb = ReasonEvicted, "evicted"
+	}
+	c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, reason, actionVerb(d.Action),
+		"Pod %s: its deadline %s (%s) has passed", verb, d.Deadline.UTC().Format(time.RFC3339), d.Source)
+	c.metrics.removed(d, false, lateness)
+	logger.V(2).Info("Removed pod", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source,
+		"deadline", d.Deadline, "lateness", lateness)
+	return Result{}, nil
+}
+
+func actionVerb(a policy.Action) string {
+	if a == policy.ActionEvict {
+		return "Evict"
+	}
+	return "Delete"
+}
+
+// markBlocked records a refused eviction and says whether it is the first for this pod.
+func (c *Controller) markBlocked(key cache.ObjectName, uid types.UID) bool {
+	c.blockedMu.Lock()
+	defer c.blockedMu.Unlock()
+	if c.blocked[key] == uid {
+		return false
+	}
+	c.blocked[key] = uid
+	return true
+}
+
+// forgetPod drops what the controller remembers about a pod that is gone.
+func (c *Controller) forgetPod(key cache.ObjectName) {
+	c.metrics.unscheduled(key)
+	c.blockedMu.Lock()
+	defer c.blockedMu.Unlock()
+	delete(c.blocked, key)
+}

@@ -1,0 +1,405 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+var (
+	t0          = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	alwaysReady = func() bool { return true }
+)
+
+type fixture struct {
+	t        *testing.T
+	ctx      context.Context
+	client   *fake.Clientset
+	recorder *events.FakeRecorder
+	clock    *testingclock.FakeClock
+	c        *Controller
+	metrics  *Metrics
+}
+
+// newFixture builds a controller over a fake clientset whose informer cache is
+// preloaded with pods, with a fake clock at t0 driving the queue.
+func newFixture(t *testing.T, opts Options, pods ...*corev1.Pod) *fixture {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	objs := make([]runtime.Object, len(pods))
+	for i, p := range pods {
+		objs[i] = p
+	}
+	f := &fixture{
+		t:        t,
+		ctx:      ctx,
+		client:   fake.NewClientset(objs...),
+		recorder: events.NewFakeRecorder(100),
+		clock:    testingclock.NewFakeClock(t0),
+		metrics:  NewMetrics("test", "test"),
+	}
+	if opts.Evaluator == nil {
+		opts.Evaluator = &policy.Evaluator{}
+	}
+	opts.Metrics = f.metrics
+	factory := informers.NewSharedInformerFactory(f.client, 0)
+	podInformer := factory.Core().V1().Pods()
+	for _, p := range pods {
+		if err := podInformer.Informer().GetIndexer().Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := NewController(ctx, podInformer, f.client, f.recorder, f.clock, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.podsSynced = alwaysReady
+	t.Cleanup(c.queue.ShutDown)
+	f.c = c
+	f.client.ClearActions()
+	return f
+}
+
+// process adds key to the queue and handles it once.
+func (f *fixture) process(key cache.ObjectName) {
+	f.t.Helper()
+	f.c.queue.Add(key)
+	f.next()
+}
+
+// next handles the key at the head of the queue.
+func (f *fixture) next() {
+	f.t.Helper()
+	if f.c.queue.Len() == 0 {
+		f.t.Fatal("queue is empty")
+	}
+	if !f.c.processNextWorkItem(f.ctx, f.ctx) {
+		f.t.Fatal("processNextWorkItem stopped")
+	}
+}
+
+// waitReady steps the fake clock by d and says whether a key became ready.
+func (f *fixture) stepAndCheckReady(d time.Duration) bool {
+	f.t.Helper()
+	f.clock.Step(d)
+	err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 200*time.Millisecond, true,
+		func(context.Context) (bool, error) { return f.c.queue.Len() > 0, nil })
+	return err == nil
+}
+
+// writes returns the client's actions other than list and watch.
+func (f *fixture) writes() []core.Action {
+	var out []core.Action
+	for _, a := range f.client.Actions() {
+		if a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (f *fixture) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func newPod(name string, created time.Time, phase corev1.PodPhase, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: "default", UID: types.UID("uid-" + name), ResourceVersion: "7",
+			CreationTimestamp: metav1.NewTime(created), Annotations: annotations,
+		},
+		Status: corev1.PodStatus{Phase: phase},
+	}
+}
+
+func keyOf(p *corev1.Pod) cache.ObjectName { return cache.MetaObjectToName(p) }
+
+func deleteAction(p *corev1.Pod) core.Action {
+	uid, rv := p.UID, p.ResourceVersion
+	return core.NewDeleteActionWithOptions(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, p.Namespace, p.Name,
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+}
+
+func checkActions(t *testing.T, want []core.Action, got []core.Action) {
+	t.Helper()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("unexpected client actions (-want,+got):\n%s", diff)
+	}
+}
+
+func TestTTLPodIsParkedUntilDeadlineThenDeleted(t *testing.T) {
+	pod := newPod("web", t0.Add(-10*time.Minute), corev1.PodPending, map[string]string{"podjanitor.io/ttl": "1h"})
+	f := newFixture(t, Options{}, pod)
+
+	res, err := f.c.syncHandler(f.ctx, keyOf(pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(Result{RequeueAfter: 50 * time.Minute}, res); diff != "" {
+		t.Errorf("result (-want,+got):\n%s", diff)
+	}
+
+	f.process(keyOf(pod))
+	checkActions(t, nil, f.writes())
+	if got := f.c.queue.Len(); got != 0 {
+		t.Fatalf("queue length = %d, want 0 while the pod waits", got)
+	}
+	if got := testutil.ToFloat64(f.metrics.podsScheduled); got != 1 {
+		t.Errorf("pods_scheduled = %v, want 1", got)
+	}
+	if f.stepAndCheckReady(50*time.Minute - time.Millisecond) {
+		t.Fatal("pod became ready before its deadline")
+	}
+	if !f.stepAndCheckReady(time.Millisecond) {
+		t.Fatal("pod did not become ready at its deadline")
+	}
+	f.next()
+	checkActions(t, []core.Action{deleteAction(pod)}, f.writes())
+	if got := f.events(); len(got) != 1 || !strings.HasPrefix(got[0], "Normal Expired") {
+		t.Errorf("events = %q, want one Normal Expired", got)
+	}
+	if got := testutil.ToFloat64(f.metrics.podsScheduled); got != 0 {
+		t.Errorf("pods_scheduled = %v, want 0 after removal", got)
+	}
+	if got := testutil.ToFloat64(f.metrics.podsRemoved.WithLabelValues("delete", "ttl", "false")); got != 1 {
+		t.Errorf("pods_removed_total = %v, want 1", got)
+	}
+}
+
+func TestPodsThatMustNotBeRemoved(t *testing.T) {
+	old := t0.Add(-24 * time.Hour)
+	terminating := newPod("terminating", old, corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1s"})
+	terminating.DeletionTimestamp = &metav1.Time{Time: t0}
+	mirror := newPod("mirror", old, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1s", corev1.MirrorPodAnnotationKey: "x"})
+	tests := map[string]*corev1.Pod{
+		"keep vetoes a due ttl":            newPod("kept", old, corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1s", "podjanitor.io/keep": "true"}),
+		"no annotation, no policy":         newPod("plain", old, corev1.PodFailed, nil),
+		"other prefix is not ours":         newPod("other", old, corev1.PodFailed, map[string]string{"example.com/ttl": "1s"}),
+		"ttl-after-finished while running": newPod("running", old, corev1.PodRunning, map[string]string{"podjanitor.io/ttl-after-finished": "1s"}),
+		"terminating":                      terminating,
+		"mirror pod":                       mirror,
+	}
+	for name, pod := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, Options{}, pod)
+			f.process(keyOf(pod))
+			checkActions(t, nil, f.writes())
+			if f.c.queue.Len() != 0 || f.stepAndCheckReady(365*24*time.Hour) {
+				t.Error("key was requeued, want it forgotten")
+			}
+		})
+	}
+}
+
+func TestInvalidAnnotationWarnsAndIsNotRetried(t *testing.T) {
+	pod := newPod("bad", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "3x"})
+	f := newFixture(t, Options{}, pod)
+	f.process(keyOf(pod))
+
+	checkActions(t, nil, f.writes())
+	got := f.events()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning InvalidAnnotation") || !strings.Contains(got[0], `podjanitor.io/ttl="3x"`) {
+		t.Errorf("events = %q, want one Warning InvalidAnnotation naming the annotation and value", got)
+	}
+	if n := f.c.queue.NumRequeues(keyOf(pod)); n != 0 {
+		t.Errorf("NumRequeues = %d, want 0 (terminal)", n)
+	}
+	if f.stepAndCheckReady(time.Hour) {
+		t.Error("invalid pod was requeued")
+	}
+	if got := testutil.ToFloat64(f.metrics.terminalErrors); got != 1 {
+		t.Errorf("terminal errors = %v, want 1", got)
+	}
+}
+
+func TestConflictRequeuesAndDeletesNothingElse(t *testing.T) {
+	pod := newPod("changed", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	other := newPod("bystander", t0.Add(-time.Hour), corev1.PodSucceeded, nil)
+	f := newFixture(t, Options{}, pod, other)
+	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, pod.Name, nil)
+	})
+	f.process(keyOf(pod))
+
+	checkActions(t, []core.Action{deleteAction(pod)}, f.writes())
+	if n := f.c.queue.NumRequeues(keyOf(pod)); n != 1 {
+		t.Errorf("NumRequeues = %d, want 1 (requeued with backoff)", n)
+	}
+	if got := f.events(); len(got) != 0 {
+		t.Errorf("events = %q, want none: nothing was removed", got)
+	}
+}
+
+func TestDryRunRemovesNothing(t *testing.T) {
+	pod := newPod("dry", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	running := newPod("dry-running", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
+	f := newFixture(t, Options{DryRun: true}, pod, running)
+	f.process(keyOf(pod))
+	f.process(keyOf(running))
+
+	checkActions(t, nil, f.writes())
+	got := f.events()
+	if len(got) != 2 || !strings.HasPrefix(got[0], "Normal WouldRemove") || !strings.HasPrefix(got[1], "Normal WouldRemove") {
+		t.Errorf("events = %q, want two Normal WouldRemove", got)
+	}
+	if got := testutil.ToFloat64(f.metrics.podsRemoved.WithLabelValues("delete", "ttl", "true")); got != 1 {
+		t.Errorf(`pods_removed_total{dry_run="true"} = %v, want 1`, got)
+	}
+}
+
+func TestAPIErrorRetriesWithGrowingBackoff(t *testing.T) {
+	pod := newPod("flaky", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	f := newFixture(t, Options{}, pod)
+	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewInternalError(context.DeadlineExceeded)
+	})
+	f.process(keyOf(pod))
+	for attempt, delay := 1, 10*time.Millisecond; attempt <= 4; attempt, delay = attempt+1, delay*2 {
+		if n := f.c.queue.NumRequeues(keyOf(pod)); n != attempt {
+			t.Fatalf("NumRequeues = %d, want %d", n, attempt)
+		}
+		if f.stepAndCheckReady(delay - time.Millisecond) {
+			t.Fatalf("attempt %d: retried before its backoff of %v", attempt, delay)
+		}
+		if !f.stepAndCheckReady(time.Millisecond) {
+			t.Fatalf("attempt %d: not retried after its backoff of %v", attempt, delay)
+		}
+		f.next()
+	}
+	if got := len(f.writes()); got != 5 {
+		t.Errorf("delete calls = %d, want 5", got)
+	}
+	if got := testutil.ToFloat64(f.metrics.removalErrors.WithLabelValues("delete")); got != 5 {
+		t.Errorf("removal errors = %v, want 5", got)
+	}
+}
+
+func TestPanicIsRecoveredAndRetried(t *testing.T) {
+	pod := newPod("boom", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	f := newFixture(t, Options{}, pod)
+	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) { panic("boom") })
+	f.process(keyOf(pod))
+
+	if n := f.c.queue.NumRequeues(keyOf(pod)); n != 1 {
+		t.Errorf("NumRequeues = %d, want 1", n)
+	}
+	if got := testutil.ToFloat64(f.metrics.reconcilePanics); got != 1 {
+		t.Errorf("panics = %v, want 1", got)
+	}
+}
+
+func TestGonePodIsNoOp(t *testing.T) {
+	gone := newPod("gone", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	f := newFixture(t, Options{})
+	f.c.enqueue(cache.DeletedFinalStateUnknown{Key: "default/gone", Obj: gone})
+	if got := f.c.queue.Len(); got != 1 {
+		t.Fatalf("queue length after tombstone = %d, want 1", got)
+	}
+	f.next()
+	f.process(cache.ObjectName{Namespace: "default", Name: "never-existed"})
+	checkActions(t, nil, f.writes())
+	if f.c.queue.Len() != 0 || f.stepAndCheckReady(time.Hour) {
+		t.Error("gone pod was requeued")
+	}
+}
+
+func TestRunningPodIsEvicted(t *testing.T) {
+	pod := newPod("svc", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
+	f := newFixture(t, Options{}, pod)
+	blocked := 0
+	f.client.PrependReactor("create", "pods", func(a core.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		if blocked < 2 {
+			blocked++
+			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+		}
+		return true, nil, nil
+	})
+	f.process(keyOf(pod))
+	for range 2 {
+		if !f.stepAndCheckReady(time.Minute) {
+			t.Fatal("blocked eviction was not retried")
+		}
+		f.next()
+	}
+
+	uid, rv := pod.UID, pod.ResourceVersion
+	evict := core.CreateActionImpl{
+		ActionImpl: core.ActionImpl{Namespace: "default", Verb: "create", Subresource: "eviction",
+			Resource: schema.GroupVersionResource{Version: "v1", Resource: "pods"}},
+		Object: &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: "default"},
+			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}}},
+	}
+	checkActions(t, []core.Action{evict, evict, evict}, f.writes())
+	got := f.events()
+	if len(got) != 2 || !strings.HasPrefix(got[0], "Normal EvictionBlocked") || !strings.HasPrefix(got[1], "Normal Evicted") {
+		t.Errorf("events = %q, want one EvictionBlocked (not one per retry), then Evicted", got)
+	}
+}
+
+func TestRemovalRateLimitDelaysButNeverDrops(t *testing.T) {
+	var pods []*corev1.Pod
+	for _, name := range []string{"a", "b", "c", "d"} {
+		pods = append(pods, newPod(name, t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"}))
+	}
+	f := newFixture(t, Options{MaxRemovalsPerSecond: 1, RemovalBurst: 1}, pods...)
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	if got := len(f.writes()); got != 1 {
+		t.Fatalf("deletes in the first instant = %d, want 1 (burst 1)", got)
+	}
+	for second := 1; len(f.writes()) < len(pods); second++ {
+		if second > 10 {
+			t.Fatalf("only %d of %d pods deleted after 10s at 1/s", len(f.writes()), len(pods))
+		}
+		if !f.stepAndCheckReady(time.Second) {
+			t.Fatalf("second %d: no key came back after the reservation delay", second)
+		}
+		for f.c.queue.Len() > 0 {
+			f.next()
+		}
+		if got := len(f.writes()); got > second+1 {
+			t.Fatalf("after %ds: %d deletes, limit allows %d", second, got, second+1)
+		}
+	}
+	var want []core.Action
+	for _, p := range pods {
+		want = append(want, deleteAction(p))
+	}
+	got := f.writes()
+	if diff := cmp.Diff(len(want), len(got)); diff != "" {
+		t.Errorf("deletes (-want,+got):\n%s", diff)
+	}
+}

@@ -1,0 +1,480 @@
+// Command podjanitor removes Kubernetes pods whose lifetime is over, exactly when
+// it is over. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/podjanitor/podjanitor/policy"
+	"github.com/podjanitor/podjanitor/signals"
+)
+
+// Set at build time with -ldflags "-X main.version=... -X main.commit=...".
+var (
+	version = "dev"
+	commit  = "unknown"
+)
+
+// options are the command-line flags.
+type options struct {
+	kubeconfig, master        string
+	namespace, labelSelector  string
+	configFile                string
+	workers                   int
+	dryRun                    bool
+	annotationPrefix          string
+	maxDeletionsPerSecond     float64
+	deletionBurst             int
+	kubeAPIQPS                float64
+	kubeAPIBurst              int
+	leaderElect               bool
+	leaseDuration             time.Duration
+	renewDeadline             time.Duration
+	retryPeriod               time.Duration
+	leaseName, leaseNamespace string
+	metricsAddr, healthAddr   string
+	shutdownTimeout           time.Duration
+	showVersion               bool
+	output                    string // plan only
+}
+
+// usageError is a bad flag value: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Default: $KUBECONFIG, else in-cluster configuration, else ~/.kube/config.")
+	fs.StringVar(&o.master, "master", "", "The address of the Kubernetes API server. Overrides any value in kubeconfig.")
+	fs.StringVar(&o.namespace, "namespace", "", "Only watch pods in this namespace. Default: all namespaces.")
+	fs.StringVar(&o.labelSelector, "label-selector", "", "Only watch pods matching this label selector (applied by the API server), e.g. 'team=ci,!keep'.")
+	fs.StringVar(&o.configFile, "config", "", "Policy file (YAML, kind PodJanitorPolicy) with cluster-wide rules. Default: annotations only. Changes are reloaded without a restart.")
+	fs.StringVar(&o.annotationPrefix, "annotation-prefix", policy.DefaultAnnotationPrefix, "Prefix of the per-pod annotations (<prefix>/ttl, /expires-at, /ttl-after-finished, /keep).")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 50, "Queries per second to the API server.")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of queries to the API server.")
+	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
+	if plan {
+		fs.StringVar(&o.output, "o", "table", "Output format: table or json.")
+		return fs
+	}
+	fs.IntVar(&o.workers, "workers", 4, "Number of pods removed concurrently.")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (logs, WouldRemove events, metrics) but remove nothing.")
+	fs.Float64Var(&o.maxDeletionsPerSecond, "max-deletions-per-second", 50, "Cluster-wide cap on removals per second; 0 means no cap. Removals over the cap wait, they are never dropped.")
+	fs.IntVar(&o.deletionBurst, "deletion-burst", 100, "Removals allowed at once above --max-deletions-per-second.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader on a Lease before acting; only the leader removes pods.")
+	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long followers wait before taking over a lease that is not renewed.")
+	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew before it gives up (and exits).")
+	fs.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often to try to acquire or renew the lease.")
+	fs.StringVar(&o.leaseName, "leader-elect-resource-name", "podjanitor", "Name of the Lease object.")
+	fs.StringVar(&o.leaseNamespace, "leader-elect-resource-namespace", "", "Namespace of the Lease. Default: the pod's own namespace, else kube-system.")
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz; 0 disables them.")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "On SIGTERM, how long to wait for removals in flight.")
+	return fs
+}
+
+// parseFlags parses and validates args; klog's flags are added to the set.
+func parseFlags(name string, args []string, plan bool) (*options, error) {
+	o := &options{}
+	fs := newFlagSet(name, o, plan)
+	klog.InitFlags(fs)
+	fs.Usage = func() {
+		out := fs.Output()
+		if plan {
+			fmt.Fprintf(out, "Usage: podjanitor plan [flags]\n\nLists every pod that has a deadline under the current annotations and policy, sorted by deadline. Changes nothing.\n\nFlags:\n")
+		} else {
+			fmt.Fprintf(out, "Usage: podjanitor [flags]\n       podjanitor plan [flags]\n\nRemoves pods whose lifetime is over, exactly when it is over.\n\nFlags:\n")
+		}
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return o, o.validate(plan)
+}
+
+func (o *options) validate(plan bool) error {
+	bad := func(flag, why string, args ...any) error {
+		return usageError{fmt.Sprintf("invalid value for --%s: %s", flag, fmt.Sprintf(why, args...))}
+	}
+	if _, err := labels.Parse(o.labelSelector); err != nil {
+		return bad("label-selector", "%v", err)
+	}
+	if o.namespace != "" {
+		if errs := validation.IsDNS1123Label(o.namespace); len(errs) > 0 {
+			return bad("namespace", "%q: %s", o.namespace, strings.Join(errs, "; "))
+		}
+	}
+	if errs := validation.IsDNS1123Subdomain(o.annotationPrefix); len(errs) > 0 {
+		return bad("annotation-prefix", "%q must be a DNS subdomain such as podjanitor.io: %s", o.annotationPrefix, strings.Join(errs, "; "))
+	}
+	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 {
+		return bad("kube-api-qps", "--kube-api-qps and --kube-api-burst must be positive")
+	}
+	if plan {
+		if o.output != "table" && o.output != "json" {
+			return bad("o", "%q: want table or json", o.output)
+		}
+		return nil
+	}
+	switch {
+	case o.workers < 1:
+		return bad("workers", "%d: must be at least 1", o.workers)
+	case o.maxDeletionsPerSecond < 0:
+		return bad("max-deletions-per-second", "%v: must not be negative", o.maxDeletionsPerSecond)
+	case o.deletionBurst < 1:
+		return bad("deletion-burst", "%d: must be at least 1", o.deletionBurst)
+	case o.shutdownTimeout <= 0:
+		return bad("shutdown-timeout", "%v: must be positive", o.shutdownTimeout)
+	case o.leaderElect && o.leaseDuration <= o.renewDeadline:
+		return bad("leader-elect-lease-duration", "%v must be greater than --leader-elect-renew-deadline (%v)", o.leaseDuration, o.renewDeadline)
+	case o.leaderElect && o.renewDeadline <= o.retryPeriod:
+		return bad("leader-elect-renew-deadline", "%v must be greater than --leader-elect-retry-period (%v)", o.renewDeadline, o.retryPeriod)
+	case o.leaderElect && o.leaseName == "":
+		return bad("leader-elect-resource-name", "must not be empty")
+	}
+	for flag, addr := range map[string]string{"metrics-bind-address": o.metricsAddr, "health-probe-bind-address": o.healthAddr} {
+		if addr != "0" {
+			if _, _, err := net.SplitHostPort(addr); err != nil {
+				return bad(flag, "%q: %v (use host:port, :port or 0)", addr, err)
+			}
+		}
+	}
+	return nil
+}
+
+func main() {
+	args := os.Args[1:]
+	var code int
+	if len(args) > 0 && args[0] == "plan" {
+		code = runPlan(args[1:])
+	} else {
+		code = runDaemon(args)
+	}
+	klog.Flush()
+	os.Exit(code)
+}
+
+// exitCode maps a flag error to the conventional status.
+func exitCode(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "podjanitor: %v\n", err)
+	return 2
+}
+
+func restConfig(o *options) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if o.kubeconfig != "" {
+		rules.ExplicitPath = o.kubeconfig
+	}
+	if o.kubeconfig == "" && os.Getenv("KUBECONFIG") == "" && o.master == "" {
+		if cfg, err := rest.InClusterConfig(); err == nil {
+			return withLimits(cfg, o), nil
+		}
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+		&clientcmd.ConfigOverrides{ClusterInfo: clientcmdapi.Cluster{Server: o.master}}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("building client configuration: %w", err)
+	}
+	return withLimits(cfg, o), nil
+}
+
+func withLimits(cfg *rest.Config, o *options) *rest.Config {
+	cfg.QPS = float32(o.kubeAPIQPS)
+	cfg.Burst = o.kubeAPIBurst
+	cfg.UserAgent = "podjanitor/" + version
+	return cfg
+}
+
+func loadEvaluator(o *options) (*policy.Evaluator, error) {
+	e := &policy.Evaluator{Prefix: o.annotationPrefix}
+	if o.configFile != "" {
+		p, err := policy.LoadFile(o.configFile)
+		if err != nil {
+			return nil, err
+		}
+		e.Policy = p
+	}
+	return e, nil
+}
+
+func informerFactory(client kubernetes.Interface, o *options) informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(o.namespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = o.labelSelector }),
+		informers.WithTransform(leanPod(o.annotationPrefix)),
+	)
+}
+
+func runDaemon(args []string) int {
+	o, err := parseFlags("podjanitor", args, false)
+	if err != nil {
+		return exitCode(err)
+	}
+	if o.showVersion {
+		fmt.Printf("podjanitor %s (commit %s)\n", version, commit)
+		return 0
+	}
+	ctx := signals.SetupSignalHandler()
+	logger := klog.FromContext(ctx)
+	if err := daemon(ctx, o); err != nil {
+		logger.Error(err, "podjanitor failed")
+		return 1
+	}
+	logger.Info("Stopped cleanly")
+	return 0
+}
+
+func daemon(ctx context.Context, o *options) error {
+	logger := klog.FromContext(ctx)
+	evaluator, err := loadEvaluator(o)
+	if err != nil {
+		return err
+	}
+	cfg, err := restConfig(o)
+	if err != nil {
+		return err
+	}
+	metrics := NewMetrics(version, commit)
+	metrics.RegisterClientMetrics()
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating clientset: %w", err)
+	}
+	logger.Info("Starting podjanitor", "version", version, "apiServer", cfg.Host,
+		"namespace", valueOr(o.namespace, "<all>"), "labelSelector", o.labelSelector, "config", o.configFile, "dryRun", o.dryRun)
+
+	// Events outlive ctx so that removals finishing during shutdown are still reported.
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	broadcaster.StartRecordingToSinkWithContext(context.WithoutCancel(ctx))
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, controllerName)
+
+	factory := informerFactory(client, o)
+	podInformer := factory.Core().V1().Pods()
+	controller, err := NewController(ctx, podInformer, client, recorder, clock.RealClock{}, Options{
+		Evaluator:            evaluator,
+		DryRun:               o.dryRun,
+		MaxRemovalsPerSecond: o.maxDeletionsPerSecond,
+		RemovalBurst:         o.deletionBurst,
+		ShutdownTimeout:      o.shutdownTimeout,
+		Metrics:              metrics,
+	})
+	if err != nil {
+		return err
+	}
+	if o.configFile != "" {
+		go watchPolicyFile(ctx, o, evaluator, controller)
+	}
+
+	var watchdog *leaderelection.HealthzAdaptor
+	if o.leaderElect {
+		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+	}
+	serveErr := make(chan error, 2)
+	if err := serveEndpoints(ctx, o, metrics, watchdog, podInformer.Informer().HasSynced, serveErr); err != nil {
+		return err
+	}
+
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	go func() {
+		if err := <-serveErr; err != nil {
+			logger.Error(err, "HTTP endpoint failed, stopping")
+			cancelRun()
+		}
+	}()
+
+	if !o.leaderElect {
+		metrics.SetLeader(true)
+		return controller.Run(runCtx, o.workers)
+	}
+	return runAsLeader(runCtx, o, client, metrics, watchdog, func(ctx context.Context) error {
+		return controller.Run(ctx, o.workers)
+	})
+}
+
+// runAsLeader runs work only while this process holds the lease. On ctx
+// cancellation work finishes first, then the lease is released; a lease lost
+// for any other reason ends the process with status 1.
+func runAsLeader(ctx context.Context, o *options, client kubernetes.Interface, metrics *Metrics,
+	watchdog *leaderelection.HealthzAdaptor, work func(context.Context) error) error {
+	logger := klog.FromContext(ctx)
+	hostname, _ := os.Hostname()
+	id := hostname + "_" + uuid.NewString()
+	ns := o.leaseNamespace
+	if ns == "" {
+		ns = ownNamespace()
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Name: o.leaseName, Namespace: ns},
+		Client:     client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+	}
+
+	leCtx, cancelLE := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelLE()
+	var (
+		started      atomic.Bool
+		workErr      error
+		workFinished = make(chan struct{})
+	)
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   o.leaseDuration,
+		RenewDeadline:   o.renewDeadline,
+		RetryPeriod:     o.retryPeriod,
+		ReleaseOnCancel: true,
+		Name:            controllerName,
+		WatchDog:        watchdog,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leading context.Context) {
+				started.Store(true)
+				defer close(workFinished)
+				metrics.SetLeader(true)
+				logger.Info("Became the leader", "lease", klog.KRef(ns, o.leaseName), "identity", id)
+				workCtx, cancel := context.WithCancel(ctx)
+				stop := context.AfterFunc(leading, cancel)
+				defer stop()
+				workErr = work(workCtx)
+			},
+			OnStoppedLeading: func() {
+				metrics.SetLeader(false)
+				if ctx.Err() == nil {
+					logger.Error(nil, "Lost the leader lease, exiting", "lease", klog.KRef(ns, o.leaseName))
+					klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+				}
+				logger.Info("Released the leader lease")
+			},
+			OnNewLeader: func(identity string) {
+				if identity != id {
+					logger.Info("Another replica is the leader", "identity", identity)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	logger.Info("Waiting to become the leader", "lease", klog.KRef(ns, o.leaseName), "identity", id)
+	go func() {
+		<-ctx.Done()
+		if started.Load() {
+			<-workFinished // let removals in flight finish before the lease is released
+		}
+		cancelLE()
+	}()
+	elector.Run(leCtx)
+	if started.Load() {
+		<-workFinished
+		return workErr
+	}
+	return nil
+}
+
+// ownNamespace is the namespace podjanitor runs in, else kube-system.
+func ownNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		if ns := strings.TrimSpace(string(b)); ns != "" {
+			return ns
+		}
+	}
+	return metav1.NamespaceSystem
+}
+
+// serveEndpoints starts /metrics and /healthz+/readyz; they serve before the cache syncs.
+func serveEndpoints(ctx context.Context, o *options, metrics *Metrics, watchdog *leaderelection.HealthzAdaptor,
+	synced func() bool, errs chan<- error) error {
+	if o.metricsAddr != "0" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{Registry: metrics.Registry}))
+		if err := serve(ctx, "metrics", o.metricsAddr, mux, errs); err != nil {
+			return err
+		}
+	}
+	if o.healthAddr != "0" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+			if watchdog != nil {
+				if err := watchdog.Check(r); err != nil {
+					http.Error(w, "leader election: "+err.Error(), http.StatusInternalServerError)
+					return
+				}
+			}
+			fmt.Fprintln(w, "ok")
+		})
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+			if !synced() {
+				http.Error(w, "pod cache not synced", http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		})
+		if err := serve(ctx, "health", o.healthAddr, mux, errs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func serve(ctx context.Context, name, addr string, handler http.Handler, errs chan<- error) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s endpoint: %w", name, err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	klog.FromContext(ctx).Info("Serving "+name+" endpoint", "address", ln.Addr().String())
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("%s endpoint: %w", name, err)
+		}
+	}()
+	context.AfterFunc(ctx, func() { _ = srv.Close() })
+	return nil
+}
+
+func valueOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

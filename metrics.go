@@ -1,0 +1,333 @@
+package main
+
+import (
+	"context"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/tools/cache"
+	clientmetrics "k8s.io/client-go/tools/metrics"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// Reconcile results, as controller-runtime labels them.
+const (
+	labelSuccess      = "success"
+	labelError        = "error"
+	labelRequeue      = "requeue"
+	labelRequeueAfter = "requeue_after"
+)
+
+// Metrics holds every series podjanitor exports. Its methods are safe on a nil
+// *Metrics, which records nothing (unit tests that do not look at metrics).
+// No label takes a pod name or another unbounded value.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	reconcileTotal     *prometheus.CounterVec
+	reconcileErrors    prometheus.Counter
+	terminalErrors     prometheus.Counter
+	reconcilePanics    prometheus.Counter
+	reconcileTime      prometheus.Histogram
+	activeWorkers      prometheus.Gauge
+	maxConcurrent      prometheus.Gauge
+	podsRemoved        *prometheus.CounterVec
+	removalErrors      *prometheus.CounterVec
+	podsScheduled      prometheus.Gauge
+	removalLateness    prometheus.Histogram
+	leader             prometheus.Gauge
+	policyReloads      *prometheus.CounterVec
+	workqueue          workqueueMetrics
+	scheduledMu        sync.Mutex
+	scheduledPods      map[cache.ObjectName]struct{}
+	restRequestResults *prometheus.CounterVec
+	restLatency        *prometheus.HistogramVec
+}
+
+// NewMetrics creates all series in a new registry, each present at 0.
+func NewMetrics(version, commit string) *Metrics {
+	reg := prometheus.NewRegistry()
+	ctrl := prometheus.Labels{"controller": controllerName}
+	m := &Metrics{
+		Registry: reg,
+		reconcileTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "controller_runtime_reconcile_total", ConstLabels: ctrl,
+			Help: "Total number of reconciliations per controller, by result.",
+		}, []string{"result"}),
+		reconcileErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "controller_runtime_reconcile_errors_total", ConstLabels: ctrl,
+			Help: "Total number of reconciliation errors per controller.",
+		}),
+		terminalErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "controller_runtime_terminal_reconcile_errors_total", ConstLabels: ctrl,
+			Help: "Total number of terminal reconciliation errors (not retried) per controller.",
+		}),
+		reconcilePanics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "controller_runtime_reconcile_panics_total", ConstLabels: ctrl,
+			Help: "Total number of reconciliation panics per controller.",
+		}),
+		reconcileTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "controller_runtime_reconcile_time_seconds", ConstLabels: ctrl,
+			Help:    "Length of time per reconciliation per controller.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 12),
+		}),
+		activeWorkers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "controller_runtime_active_workers", ConstLabels: ctrl,
+			Help: "Number of currently used workers per controller.",
+		}),
+		maxConcurrent: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "controller_runtime_max_concurrent_reconciles", ConstLabels: ctrl,
+			Help: "Maximum number of concurrent reconciles per controller.",
+		}),
+		podsRemoved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "podjanitor_pods_removed_total",
+			Help: "Pods removed (or, with dry_run=\"true\", that would have been), by action and reason.",
+		}, []string{"action", "reason", "dry_run"}),
+		removalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "podjanitor_removal_errors_total",
+			Help: "Failed removal API calls (including evictions refused by a PodDisruptionBudget), by action.",
+		}, []string{"action"}),
+		podsScheduled: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "podjanitor_pods_scheduled",
+			Help: "Pods waiting in the queue for a future deadline.",
+		}),
+		removalLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "podjanitor_removal_lateness_seconds",
+			Help:    "Time from a pod's deadline to its successful removal.",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
+		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "podjanitor_leader",
+			Help: "1 while this process holds the leader lease (or runs without leader election), else 0.",
+		}),
+		policyReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "podjanitor_policy_reloads_total",
+			Help: "Policy file reloads, by result (success, or error when the new file was rejected).",
+		}, []string{"result"}),
+		scheduledPods: map[cache.ObjectName]struct{}{},
+		restRequestResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rest_client_requests_total",
+			Help: "Number of HTTP requests to the API server, by status code, method and host.",
+		}, []string{"code", "method", "host"}),
+		restLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "rest_client_request_duration_seconds",
+			Help:    "Request latency in seconds, by verb.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}, []string{"verb"}),
+	}
+	m.workqueue = newWorkqueueMetrics()
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "podjanitor_build_info", Help: "Build information; always 1.",
+		ConstLabels: prometheus.Labels{"version": version, "commit": commit},
+	})
+	buildInfo.Set(1)
+	reg.MustRegister(m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics,
+		m.reconcileTime, m.activeWorkers, m.maxConcurrent, m.podsRemoved, m.removalErrors,
+		m.podsScheduled, m.removalLateness, m.leader, m.policyReloads, buildInfo, m.restRequestResults, m.restLatency,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.workqueue.register(reg)
+
+	for _, r := range []string{labelSuccess, labelError, labelRequeue, labelRequeueAfter} {
+		m.reconcileTotal.WithLabelValues(r)
+	}
+	for _, a := range []policy.Action{policy.ActionDelete, policy.ActionEvict} {
+		m.removalErrors.WithLabelValues(string(a))
+	}
+	m.policyReloads.WithLabelValues(labelSuccess)
+	m.policyReloads.WithLabelValues(labelError)
+	return m
+}
+
+// RegisterClientMetrics routes client-go's REST client measurements into m.
+// client-go accepts this once per process.
+func (m *Metrics) RegisterClientMetrics() {
+	clientmetrics.Register(clientmetrics.RegisterOpts{
+		RequestResult:  restResult{m.restRequestResults},
+		RequestLatency: restLatency{m.restLatency},
+	})
+}
+
+type restResult struct{ v *prometheus.CounterVec }
+
+func (r restResult) Increment(_ context.Context, code, method, host string) {
+	r.v.WithLabelValues(code, method, host).Inc()
+}
+
+type restLatency struct{ v *prometheus.HistogramVec }
+
+func (r restLatency) Observe(_ context.Context, verb string, _ url.URL, latency time.Duration) {
+	r.v.WithLabelValues(verb).Observe(latency.Seconds())
+}
+
+// WorkqueueProvider feeds the workqueue's metrics into the registry.
+func (m *Metrics) WorkqueueProvider() workqueue.MetricsProvider {
+	if m == nil {
+		return nil
+	}
+	return m.workqueue
+}
+
+func (m *Metrics) setMaxConcurrency(n int) {
+	if m != nil {
+		m.maxConcurrent.Set(float64(n))
+	}
+}
+
+func (m *Metrics) workerStarted() {
+	if m != nil {
+		m.activeWorkers.Inc()
+	}
+}
+
+func (m *Metrics) workerFinished(took time.Duration) {
+	if m != nil {
+		m.activeWorkers.Dec()
+		m.reconcileTime.Observe(took.Seconds())
+	}
+}
+
+func (m *Metrics) reconciled(result string, terminal bool) {
+	if m == nil {
+		return
+	}
+	m.reconcileTotal.WithLabelValues(result).Inc()
+	if result == labelError {
+		m.reconcileErrors.Inc()
+	}
+	if terminal {
+		m.terminalErrors.Inc()
+	}
+}
+
+func (m *Metrics) panicked() {
+	if m != nil {
+		m.reconcilePanics.Inc()
+	}
+}
+
+func (m *Metrics) removed(d policy.Decision, dryRun bool, lateness time.Duration) {
+	if m == nil {
+		return
+	}
+	dry := "false"
+	if dryRun {
+		dry = "true"
+	}
+	m.podsRemoved.WithLabelValues(string(d.Action), d.Reason, dry).Inc()
+	if !dryRun {
+		m.removalLateness.Observe(max(lateness, 0).Seconds())
+	}
+}
+
+func (m *Metrics) policyReloaded(ok bool) {
+	if m == nil {
+		return
+	}
+	result := labelSuccess
+	if !ok {
+		result = labelError
+	}
+	m.policyReloads.WithLabelValues(result).Inc()
+}
+
+func (m *Metrics) removalFailed(a policy.Action) {
+	if m != nil {
+		m.removalErrors.WithLabelValues(string(a)).Inc()
+	}
+}
+
+// SetLeader records whether this process is the acting leader.
+func (m *Metrics) SetLeader(leading bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if leading {
+		v = 1
+	}
+	m.leader.Set(v)
+}
+
+// scheduled and unscheduled keep podjanitor_pods_scheduled equal to the number of
+// pods parked for a future deadline.
+func (m *Metrics) scheduled(key cache.ObjectName) {
+	if m == nil {
+		return
+	}
+	m.scheduledMu.Lock()
+	defer m.scheduledMu.Unlock()
+	m.scheduledPods[key] = struct{}{}
+	m.podsScheduled.Set(float64(len(m.scheduledPods)))
+}
+
+func (m *Metrics) unscheduled(key cache.ObjectName) {
+	if m == nil {
+		return
+	}
+	m.scheduledMu.Lock()
+	defer m.scheduledMu.Unlock()
+	if _, ok := m.scheduledPods[key]; ok {
+		delete(m.scheduledPods, key)
+		m.podsScheduled.Set(float64(len(m.scheduledPods)))
+	}
+}
+
+// workqueueMetrics implements workqueue.MetricsProvider with the series names
+// that Kubernetes components export (workqueue_*, label "name").
+type workqueueMetrics struct {
+	depth, unfinished, longest *prometheus.GaugeVec
+	adds, retries              *prometheus.CounterVec
+	latency, workDuration      *prometheus.HistogramVec
+}
+
+func newWorkqueueMetrics() workqueueMetrics {
+	name := []string{"name"}
+	buckets := prometheus.ExponentialBuckets(10e-9, 10, 12)
+	return workqueueMetrics{
+		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "workqueue_depth",
+			Help: "Current depth of workqueue."}, name),
+		adds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "workqueue_adds_total",
+			Help: "Total number of adds handled by workqueue."}, name),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "workqueue_queue_duration_seconds",
+			Help: "How long in seconds an item stays in workqueue before being requested.", Buckets: buckets}, name),
+		workDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "workqueue_work_duration_seconds",
+			Help: "How long in seconds processing an item from workqueue takes.", Buckets: buckets}, name),
+		unfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "workqueue_unfinished_work_seconds",
+			Help: "How many seconds of work has been done that is in progress and hasn't been observed by work_duration."}, name),
+		longest: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "workqueue_longest_running_processor_seconds",
+			Help: "How many seconds has the longest running processor for workqueue been running."}, name),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "workqueue_retries_total",
+			Help: "Total number of retries handled by workqueue."}, name),
+	}
+}
+
+func (w workqueueMetrics) register(reg *prometheus.Registry) {
+	reg.MustRegister(w.depth, w.adds, w.latency, w.workDuration, w.unfinished, w.longest, w.retries)
+}
+
+func (w workqueueMetrics) NewDepthMetric(n string) workqueue.GaugeMetric {
+	return w.depth.WithLabelValues(n)
+}
+func (w workqueueMetrics) NewAddsMetric(n string) workqueue.CounterMetric {
+	return w.adds.WithLabelValues(n)
+}
+func (w workqueueMetrics) NewLatencyMetric(n string) workqueue.HistogramMetric {
+	return w.latency.WithLabelValues(n)
+}
+func (w workqueueMetrics) NewWorkDurationMetric(n string) workqueue.HistogramMetric {
+	return w.workDuration.WithLabelValues(n)
+}
+func (w workqueueMetrics) NewUnfinishedWorkSecondsMetric(n string) workqueue.SettableGaugeMetric {
+	return w.unfinished.WithLabelValues(n)
+}
+func (w workqueueMetrics) NewLongestRunningProcessorSecondsMetric(n string) workqueue.SettableGaugeMetric {
+	return w.longest.WithLabelValues(n)
+}
+func (w workqueueMetrics) NewRetriesMetric(n string) workqueue.CounterMetric {
+	return w.retries.WithLabelValues(n)
+}

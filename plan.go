@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/pager"
+
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// planEntry is one pod that has a deadline, or an annotation that does not parse.
+type planEntry struct {
+	Namespace string    `json:"namespace"`
+	Pod       string    `json:"pod"`
+	Source    string    `json:"source"`
+	Reason    string    `json:"reason"`
+	Rule      string    `json:"rule,omitempty"`
+	Action    string    `json:"action"`
+	Deadline  time.Time `json:"deadline"`
+	In        string    `json:"in"`
+	Overdue   bool      `json:"overdue"`
+}
+
+type planInvalid struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Error     string `json:"error"`
+}
+
+type planReport struct {
+	GeneratedAt time.Time      `json:"generatedAt"`
+	Pods        []planEntry    `json:"pods"`
+	Totals      map[string]int `json:"totals"`
+	Invalid     []planInvalid  `json:"invalid"`
+	Scanned     int            `json:"scanned"`
+}
+
+// runPlan is `podjanitor plan`: what the daemon would do to the cluster now.
+func runPlan(args []string) int {
+	o, err := parseFlags("podjanitor plan", args, true)
+	if err != nil {
+		return exitCode(err)
+	}
+	if o.showVersion {
+		fmt.Printf("podjanitor %s (commit %s)\n", version, commit)
+		return 0
+	}
+	if err := plan(context.Background(), o, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "podjanitor plan: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func plan(ctx context.Context, o *options, out io.Writer) error {
+	evaluator, err := loadEvaluator(o)
+	if err != nil {
+		return err
+	}
+	cfg, err := restConfig(o)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating clientset: %w", err)
+	}
+	pods, err := listPods(ctx, client, o)
+	if err != nil {
+		return err
+	}
+	report := buildPlan(evaluator, pods, time.Now())
+	if o.output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(report)
+	}
+	return printPlan(out, report)
+}
+
+func listPods(ctx context.Context, client kubernetes.Interface, o *options) ([]*corev1.Pod, error) {
+	var pods []*corev1.Pod
+	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		opts.LabelSelector = o.labelSelector
+		return client.CoreV1().Pods(o.namespace).List(ctx, opts)
+	})
+	err := p.EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
+		pods = append(pods, obj.(*corev1.Pod))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	return pods, nil
+}
+
+// buildPlan decides every pod as the daemon would at now.
+func buildPlan(e *policy.Evaluator, pods []*corev1.Pod, now time.Time) planReport {
+	r := planReport{GeneratedAt: now.UTC(), Totals: map[string]int{}, Pods: []planEntry{}, Invalid: []planInvalid{}, Scanned: len(pods)}
+	for _, pod := range pods {
+		d, err := e.Decide(pod, now)
+		if err != nil {
+			r.Invalid = append(r.Invalid, planInvalid{Namespace: pod.Namespace, Pod: pod.Name, Error: err.Error()})
+			continue
+		}
+		if !d.HasDeadline() {
+			continue
+		}
+		left := d.Deadline.Sub(now)
+		r.Pods = append(r.Pods, planEntry{
+			Namespace: pod.Namespace, Pod: pod.Name, Source: d.Source, Reason: d.Reason, Rule: d.Rule,
+			Action: string(d.Action), Deadline: d.Deadline.UTC(), In: relative(left), Overdue: left <= 0,
+		})
+		r.Totals[d.Source]++
+	}
+	sort.SliceStable(r.Pods, func(i, j int) bool {
+		a, b := r.Pods[i], r.Pods[j]
+		if !a.Deadline.Equal(b.Deadline) {
+			return a.Deadline.Before(b.Deadline)
+		}
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		return a.Pod < b.Pod
+	})
+	return r
+}
+
+func relative(d time.Duration) string {
+	if d <= 0 {
+		return "overdue"
+	}
+	return "in " + policy.FormatDuration(d.Round(time.Second))
+}
+
+func printPlan(out io.Writer, r planReport) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NAMESPACE\tPOD\tBY\tACTION\tDEADLINE\tWHEN")
+	for _, e := range r.Pods {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Namespace, e.Pod, e.Source, e.Action, e.Deadline.Format(time.RFC3339), e.In)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\n%d of %d pods have a deadline.\n", len(r.Pods), r.Scanned)
+	sources := make([]string, 0, len(r.Totals))
+	for s := range r.Totals {
+		sources = append(sources, s)
+	}
+	sort.Strings(sources)
+	for _, s := range sources {
+		fmt.Fprintf(out, "  %-40s %d\n", s, r.Totals[s])
+	}
+	if len(r.Invalid) > 0 {
+		fmt.Fprintf(out, "\n%d pods have an annotation that does not parse; podjanitor leaves them alone:\n", len(r.Invalid))
+		for _, i := range r.Invalid {
+			fmt.Fprintf(out, "  %s/%s: %s\n", i.Namespace, i.Pod, i.Error)
+		}
+	}
+	return nil
+}

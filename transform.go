@@ -1,0 +1,110 @@
+package main
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// leanPod returns the informer transform that keeps only what the policy
+// package reads, so that a cached pod costs little memory. Kept:
+//
+//   - metadata: name, namespace, uid, resourceVersion (delete preconditions),
+//     creationTimestamp, deletionTimestamp, labels (rule label selectors),
+//     ownerReferences (apiVersion, kind, name, uid, controller; rule owner kinds),
+//     annotations under <prefix>/ and kubernetes.io/config.mirror (mirror pods);
+//   - status: phase, reason, startTime, conditions (type, status, reason,
+//     lastTransitionTime), and per (init) container status: name, restartCount,
+//     state.waiting.reason, state.terminated.reason and finishedAt.
+//
+// Dropped: managedFields, every other annotation, the whole spec, and the rest of
+// the status (messages, IPs, images, resources, lastTerminationState, ...).
+// TestLeanPodKeepsDecisions proves that decisions on lean pods equal decisions on
+// full ones.
+func leanPod(prefix string) cache.TransformFunc {
+	annotationPrefix := prefix + "/"
+	return func(obj interface{}) (interface{}, error) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return obj, nil // a tombstone: already transformed when it was cached
+		}
+		lean := &corev1.Pod{
+			TypeMeta: pod.TypeMeta,
+			ObjectMeta: metav1.ObjectMeta{
+				Name:              pod.Name,
+				Namespace:         pod.Namespace,
+				UID:               pod.UID,
+				ResourceVersion:   pod.ResourceVersion,
+				CreationTimestamp: pod.CreationTimestamp,
+				DeletionTimestamp: pod.DeletionTimestamp,
+				Labels:            pod.Labels,
+				Annotations:       keptAnnotations(pod.Annotations, annotationPrefix),
+				OwnerReferences:   leanOwners(pod.OwnerReferences),
+			},
+			Status: corev1.PodStatus{
+				Phase:                 pod.Status.Phase,
+				Reason:                pod.Status.Reason,
+				StartTime:             pod.Status.StartTime,
+				Conditions:            leanConditions(pod.Status.Conditions),
+				ContainerStatuses:     leanContainerStatuses(pod.Status.ContainerStatuses),
+				InitContainerStatuses: leanContainerStatuses(pod.Status.InitContainerStatuses),
+			},
+		}
+		return lean, nil
+	}
+}
+
+func keptAnnotations(all map[string]string, prefix string) map[string]string {
+	var kept map[string]string
+	for k, v := range all {
+		if strings.HasPrefix(k, prefix) || k == corev1.MirrorPodAnnotationKey {
+			if kept == nil {
+				kept = map[string]string{}
+			}
+			kept[k] = v
+		}
+	}
+	return kept
+}
+
+func leanOwners(refs []metav1.OwnerReference) []metav1.OwnerReference {
+	if len(refs) == 0 {
+		return nil
+	}
+	out := make([]metav1.OwnerReference, len(refs))
+	for i, r := range refs {
+		out[i] = metav1.OwnerReference{APIVersion: r.APIVersion, Kind: r.Kind, Name: r.Name, UID: r.UID, Controller: r.Controller}
+	}
+	return out
+}
+
+func leanConditions(conds []corev1.PodCondition) []corev1.PodCondition {
+	if len(conds) == 0 {
+		return nil
+	}
+	out := make([]corev1.PodCondition, len(conds))
+	for i, c := range conds {
+		out[i] = corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, LastTransitionTime: c.LastTransitionTime}
+	}
+	return out
+}
+
+func leanContainerStatuses(statuses []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if len(statuses) == 0 {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(statuses))
+	for i, s := range statuses {
+		lean := corev1.ContainerStatus{Name: s.Name, RestartCount: s.RestartCount}
+		if w := s.State.Waiting; w != nil {
+			lean.State.Waiting = &corev1.ContainerStateWaiting{Reason: w.Reason}
+		}
+		if t := s.State.Terminated; t != nil {
+			lean.State.Terminated = &corev1.ContainerStateTerminated{Reason: t.Reason, FinishedAt: t.FinishedAt, ExitCode: t.ExitCode}
+		}
+		out[i] = lean
+	}
+	return out
+}
