@@ -1,0 +1,52 @@
+# podjanitor — see README.md. Run `make help` for the targets.
+SHELL := /usr/bin/env bash
+.DEFAULT_GOAL := build
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+BIN     := _output/bin/podjanitor
+
+.PHONY: help build tools cluster-up cluster-down run demo test unit e2e vet fuzz clean
+
+help: ## Show the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
+
+build: ## Build the podjanitor binary into _output/bin/ (static, release flags).
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) .
+
+tools: ## Build the local cluster's binaries (etcd, kube-apiserver, kube-controller-manager, kwok).
+	hack/build-tools.sh
+
+cluster-up: tools ## Start the local cluster (kubeconfig: _output/local/kubeconfig).
+	hack/local-cluster.sh up
+
+cluster-down: ## Stop the local cluster and remove its state.
+	hack/local-cluster.sh down
+
+demo: ## Create the demo pods in the running local cluster.
+	hack/demo/create.sh
+
+run: ## Build everything, start the local cluster with demo pods, run podjanitor in the foreground.
+	hack/run.sh
+
+test: unit e2e ## All tests: vet, unit tests, end-to-end tests against a fresh local cluster.
+
+vet:
+	go vet ./...
+	go vet -tags e2e ./test/e2e/
+
+unit: vet ## Unit tests (no cluster needed).
+	go test -race -count=1 ./...
+
+e2e: build tools ## End-to-end tests: brings a local cluster up in _output/e2e and down again.
+	hack/e2e.sh
+
+fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
+	go test -run='^$$' -fuzz=FuzzParseDuration -fuzztime=$${FUZZTIME:-30s} ./policy/
+	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$${FUZZTIME:-30s} ./policy/
+
+clean: ## Remove build output (stops the local clusters first).
+	-hack/local-cluster.sh down
+	-CLUSTER_DIR=_output/e2e hack/local-cluster.sh down
+	rm -rf _output

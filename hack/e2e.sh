@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs the end-to-end tests against a fresh local cluster of their own
+# (_output/e2e, ports 27400+), so a `make run` cluster can stay up meanwhile.
+# Expects `make build tools` to have run. Extra arguments go to `go test`.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+export CLUSTER_DIR=_output/e2e PORT_BASE=${E2E_PORT_BASE:-27400}
+cleanup() {
+  status=$?
+  if [ $status -ne 0 ] && [ -d _output/e2e/logs ]; then
+    echo "--- e2e failed; last lines of the cluster logs in _output/e2e/logs:"
+    for f in _output/e2e/logs/*.log; do echo "== $f"; tail -n 15 "$f"; done
+  fi
+  hack/local-cluster.sh down || true
+  exit $status
+}
+trap cleanup EXIT
+hack/local-cluster.sh down >/dev/null 2>&1 || true # state left by an interrupted run
+hack/local-cluster.sh up
+
+E2E_KUBECONFIG="$root/_output/e2e/kubeconfig" PODJANITOR_BIN="$root/_output/bin/podjanitor" \
+  go test -tags e2e -count=1 -timeout 30m -v ./test/e2e/ "$@"

@@ -1,0 +1,465 @@
+#!/usr/bin/env bash
+# Local Kubernetes control plane for podjanitor: etcd, kube-apiserver,
+# kube-controller-manager and kwok (one fake Node, kwok-node-0), all on
+# 127.0.0.1, built from upstream Go modules by hack/build-tools.sh.
+#
+#   hack/local-cluster.sh up       start it (idempotent) and wait until it is usable
+#   hack/local-cluster.sh down     stop the processes it started and remove its state
+#   hack/local-cluster.sh status   show what runs; exit 0 only if the cluster is up
+#   hack/local-cluster.sh env      print `export KUBECONFIG=...`
+#
+# Environment (all optional):
+#   CLUSTER_DIR     state dir, relative to the repo root unless absolute
+#                   (default _output/local); kubeconfig at $CLUSTER_DIR/kubeconfig,
+#                   logs in $CLUSTER_DIR/logs/, PIDs in $CLUSTER_DIR/pids/
+#   PORT_BASE       base for the default ports below (default 26400)
+#   APISERVER_PORT  kube-apiserver https port        (default PORT_BASE+43 = 26443)
+#   ETCD_PORT       etcd client port                 (default PORT_BASE+79 = 26479)
+#   ETCD_PEER_PORT  etcd peer port                   (default PORT_BASE+80 = 26480)
+#   KCM_PORT        kube-controller-manager https port (default PORT_BASE+57 = 26457)
+#   BIN_DIR         where the binaries are (default _output/bin)
+#   READY_TIMEOUT   seconds to wait for each component (default 120)
+# Two instances with different CLUSTER_DIR and ports can run at the same time.
+# Once up, the ports are read back from $CLUSTER_DIR/cluster.env, so status,
+# env and down only need CLUSTER_DIR.
+#
+# Pods run on the fake node when they set spec.nodeName: kwok-node-0 (there is
+# no kube-scheduler); the node has no taints. Their lifecycle comes from the
+# kwok Stages in hack/kwok/ (see hack/kwok/README.md).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+abspath() { # path relative to the repo root unless absolute, without trailing /
+  local p=$1
+  case $p in /*) ;; *) p="$root/$p" ;; esac
+  while [ "${#p}" -gt 1 ] && [ "${p%/}" != "$p" ]; do p=${p%/}; done
+  printf '%s\n' "$p"
+}
+
+CLUSTER_DIR=$(abspath "${CLUSTER_DIR:-_output/local}")
+BIN_DIR=$(abspath "${BIN_DIR:-_output/bin}")
+STAGE_DIR="$root/hack/kwok"
+READY_TIMEOUT=${READY_TIMEOUT:-120}
+STOP_TIMEOUT=${STOP_TIMEOUT:-20}
+NODE_NAME=kwok-node-0
+COMPONENTS="etcd kube-apiserver kube-controller-manager kwok" # start order
+MARKER="$CLUSTER_DIR/.podjanitor-local-cluster"
+STATE_ENV="$CLUSTER_DIR/cluster.env"
+PKI="$CLUSTER_DIR/pki"
+KUBECONFIG_FILE="$CLUSTER_DIR/kubeconfig"
+CA_FILE="$PKI/apiserver/apiserver.crt" # self-signed by kube-apiserver (leaf + its CA)
+AUTH_HEADER_FILE="$PKI/admin-auth.header"
+
+say() { printf '[local-cluster] %s\n' "$*"; }
+warn() { printf '[local-cluster] WARNING: %s\n' "$*" >&2; }
+die() { printf '[local-cluster] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Ports asked for in the environment (captured before a state file is read).
+ENV_PORT_BASE=${PORT_BASE:-26400}
+ENV_APISERVER_PORT=${APISERVER_PORT:-$((ENV_PORT_BASE + 43))}
+ENV_ETCD_PORT=${ETCD_PORT:-$((ENV_PORT_BASE + 79))}
+ENV_ETCD_PEER_PORT=${ETCD_PEER_PORT:-$((ENV_PORT_BASE + 80))}
+ENV_KCM_PORT=${KCM_PORT:-$((ENV_PORT_BASE + 57))}
+
+load_ports() {
+  # An existing instance's ports (from its state file) win over the environment.
+  APISERVER_PORT=$ENV_APISERVER_PORT ETCD_PORT=$ENV_ETCD_PORT
+  ETCD_PEER_PORT=$ENV_ETCD_PEER_PORT KCM_PORT=$ENV_KCM_PORT
+  if [ -f "$STATE_ENV" ]; then
+    # shellcheck disable=SC1090
+    . "$STATE_ENV"
+  fi
+  APISERVER_URL="https://127.0.0.1:$APISERVER_PORT"
+}
+
+# ---------------------------------------------------------------- processes
+
+pid_cmdline() {
+  if [ -r "/proc/$1/cmdline" ]; then
+    tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true
+  else
+    ps -o command= -p "$1" 2>/dev/null || true
+  fi
+}
+
+# Prints the PID of component $1 if it runs and is the process this script
+# started for this CLUSTER_DIR (binary name and state dir on its command line).
+owned_pid() {
+  local name=$1 f="$CLUSTER_DIR/pids/$1.pid" pid cl
+  [ -s "$f" ] || return 1
+  pid=$(cat "$f")
+  case $pid in '' | *[!0-9]*) return 1 ;; esac
+  kill -0 "$pid" 2>/dev/null || return 1
+  cl=$(pid_cmdline "$pid")
+  case $cl in
+    */"$name "*"$CLUSTER_DIR/"*) printf '%s\n' "$pid" ;;
+    *) return 1 ;;
+  esac
+}
+
+start_proc() { # name env-assignments... -- args...
+  local name=$1 pidf="$CLUSTER_DIR/pids/$1.pid" log="$CLUSTER_DIR/logs/$1.log"
+  shift
+  local envs=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  rm -f "$pidf"
+  # setsid: own session, so a Ctrl-C in the terminal that ran `up` (or make)
+  # does not reach the cluster; `down` stops it. The inner shell records its
+  # PID and execs the binary, so the PID file holds the binary's PID.
+  local launcher=()
+  command -v setsid >/dev/null 2>&1 && launcher=(setsid)
+  "${launcher[@]}" env ${envs[@]+"${envs[@]}"} bash -c 'echo $$ >"$0"; exec "$@"' \
+    "$pidf" "$BIN_DIR/$name" "$@" </dev/null >>"$log" 2>&1 &
+  local i
+  for i in $(seq 1 50); do
+    [ -s "$pidf" ] && owned_pid "$name" >/dev/null && return 0
+    sleep 0.1
+  done
+  die "$name did not start; see $log"
+}
+
+stop_proc() { # name
+  local name=$1 pid i
+  if ! pid=$(owned_pid "$name"); then
+    if [ -s "$CLUSTER_DIR/pids/$name.pid" ]; then
+      say "$name: not running (stale PID file $(cat "$CLUSTER_DIR/pids/$name.pid"))"
+    fi
+    rm -f "$CLUSTER_DIR/pids/$name.pid"
+    return 0
+  fi
+  say "stopping $name (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 1 $((STOP_TIMEOUT * 10))); do
+    owned_pid "$name" >/dev/null || break
+    sleep 0.1
+  done
+  if owned_pid "$name" >/dev/null; then
+    warn "$name (pid $pid) did not exit within ${STOP_TIMEOUT}s; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    for i in $(seq 1 50); do
+      owned_pid "$name" >/dev/null || break
+      sleep 0.1
+    done
+  fi
+  rm -f "$CLUSTER_DIR/pids/$name.pid"
+}
+
+stop_all() {
+  local c
+  for c in kwok kube-controller-manager kube-apiserver etcd; do stop_proc "$c"; done
+}
+
+# --------------------------------------------------------------- API access
+
+# api METHOD PATH [curl args...]: sets API_CODE and API_BODY; true on 2xx.
+api() {
+  local method=$1 path=$2 out
+  shift 2
+  API_CODE=000 API_BODY=
+  out=$(curl -sS --max-time 10 --cacert "$CA_FILE" -H @"$AUTH_HEADER_FILE" \
+    -X "$method" -w '\n%{http_code}' "$@" "$APISERVER_URL$path" 2>&1) || return 1
+  API_CODE=${out##*$'\n'}
+  API_BODY=${out%$'\n'*}
+  case $API_CODE in 2??) return 0 ;; *) return 1 ;; esac
+}
+
+squash() { tr -d ' \n\t'; } # the API server pretty-prints JSON for curl
+
+fail_with_log() { # name message
+  local log="$CLUSTER_DIR/logs/$1.log"
+  {
+    printf '[local-cluster] ERROR: %s\n' "$2"
+    if [ -f "$log" ]; then
+      printf '[local-cluster] last lines of %s:\n' "$log"
+      tail -n 25 "$log" | sed 's/^/    /'
+    fi
+    printf '[local-cluster] full log: %s\n' "$log"
+  } >&2
+  exit 1
+}
+
+wait_for() { # name description command...: polls until command succeeds
+  local name=$1 what=$2 deadline=$((SECONDS + READY_TIMEOUT))
+  shift 2
+  until "$@"; do
+    if ! owned_pid "$name" >/dev/null; then
+      fail_with_log "$name" "$name exited while waiting for $what"
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      fail_with_log "$name" "timed out after ${READY_TIMEOUT}s waiting for $what"
+    fi
+    sleep 0.25
+  done
+}
+
+etcd_healthy() {
+  curl -sS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | squash | grep -q '"health":"true"'
+}
+apiserver_ready() { [ -s "$CA_FILE" ] && api GET /readyz && [ "$API_BODY" = ok ]; }
+kcm_healthy() { [ "$(curl -sSk --max-time 2 "https://127.0.0.1:$KCM_PORT/healthz" 2>/dev/null)" = ok ]; }
+node_ready() {
+  api GET "/api/v1/nodes/$NODE_NAME" &&
+    printf '%s' "$API_BODY" | squash | grep -q '"type":"Ready","status":"True"'
+}
+default_sa_exists() { api GET /api/v1/namespaces/default/serviceaccounts/default; }
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# ---------------------------------------------------------------- commands
+
+is_up() { # all components run and the API server is ready
+  local c
+  [ -f "$MARKER" ] || return 1
+  for c in $COMPONENTS; do owned_pid "$c" >/dev/null || return 1; done
+  apiserver_ready
+}
+
+write_kubeconfig() {
+  local ca_data token
+  ca_data=$(base64 <"$CA_FILE" | tr -d '\n')
+  token=$(cat "$PKI/admin.token")
+  umask 077
+  cat >"$KUBECONFIG_FILE.tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: podjanitor-local
+  cluster:
+    server: $APISERVER_URL
+    certificate-authority-data: $ca_data
+users:
+- name: podjanitor-local-admin
+  user:
+    token: $token
+contexts:
+- name: podjanitor-local
+  context:
+    cluster: podjanitor-local
+    user: podjanitor-local-admin
+    namespace: default
+current-context: podjanitor-local
+EOF
+  mv "$KUBECONFIG_FILE.tmp" "$KUBECONFIG_FILE"
+}
+
+cmd_up() {
+  local start=$SECONDS c
+  for c in $COMPONENTS; do
+    [ -x "$BIN_DIR/$c" ] || die "$BIN_DIR/$c not found; build the tools first (hack/build-tools.sh)"
+  done
+  for c in curl openssl base64; do
+    command -v "$c" >/dev/null 2>&1 || die "'$c' is required (apt-get install -y curl openssl)"
+  done
+
+  if [ -d "$CLUSTER_DIR" ]; then
+    load_ports
+    if is_up; then
+      say "already running in $CLUSTER_DIR (API server $APISERVER_URL)"
+      say "export KUBECONFIG=$KUBECONFIG_FILE"
+      return 0
+    fi
+    if [ -f "$MARKER" ]; then
+      say "found a stopped or partial cluster in $CLUSTER_DIR; removing it and starting afresh"
+      stop_all
+      rm -rf "$CLUSTER_DIR"
+    elif [ -n "$(ls -A "$CLUSTER_DIR" 2>/dev/null)" ]; then
+      die "$CLUSTER_DIR exists, is not empty and was not created by this script; choose another CLUSTER_DIR"
+    fi
+  fi
+  load_ports
+  local p
+  for p in "$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT"; do
+    if port_in_use "$p"; then
+      die "port 127.0.0.1:$p is already in use; pick other ports (PORT_BASE=..., or APISERVER_PORT/ETCD_PORT/ETCD_PEER_PORT/KCM_PORT)"
+    fi
+  done
+
+  say "starting a local cluster in $CLUSTER_DIR"
+  mkdir -p "$CLUSTER_DIR"/{logs,pids,etcd,kwok} "$PKI/apiserver" "$PKI/kcm"
+  chmod 700 "$CLUSTER_DIR" "$PKI"
+  : >"$MARKER"
+  cat >"$STATE_ENV" <<EOF
+APISERVER_PORT=$APISERVER_PORT
+ETCD_PORT=$ETCD_PORT
+ETCD_PEER_PORT=$ETCD_PEER_PORT
+KCM_PORT=$KCM_PORT
+EOF
+
+  # From here on, a failure stops whatever was started (logs are kept).
+  trap 'rc=$?; if [ $rc -ne 0 ]; then warn "up failed; stopping what was started (logs kept in $CLUSTER_DIR/logs)"; stop_all; fi' EXIT
+  trap 'exit 130' INT TERM
+
+  say "generating service-account key pair and admin token"
+  (
+    umask 077
+    openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+    openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+    openssl rand -hex 32 >"$PKI/admin.token"
+    printf '%s,podjanitor-admin,podjanitor-admin,"system:masters"\n' "$(cat "$PKI/admin.token")" >"$PKI/tokens.csv"
+    printf 'Authorization: Bearer %s\n' "$(cat "$PKI/admin.token")" >"$AUTH_HEADER_FILE"
+  )
+
+  say "starting etcd on 127.0.0.1:$ETCD_PORT (peer $ETCD_PEER_PORT)"
+  start_proc etcd -- \
+    --name=podjanitor-local \
+    --data-dir="$CLUSTER_DIR/etcd" \
+    --listen-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster="podjanitor-local=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster-state=new \
+    --unsafe-no-fsync \
+    --log-level=warn
+  wait_for etcd "etcd health (http://127.0.0.1:$ETCD_PORT/health)" etcd_healthy
+
+  say "starting kube-apiserver on $APISERVER_URL"
+  start_proc kube-apiserver -- \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 \
+    --advertise-address=127.0.0.1 \
+    --secure-port="$APISERVER_PORT" \
+    --cert-dir="$PKI/apiserver" \
+    --token-auth-file="$PKI/tokens.csv" \
+    --authorization-mode=RBAC \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" \
+    --service-account-signing-key-file="$PKI/sa.key" \
+    --service-cluster-ip-range=10.96.0.0/16 \
+    --endpoint-reconciler-type=none \
+    --allow-privileged=true \
+    --profiling=false
+  wait_for kube-apiserver "kube-apiserver /readyz ($APISERVER_URL/readyz)" apiserver_ready
+  write_kubeconfig
+  say "kubeconfig: $KUBECONFIG_FILE"
+
+  say "starting kube-controller-manager (health on https://127.0.0.1:$KCM_PORT)"
+  start_proc kube-controller-manager -- \
+    --kubeconfig="$KUBECONFIG_FILE" \
+    --authentication-kubeconfig="$KUBECONFIG_FILE" \
+    --authorization-kubeconfig="$KUBECONFIG_FILE" \
+    --bind-address=127.0.0.1 \
+    --secure-port="$KCM_PORT" \
+    --cert-dir="$PKI/kcm" \
+    --service-account-private-key-file="$PKI/sa.key" \
+    --root-ca-file="$CA_FILE" \
+    --controllers='*,-node-ipam-controller,-node-lifecycle-controller' \
+    --leader-elect=false \
+    --terminated-pod-gc-threshold=0 \
+    --profiling=false
+  wait_for kube-controller-manager "kube-controller-manager /healthz" kcm_healthy
+
+  say "registering fake node $NODE_NAME"
+  if ! api POST /api/v1/nodes -H 'Content-Type: application/yaml' --data-binary @- <<EOF; then
+apiVersion: v1
+kind: Node
+metadata:
+  name: $NODE_NAME
+  labels:
+    type: kwok
+    kubernetes.io/hostname: $NODE_NAME
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    kubernetes.io/role: agent
+    node-role.kubernetes.io/agent: ""
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+spec: {}
+EOF
+    [ "$API_CODE" = 409 ] || fail_with_log kube-apiserver "creating node $NODE_NAME failed (HTTP $API_CODE): $API_BODY"
+  fi
+
+  say "starting kwok (stages from $STAGE_DIR)"
+  local stage_args=() f
+  for f in "$STAGE_DIR"/*.yaml; do stage_args+=(-c "$f"); done
+  [ ${#stage_args[@]} -gt 0 ] || die "no kwok stage files in $STAGE_DIR"
+  # KWOK_WORKDIR keeps kwok away from ~/.kwok/kwok.yaml.
+  start_proc kwok "KWOK_WORKDIR=$CLUSTER_DIR/kwok" -- \
+    --kubeconfig="$KUBECONFIG_FILE" \
+    --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --cidr=10.0.0.0/16 \
+    --node-ip=10.1.0.1 \
+    "${stage_args[@]}"
+  wait_for kwok "node $NODE_NAME to become Ready" node_ready
+  # The TaintNodesByCondition admission plugin taints new nodes not-ready;
+  # without the node lifecycle controller nobody lifts it, so do it here.
+  api PATCH "/api/v1/nodes/$NODE_NAME" -H 'Content-Type: application/merge-patch+json' \
+    --data '{"spec":{"taints":null}}' >/dev/null ||
+    fail_with_log kube-apiserver "removing taints from $NODE_NAME failed (HTTP $API_CODE): $API_BODY"
+
+  say "waiting for the default ServiceAccount in namespace default"
+  wait_for kube-controller-manager "ServiceAccount default/default" default_sa_exists
+
+  trap - EXIT INT TERM
+  say "cluster is up in $((SECONDS - start))s: API server $APISERVER_URL, node $NODE_NAME, logs in $CLUSTER_DIR/logs"
+  say "export KUBECONFIG=$KUBECONFIG_FILE"
+}
+
+cmd_down() {
+  if [ ! -d "$CLUSTER_DIR" ]; then
+    say "no cluster in $CLUSTER_DIR; nothing to do"
+    return 0
+  fi
+  [ -f "$MARKER" ] || die "$CLUSTER_DIR was not created by this script; not touching it"
+  say "stopping the local cluster in $CLUSTER_DIR"
+  stop_all
+  local c left=
+  for c in $COMPONENTS; do
+    if owned_pid "$c" >/dev/null; then left="$left $c"; fi
+  done
+  [ -z "$left" ] || die "still running:$left; state kept in $CLUSTER_DIR"
+  rm -rf "$CLUSTER_DIR"
+  say "stopped; removed $CLUSTER_DIR"
+}
+
+cmd_status() {
+  if [ ! -f "$MARKER" ]; then
+    say "no cluster in $CLUSTER_DIR"
+    return 1
+  fi
+  load_ports
+  local c pid ok=0
+  for c in $COMPONENTS; do
+    if pid=$(owned_pid "$c"); then
+      say "$c: running (pid $pid)"
+    else
+      say "$c: NOT running"
+      ok=1
+    fi
+  done
+  if apiserver_ready; then
+    say "kube-apiserver: ready at $APISERVER_URL"
+  else
+    say "kube-apiserver: NOT ready at $APISERVER_URL"
+    ok=1
+  fi
+  if [ $ok = 0 ] && node_ready; then
+    say "node $NODE_NAME: Ready"
+  elif [ $ok = 0 ]; then
+    say "node $NODE_NAME: NOT Ready"
+    ok=1
+  fi
+  say "kubeconfig: $KUBECONFIG_FILE"
+  return $ok
+}
+
+cmd_env() {
+  if ! [ -f "$MARKER" ]; then
+    warn "no cluster in $CLUSTER_DIR (run: hack/local-cluster.sh up)"
+  fi
+  printf 'export KUBECONFIG=%s\n' "$KUBECONFIG_FILE"
+}
+
+case ${1:-} in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  env) cmd_env ;;
+  *)
+    sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,214 @@
+// Package policy decides when a pod's lifetime is over. It is pure: given a pod
+// and the current time, Evaluator.Decide says whether the pod has a deadline,
+// when, what set it (an annotation or a rule of the policy file) and how the
+// pod is to be removed. It makes no API calls.
+//
+// Order of decision: mirror pods and terminating pods are out of scope; the
+// keep annotation vetoes everything; a pod carrying any deadline annotation is
+// decided by its annotations alone (the earliest deadline wins); otherwise the
+// first policy rule whose match and clock apply decides.
+package policy
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// DefaultAnnotationPrefix is the annotation prefix when Evaluator.Prefix is empty.
+const DefaultAnnotationPrefix = "podjanitor.io"
+
+// Annotation names, under the prefix: "podjanitor.io/ttl".
+const (
+	AnnotationTTL              = "ttl"
+	AnnotationExpiresAt        = "expires-at"
+	AnnotationTTLAfterFinished = "ttl-after-finished"
+	AnnotationKeep             = "keep"
+)
+
+// Action is how a pod is removed.
+type Action string
+
+const (
+	// ActionDelete deletes the pod.
+	ActionDelete Action = "delete"
+	// ActionEvict evicts the pod through the Eviction API, so PodDisruptionBudgets hold.
+	ActionEvict Action = "evict"
+)
+
+// Reasons say why a pod has a deadline: a small closed set, fit for metric
+// labels and events.
+const (
+	ReasonTTL              = "ttl"
+	ReasonExpiresAt        = "expires-at"
+	ReasonTTLAfterFinished = "ttl-after-finished"
+	ReasonFinished         = "finished"
+	ReasonPending          = "pending"
+	ReasonCrashLooping     = "crashLooping"
+	ReasonCreated          = "created"
+)
+
+// Why Decide left a pod out of scope (Decision.Skipped).
+const (
+	SkippedMirrorPod   = "mirror pod"
+	SkippedTerminating = "terminating"
+)
+
+// Decision is what Decide concluded for one pod.
+type Decision struct {
+	// Deadline is when the pod must go; zero means never (nothing to do).
+	Deadline time.Time
+	Action   Action
+	// Source is what set the deadline: the full annotation key
+	// ("podjanitor.io/ttl") or "rule/<name>".
+	Source string
+	// Reason is one of the Reason* constants.
+	Reason string
+	// Rule is the deciding rule's name, "" for annotations.
+	Rule string
+	// GracePeriodSeconds is the rule's grace period for the removal; nil means the pod's own.
+	GracePeriodSeconds *int64
+	// Kept is set when the keep annotation vetoed everything.
+	Kept bool
+	// Skipped says why the pod is out of scope (SkippedMirrorPod, SkippedTerminating).
+	Skipped string
+	// ClockSkew is set when a finish or transition time lay in the future and
+	// was treated as now.
+	ClockSkew bool
+}
+
+// HasDeadline reports whether the pod must go at some point.
+func (d Decision) HasDeadline() bool { return !d.Deadline.IsZero() }
+
+// AnnotationError is an annotation value that does not parse. It is terminal:
+// retrying cannot help until the pod changes.
+type AnnotationError struct {
+	Key, Value string
+	Err        error
+}
+
+func (e *AnnotationError) Error() string {
+	return fmt.Sprintf("annotation %s=%q: %v", e.Key, e.Value, e.Err)
+}
+
+func (e *AnnotationError) Unwrap() error { return e.Err }
+
+// Evaluator decides pods' deadlines from their annotations and a policy.
+type Evaluator struct {
+	// Prefix is the annotation prefix without the trailing slash; "" means DefaultAnnotationPrefix.
+	Prefix string
+	// Policy holds the rules for pods without deadline annotations; nil means annotations only.
+	Policy *Policy
+}
+
+// AnnotationKey is the full key of an annotation name: "podjanitor.io/ttl".
+func (e *Evaluator) AnnotationKey(name string) string {
+	prefix := e.Prefix
+	if prefix == "" {
+		prefix = DefaultAnnotationPrefix
+	}
+	return prefix + "/" + name
+}
+
+// Decide says whether and when pod must go. It never returns a deadline for
+// mirror pods or pods with a deletionTimestamp. An annotation that does not
+// parse returns an *AnnotationError and no deadline.
+func (e *Evaluator) Decide(pod *corev1.Pod, now time.Time) (Decision, error) {
+	if IsMirrorPod(pod) {
+		return Decision{Skipped: SkippedMirrorPod}, nil
+	}
+	if pod.DeletionTimestamp != nil {
+		return Decision{Skipped: SkippedTerminating}, nil
+	}
+	keep, err := e.keep(pod)
+	if err != nil {
+		return Decision{}, err
+	}
+	if keep {
+		return Decision{Kept: true}, nil
+	}
+	decision, annotated, err := e.decideByAnnotations(pod, now)
+	if err != nil || annotated || e.Policy == nil {
+		return decision, err
+	}
+	return e.Policy.decide(pod, now), nil
+}
+
+// keep reads the keep annotation: "true" keeps the pod, "false" or absent does not.
+func (e *Evaluator) keep(pod *corev1.Pod) (bool, error) {
+	key := e.AnnotationKey(AnnotationKeep)
+	value, ok := pod.Annotations[key]
+	if !ok {
+		return false, nil
+	}
+	switch value {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, &AnnotationError{Key: key, Value: value, Err: fmt.Errorf(`want "true" or "false"`)}
+}
+
+// decideByAnnotations returns the earliest deadline the pod's annotations set.
+// annotated is true when the pod carries any deadline annotation, even one that
+// gives no deadline yet (ttl-after-finished on a running pod): the policy's
+// rules are then not consulted.
+func (e *Evaluator) decideByAnnotations(pod *corev1.Pod, now time.Time) (decision Decision, annotated bool, err error) {
+	consider := func(deadline time.Time, key, reason string) {
+		if decision.HasDeadline() && !deadline.Before(decision.Deadline) {
+			return
+		}
+		decision.Deadline, decision.Source, decision.Reason = deadline, key, reason
+	}
+
+	if key, value, ok := e.annotation(pod, AnnotationTTL); ok {
+		annotated = true
+		ttl, err := ParseDuration(value)
+		if err != nil {
+			return Decision{}, true, &AnnotationError{Key: key, Value: value, Err: err}
+		}
+		consider(pod.CreationTimestamp.Add(ttl), key, ReasonTTL)
+	}
+	if key, value, ok := e.annotation(pod, AnnotationExpiresAt); ok {
+		annotated = true
+		expiresAt, err := ParseExpiresAt(value)
+		if err != nil {
+			return Decision{}, true, &AnnotationError{Key: key, Value: value, Err: err}
+		}
+		consider(expiresAt, key, ReasonExpiresAt)
+	}
+	if key, value, ok := e.annotation(pod, AnnotationTTLAfterFinished); ok {
+		annotated = true
+		ttl, err := ParseDuration(value)
+		if err != nil {
+			return Decision{}, true, &AnnotationError{Key: key, Value: value, Err: err}
+		}
+		if finished, ok := FinishTime(pod); ok {
+			var skewed bool
+			finished, skewed = notAfter(finished, now)
+			consider(finished.Add(ttl), key, ReasonTTLAfterFinished)
+			decision.ClockSkew = skewed && decision.Source == key
+		}
+	}
+	if decision.HasDeadline() {
+		decision.Action = DefaultAction(pod)
+	}
+	return decision, annotated, nil
+}
+
+func (e *Evaluator) annotation(pod *corev1.Pod, name string) (key, value string, ok bool) {
+	key = e.AnnotationKey(name)
+	value, ok = pod.Annotations[key]
+	return key, value, ok
+}
+
+// notAfter returns t, or now when t lies in the future (clock skew between
+// the node that reported t and this process); skewed says which.
+func notAfter(t, now time.Time) (_ time.Time, skewed bool) {
+	if t.After(now) {
+		return now, true
+	}
+	return t, false
+}

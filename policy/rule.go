@@ -1,0 +1,120 @@
+package policy
+
+import (
+	"path"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// decide returns the decision of the first rule whose match and clock apply to pod.
+func (p *Policy) decide(pod *corev1.Pod, now time.Time) Decision {
+	for i := range p.Rules {
+		rule := &p.Rules[i]
+		if !rule.matches(pod, p.selector(i)) {
+			continue
+		}
+		start, ok := rule.clockStart(pod)
+		if !ok {
+			continue
+		}
+		var skewed bool
+		if rule.Clock != ClockCreated {
+			start, skewed = notAfter(start, now)
+		}
+		action := rule.Action
+		if action == "" {
+			action = DefaultAction(pod)
+		}
+		return Decision{
+			Deadline:           start.Add(rule.After),
+			Action:             action,
+			Source:             "rule/" + rule.Name,
+			Reason:             clockReasons[rule.Clock],
+			Rule:               rule.Name,
+			GracePeriodSeconds: rule.GracePeriodSeconds,
+			ClockSkew:          skewed,
+		}
+	}
+	return Decision{}
+}
+
+// selector is rule i's parsed label selector; a Policy built without
+// NewPolicy or Parse gets it parsed here, and a bad one matches nothing.
+func (p *Policy) selector(i int) labels.Selector {
+	if i < len(p.selectors) {
+		return p.selectors[i]
+	}
+	selector, err := labels.Parse(p.Rules[i].Match.LabelSelector)
+	if err != nil {
+		return labels.Nothing()
+	}
+	return selector
+}
+
+func (r *Rule) matches(pod *corev1.Pod, selector labels.Selector) bool {
+	m := &r.Match
+	return namespaceMatches(m.Namespaces, pod.Namespace) &&
+		selector.Matches(labels.Set(pod.Labels)) &&
+		ownersMatch(m.OwnerKinds, ownerKinds(pod)) &&
+		(len(m.Phases) == 0 || slices.Contains(m.Phases, pod.Status.Phase)) &&
+		(len(m.Reasons) == 0 || containsAny(m.Reasons, podReasons(pod)))
+}
+
+// clockStart is when the rule's clock started for pod; ok is false when the
+// clock does not apply (a finished clock on a running pod).
+func (r *Rule) clockStart(pod *corev1.Pod) (start time.Time, ok bool) {
+	switch r.Clock {
+	case ClockFinished:
+		return FinishTime(pod)
+	case ClockPending:
+		return pendingSince(pod)
+	case ClockCrashLooping:
+		return crashLoopingSince(pod, r.MinRestarts)
+	case ClockCreated:
+		return pod.CreationTimestamp.Time, true
+	}
+	return time.Time{}, false
+}
+
+// namespaceMatches applies include/exclude patterns; kube-system only matches
+// when Include names it exactly.
+func namespaceMatches(namespaces IncludeExclude, namespace string) bool {
+	if namespace == metav1.NamespaceSystem && !slices.Contains(namespaces.Include, namespace) {
+		return false
+	}
+	if matchesAnyPattern(namespaces.Exclude, namespace) {
+		return false
+	}
+	return len(namespaces.Include) == 0 || matchesAnyPattern(namespaces.Include, namespace)
+}
+
+func matchesAnyPattern(patterns []string, name string) bool {
+	for _, pattern := range patterns {
+		if ok, _ := path.Match(pattern, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// ownersMatch includes a pod if any owner kind is included and excludes it if
+// any is excluded.
+func ownersMatch(owners IncludeExclude, kinds []string) bool {
+	if containsAny(owners.Exclude, kinds) {
+		return false
+	}
+	return len(owners.Include) == 0 || containsAny(owners.Include, kinds)
+}
+
+func containsAny(set, values []string) bool {
+	for _, v := range values {
+		if slices.Contains(set, v) {
+			return true
+		}
+	}
+	return false
+}
