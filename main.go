@@ -104,7 +104,11 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 func parseFlags(name string, args []string, plan bool) (*options, error) {
 	o := &options{}
 	fs := newFlagSet(name, o, plan)
-	klog.InitFlags(fs)
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	for _, name := range []string{"v", "vmodule"} {
+		fs.Var(klogFlags.Lookup(name).Value, name, klogFlags.Lookup(name).Usage)
+	}
 	fs.Usage = func() {
 		out := fs.Output()
 		if plan {

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// TestLeanPodKeepsDecisions proves that the informer transform keeps every field
+// the decisions read: over a generated set of pods (all phases, conditions,
+// owners, annotations, container states), a lean pod is decided exactly as
+// the full pod, with the example policy and with annotations only.
+func TestLeanPodKeepsDecisions(t *testing.T) {
+	examplePolicy, err := policy.LoadFile("artifacts/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evaluators := map[string]*policy.Evaluator{
+		"annotations only": {},
+		"example policy":   {Policy: examplePolicy},
+		"other prefix":     {Prefix: "janitor.example.com", Policy: examplePolicy},
+	}
+	transforms := map[string]func(any) (any, error){
+		"podjanitor.io":       leanPod("podjanitor.io"),
+		"janitor.example.com": leanPod("janitor.example.com"),
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	base := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	nows := []time.Time{base.Add(time.Minute), base.Add(2 * time.Hour), base.Add(50 * time.Hour), base.Add(9 * 24 * time.Hour)}
+
+	withDeadline := 0
+	for i := range 5000 {
+		full := generatePod(rng, i, base)
+		for name, e := range evaluators {
+			prefix := e.Prefix
+			if prefix == "" {
+				prefix = policy.DefaultAnnotationPrefix
+			}
+			obj, err := transforms[prefix](full.DeepCopy())
+			if err != nil {
+				t.Fatal(err)
+			}
+			lean := obj.(*corev1.Pod)
+			for _, now := range nows {
+				want, wantErr := e.Decide(full, now)
+				got, gotErr := e.Decide(lean, now)
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Fatalf("%s: pod %d at %v: decision differs (-full,+lean):\n%s\nfull pod: %+v", name, i, now, diff, full)
+				}
+				if fmt.Sprint(wantErr) != fmt.Sprint(gotErr) {
+					t.Fatalf("%s: pod %d: error %v on the full pod, %v on the lean one", name, i, wantErr, gotErr)
+				}
+				if want.HasDeadline() {
+					withDeadline++
+				}
+			}
+		}
+	}
+	// The generator must exercise the rules, not only the "nothing to do" path.
+	if withDeadline < 10000 {
+		t.Errorf("only %d of 60000 decisions had a deadline; the generated pods are too uniform", withDeadline)
+	}
+}
+
+func TestLeanPodDropsWhatIsNotRead(t *testing.T) {
+	full := generatePod(rand.New(rand.NewPCG(3, 4)), 0, time.Now())
+	full.Annotations = map[string]string{"podjanitor.io/ttl": "1h", "kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 4000)}
+	obj, err := leanPod("podjanitor.io")(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lean := obj.(*corev1.Pod)
+	if len(lean.ManagedFields) != 0 || len(lean.Spec.Containers) != 0 || lean.Status.Message != "" || lean.Status.PodIP != "" {
+		t.Errorf("lean pod keeps unread fields: %+v", lean)
+	}
+	if diff := cmp.Diff(map[string]string{"podjanitor.io/ttl": "1h"}, lean.Annotations); diff != "" {
+		t.Errorf("annotations (-want,+got):\n%s", diff)
+	}
+	if tomb, _ := leanPod("podjanitor.io")("not a pod"); tomb != "not a pod" {
+		t.Error("transform changed a non-pod object")
+	}
+}
+
+// generatePod builds a pod with every field a real pod has, drawn at random
+// from the values that matter to the policy.
+func generatePod(rng *rand.Rand, i int, base time.Time) *corev1.Pod {
+	pick := func(n int) int { return rng.IntN(n) }
+	at := func() metav1.Time { return metav1.NewTime(base.Add(time.Duration(rng.IntN(72*60)) * time.Minute)) }
+	phases := []corev1.PodPhase{corev1.PodPending, corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed, corev1.PodUnknown}
+	namespaces := []string{"default", "kube-system", "ci-42", "shop-prod", "team-a"}
+	prefixes := []string{"podjanitor.io", "janitor.example.com"}
+
+	pod := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("pod-%d", i), Namespace: namespaces[pick(len(namespaces))],
+			UID: types.UID(fmt.Sprintf("uid-%d", i)), ResourceVersion: fmt.Sprint(1000 + i), Generation: 1,
+			CreationTimestamp: metav1.NewTime(base),
+			Labels:            map[string]string{"app": "web", "pod-template-hash": "abc"},
+			Annotations:       map[string]string{"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z", "prometheus.io/scrape": "true"},
+			Finalizers:        []string{"example.com/x"}[:pick(2)],
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate,
+				FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{}}`)}}},
+		},
+		Spec: corev1.PodSpec{
+			NodeName: "node-1", ServiceAccountName: "default", RestartPolicy: corev1.RestartPolicyAlways,
+			Containers: []corev1.Container{{Name: "main", Image: "example/web:1", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}},
+				{Name: "sidecar", Image: "example/proxy:1"}},
+		},
+		Status: corev1.PodStatus{
+			Phase: phases[pick(len(phases))], Message: "some message", PodIP: "10.0.0.1", HostIP: "10.1.0.1",
+			QOSClass: corev1.PodQOSBestEffort,
+		},
+	}
+	if pick(3) == 0 {
+		pod.Labels["ci.example.com/pinned"] = []string{"true", "false"}[pick(2)]
+	}
+	if pick(4) == 0 {
+		pod.DeletionTimestamp = ptrTo(at())
+	}
+	if pick(2) == 0 {
+		pod.Status.StartTime = ptrTo(at())
+	}
+	if pick(3) == 0 {
+		pod.Status.Reason = []string{"Evicted", "NodeLost", "Preempting"}[pick(3)]
+	}
+	switch pick(6) {
+	case 1:
+		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-abc", UID: "rs", Controller: ptrTo(true)}}
+	case 2:
+		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "job", UID: "job", Controller: ptrTo(true)}}
+	case 3:
+		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "ds", UID: "ds"}}
+	case 4:
+		pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "rs"},
+			{APIVersion: "tekton.dev/v1", Kind: "TaskRun", Name: "tr", UID: "tr", BlockOwnerDeletion: ptrTo(true)}}
+	}
+	conditionTypes := []corev1.PodConditionType{corev1.PodScheduled, corev1.PodReady, corev1.ContainersReady, corev1.DisruptionTarget, corev1.PodInitialized}
+	reasons := []string{"", "Unschedulable", "PodCompleted", "PodFailed", "ContainersNotReady", "TerminationByKubelet", "EvictionByEvictionAPI"}
+	for _, ct := range conditionTypes {
+		if pick(2) == 0 {
+			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
+				Type: ct, Status: []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse}[pick(2)],
+				Reason: reasons[pick(len(reasons))], Message: "why", LastTransitionTime: at(), LastProbeTime: at(),
+			})
+		}
+	}
+	status := func(name string) corev1.ContainerStatus {
+		s := corev1.ContainerStatus{Name: name, Image: "example/web:1", ImageID: "sha256:x", ContainerID: "containerd://x",
+			RestartCount: int32(pick(8)), Ready: pick(2) == 0, Started: ptrTo(true)}
+		switch pick(4) {
+		case 0:
+			s.State.Running = &corev1.ContainerStateRunning{StartedAt: at()}
+		case 1:
+			s.State.Waiting = &corev1.ContainerStateWaiting{Reason: []string{"CrashLoopBackOff", "ImagePullBackOff", "ContainerCreating"}[pick(3)], Message: "back-off"}
+		case 2:
+			s.State.Terminated = &corev1.ContainerStateTerminated{Reason: []string{"Completed", "Error", "OOMKilled"}[pick(3)],
+				ExitCode: int32(pick(3)), StartedAt: at(), FinishedAt: at(), Message: "done", ContainerID: "containerd://x"}
+		}
+		if pick(2) == 0 {
+			s.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137, FinishedAt: at()}
+		}
+		return s
+	}
+	for range pick(3) {
+		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, status(fmt.Sprintf("c%d", len(pod.Status.ContainerStatuses))))
+	}
+	if pick(3) == 0 {
+		pod.Status.InitContainerStatuses = []corev1.ContainerStatus{status("init")}
+	}
+	prefix := prefixes[pick(len(prefixes))]
+	switch pick(9) {
+	case 0:
+		pod.Annotations[prefix+"/ttl"] = []string{"30m", "1d", "3x"}[pick(3)]
+	case 1:
+		pod.Annotations[prefix+"/expires-at"] = []string{"2026-11-02", "2026-11-01T14:00:00+01:00", "tomorrow"}[pick(3)]
+	case 2:
+		pod.Annotations[prefix+"/ttl-after-finished"] = []string{"1h", "0s"}[pick(2)]
+	case 3:
+		pod.Annotations[prefix+"/keep"] = []string{"true", "false", "yes"}[pick(3)]
+		pod.Annotations[prefix+"/ttl"] = "1m"
+	case 4:
+		pod.Annotations[corev1.MirrorPodAnnotationKey] = "hash"
+	}
+	return pod
+}
+
+func ptrTo[T any](v T) *T { return &v }
