@@ -7,10 +7,10 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN     := _output/bin/podjanitor
 
-.PHONY: help build tools cluster-up cluster-down run demo test unit e2e vet fuzz clean
+.PHONY: help build tools cluster-up cluster-down cluster-status run demo test unit e2e vet fuzz clean
 
 help: ## Show the targets.
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
 
 build: ## Build the podjanitor binary into _output/bin/ (static, release flags).
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) .
@@ -23,6 +23,9 @@ cluster-up: tools ## Start the local cluster (kubeconfig: _output/local/kubeconf
 
 cluster-down: ## Stop the local cluster and remove its state.
 	hack/local-cluster.sh down
+
+cluster-status: ## Show whether the local cluster runs.
+	hack/local-cluster.sh status
 
 demo: ## Create the demo pods in the running local cluster.
 	hack/demo/create.sh
@@ -46,7 +49,8 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	go test -run='^$$' -fuzz=FuzzParseDuration -fuzztime=$${FUZZTIME:-30s} ./policy/
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$${FUZZTIME:-30s} ./policy/
 
-clean: ## Remove build output (stops the local clusters first).
-	-hack/local-cluster.sh down
-	-CLUSTER_DIR=_output/e2e hack/local-cluster.sh down
+clean: ## Remove build output (stops every local cluster under _output first).
+	@for marker in _output/*/.podjanitor-local-cluster; do \
+	  [ -e "$$marker" ] && CLUSTER_DIR=$$(dirname "$$marker") hack/local-cluster.sh down || true; \
+	done
 	rm -rf _output

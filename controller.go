@@ -103,10 +103,14 @@ type Controller struct {
 	opts    Options
 	metrics *Metrics
 
-	// blocked remembers the pods whose eviction a PodDisruptionBudget refused,
-	// so that EvictionBlocked is reported once per pod, not once per retry.
-	blockedMu sync.Mutex
-	blocked   map[cache.ObjectName]types.UID
+	// Per-pod memory, by key, for pods still in the cache. blocked holds the
+	// pods whose eviction a PodDisruptionBudget refused, so that EvictionBlocked
+	// is reported once per pod, not once per retry; removed holds the pods
+	// already removed, so that an event that was in flight when the removal
+	// happened does not cause a second API call.
+	podsMu  sync.Mutex
+	blocked map[cache.ObjectName]types.UID
+	removed map[cache.ObjectName]types.UID
 }
 
 // NewController wires the controller to the pod informer. It does not start anything.
@@ -139,6 +143,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, c
 		opts:    opts,
 		metrics: opts.Metrics,
 		blocked: map[cache.ObjectName]types.UID{},
+		removed: map[cache.ObjectName]types.UID{},
 	}
 	c.evaluator.Store(opts.Evaluator)
 	_, err := podInformer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
@@ -285,6 +290,11 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 		return Result{}, err
 	}
 
+	if c.wasRemoved(key, pod.UID) {
+		logger.V(4).Info("Pod already removed, waiting for the cache to catch up")
+		return Result{}, nil
+	}
+
 	now := c.clock.Now()
 	decision, err := c.evaluator.Load().Decide(pod, now)
 	if err != nil {
@@ -342,6 +352,7 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 		c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonWouldRemove, actionVerb(d.Action),
 			"Dry run: would %s pod, its deadline %s (%s) has passed", d.Action, d.Deadline.UTC().Format(time.RFC3339), d.Source)
 		c.metrics.removed(d, true, lateness)
+		c.markRemoved(key, pod.UID) // report once per pod
 		return Result{}, nil
 	}
 
@@ -381,7 +392,7 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 		return Result{}, fmt.Errorf("removing pod %s (%s): %w", key, d.Action, err)
 	}
 
-	c.forgetPod(key)
+	c.markRemoved(key, pod.UID)
 	reason, verb := ReasonExpired, "deleted"
 	if d.Action == policy.ActionEvict {
 		reason, verb = ReasonEvicted, "evicted"
@@ -403,8 +414,8 @@ func actionVerb(a policy.Action) string {
 
 // markBlocked records a refused eviction and says whether it is the first for this pod.
 func (c *Controller) markBlocked(key cache.ObjectName, uid types.UID) bool {
-	c.blockedMu.Lock()
-	defer c.blockedMu.Unlock()
+	c.podsMu.Lock()
+	defer c.podsMu.Unlock()
 	if c.blocked[key] == uid {
 		return false
 	}
@@ -412,10 +423,26 @@ func (c *Controller) markBlocked(key cache.ObjectName, uid types.UID) bool {
 	return true
 }
 
+// markRemoved records a successful removal.
+func (c *Controller) markRemoved(key cache.ObjectName, uid types.UID) {
+	c.metrics.unscheduled(key)
+	c.podsMu.Lock()
+	defer c.podsMu.Unlock()
+	delete(c.blocked, key)
+	c.removed[key] = uid
+}
+
+func (c *Controller) wasRemoved(key cache.ObjectName, uid types.UID) bool {
+	c.podsMu.Lock()
+	defer c.podsMu.Unlock()
+	return c.removed[key] == uid
+}
+
 // forgetPod drops what the controller remembers about a pod that is gone.
 func (c *Controller) forgetPod(key cache.ObjectName) {
 	c.metrics.unscheduled(key)
-	c.blockedMu.Lock()
-	defer c.blockedMu.Unlock()
+	c.podsMu.Lock()
+	defer c.podsMu.Unlock()
 	delete(c.blocked, key)
+	delete(c.removed, key)
 }

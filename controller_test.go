@@ -184,6 +184,10 @@ func TestTTLPodIsParkedUntilDeadlineThenDeleted(t *testing.T) {
 	}
 	f.next()
 	checkActions(t, []core.Action{deleteAction(pod)}, f.writes())
+	// An event that was in flight when the pod was removed finds the stale pod in
+	// the cache: no second API call.
+	f.process(keyOf(pod))
+	checkActions(t, []core.Action{deleteAction(pod)}, f.writes())
 	if got := f.events(); len(got) != 1 || !strings.HasPrefix(got[0], "Normal Expired") {
 		t.Errorf("events = %q, want one Normal Expired", got)
 	}
@@ -265,6 +269,7 @@ func TestDryRunRemovesNothing(t *testing.T) {
 	f := newFixture(t, Options{DryRun: true}, pod, running)
 	f.process(keyOf(pod))
 	f.process(keyOf(running))
+	f.process(keyOf(pod)) // reported once per pod, not once per event
 
 	checkActions(t, nil, f.writes())
 	got := f.events()

@@ -12,6 +12,8 @@ cleanup() {
   if [ $status -ne 0 ] && [ -d _output/e2e/logs ]; then
     echo "--- e2e failed; last lines of the cluster logs in _output/e2e/logs:"
     for f in _output/e2e/logs/*.log; do echo "== $f"; tail -n 15 "$f"; done
+    rm -rf _output/e2e-failed-logs && cp -r _output/e2e/logs _output/e2e-failed-logs
+    echo "--- full cluster logs kept in _output/e2e-failed-logs"
   fi
   hack/local-cluster.sh down || true
   exit $status

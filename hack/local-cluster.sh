@@ -19,10 +19,14 @@
 #   KCM_PORT        kube-controller-manager https port (default PORT_BASE+57 = 26457)
 #   BIN_DIR         where the binaries are (default _output/bin)
 #   READY_TIMEOUT   seconds to wait for each component (default 120)
+#   STOP_TIMEOUT    seconds `down` waits for a process after SIGTERM before
+#                   SIGKILL (default 20)
 # Two instances with different CLUSTER_DIR and ports can run at the same time.
 # Once up, the ports are read back from $CLUSTER_DIR/cluster.env, so status,
 # env and down only need CLUSTER_DIR.
 #
+# The kubeconfig authenticates with a static admin token (group system:masters)
+# and verifies the API server with the CA of its self-signed serving cert.
 # Pods run on the fake node when they set spec.nodeName: kwok-node-0 (there is
 # no kube-scheduler); the node has no taints. Their lifecycle comes from the
 # kwok Stages in hack/kwok/ (see hack/kwok/README.md).
@@ -43,12 +47,17 @@ STAGE_DIR="$root/hack/kwok"
 READY_TIMEOUT=${READY_TIMEOUT:-120}
 STOP_TIMEOUT=${STOP_TIMEOUT:-20}
 NODE_NAME=kwok-node-0
+NODE_IP=10.1.0.1   # fake; pods get IPs from 10.0.0.0/16
 COMPONENTS="etcd kube-apiserver kube-controller-manager kwok" # start order
 MARKER="$CLUSTER_DIR/.podjanitor-local-cluster"
 STATE_ENV="$CLUSTER_DIR/cluster.env"
 PKI="$CLUSTER_DIR/pki"
 KUBECONFIG_FILE="$CLUSTER_DIR/kubeconfig"
-CA_FILE="$PKI/apiserver/apiserver.crt" # self-signed by kube-apiserver (leaf + its CA)
+# kube-apiserver generates its self-signed serving cert in its cert dir: the
+# file holds the serving cert followed by the CA that signed it; CA_FILE is
+# that CA alone (clients and kube-controller-manager's --root-ca-file).
+SERVING_CERT="$PKI/apiserver/apiserver.crt"
+CA_FILE="$PKI/ca.crt"
 AUTH_HEADER_FILE="$PKI/admin-auth.header"
 
 say() { printf '[local-cluster] %s\n' "$*"; }
@@ -158,7 +167,9 @@ api() {
   local method=$1 path=$2 out
   shift 2
   API_CODE=000 API_BODY=
-  out=$(curl -sS --max-time 10 --cacert "$CA_FILE" -H @"$AUTH_HEADER_FILE" \
+  local ca=$CA_FILE
+  [ -s "$ca" ] || ca=$SERVING_CERT # before extract_ca
+  out=$(curl -sS --max-time 10 --cacert "$ca" -H @"$AUTH_HEADER_FILE" \
     -X "$method" -w '\n%{http_code}' "$@" "$APISERVER_URL$path" 2>&1) || return 1
   API_CODE=${out##*$'\n'}
   API_BODY=${out%$'\n'*}
@@ -197,7 +208,8 @@ wait_for() { # name description command...: polls until command succeeds
 etcd_healthy() {
   curl -sS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | squash | grep -q '"health":"true"'
 }
-apiserver_ready() { [ -s "$CA_FILE" ] && api GET /readyz && [ "$API_BODY" = ok ]; }
+serving_cert_written() { grep -q 'END CERTIFICATE' "$SERVING_CERT" 2>/dev/null; }
+apiserver_ready() { serving_cert_written && api GET /readyz && [ "$API_BODY" = ok ]; }
 kcm_healthy() { [ "$(curl -sSk --max-time 2 "https://127.0.0.1:$KCM_PORT/healthz" 2>/dev/null)" = ok ]; }
 node_ready() {
   api GET "/api/v1/nodes/$NODE_NAME" &&
@@ -216,11 +228,19 @@ is_up() { # all components run and the API server is ready
   apiserver_ready
 }
 
+extract_ca() {
+  # The second certificate of the serving cert file is its CA; if a future
+  # kube-apiserver writes only one (self-signed) certificate, use that.
+  awk '/-----BEGIN CERTIFICATE-----/{n++} n==2' "$SERVING_CERT" >"$CA_FILE.tmp"
+  grep -q 'END CERTIFICATE' "$CA_FILE.tmp" || cp "$SERVING_CERT" "$CA_FILE.tmp"
+  mv "$CA_FILE.tmp" "$CA_FILE"
+}
+
 write_kubeconfig() {
   local ca_data token
   ca_data=$(base64 <"$CA_FILE" | tr -d '\n')
   token=$(cat "$PKI/admin.token")
-  umask 077
+  (umask 077 && : >"$KUBECONFIG_FILE.tmp")
   cat >"$KUBECONFIG_FILE.tmp" <<EOF
 apiVersion: v1
 kind: Config
@@ -256,6 +276,9 @@ cmd_up() {
   if [ -d "$CLUSTER_DIR" ]; then
     load_ports
     if is_up; then
+      if [ "$APISERVER_PORT" != "$ENV_APISERVER_PORT" ]; then
+        warn "the running cluster uses port $APISERVER_PORT, not $ENV_APISERVER_PORT (run down first to change ports)"
+      fi
       say "already running in $CLUSTER_DIR (API server $APISERVER_URL)"
       say "export KUBECONFIG=$KUBECONFIG_FILE"
       return 0
@@ -277,8 +300,8 @@ cmd_up() {
   done
 
   say "starting a local cluster in $CLUSTER_DIR"
-  mkdir -p "$CLUSTER_DIR"/{logs,pids,etcd,kwok} "$PKI/apiserver" "$PKI/kcm"
-  chmod 700 "$CLUSTER_DIR" "$PKI"
+  mkdir -p "$CLUSTER_DIR"/{logs,pids,etcd,kwok,kcm} "$PKI/apiserver" "$PKI/kcm"
+  chmod 700 "$CLUSTER_DIR" "$PKI" "$CLUSTER_DIR/etcd"
   : >"$MARKER"
   cat >"$STATE_ENV" <<EOF
 APISERVER_PORT=$APISERVER_PORT
@@ -291,11 +314,17 @@ EOF
   trap 'rc=$?; if [ $rc -ne 0 ]; then warn "up failed; stopping what was started (logs kept in $CLUSTER_DIR/logs)"; stop_all; fi' EXIT
   trap 'exit 130' INT TERM
 
-  say "generating service-account key pair and admin token"
+  say "generating service-account key pair, client CA and admin token"
   (
     umask 077
     openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
     openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+    # Client CA (also the request-header CA): nothing logs in with it (the
+    # admin uses a token), but with it the API server publishes a complete
+    # kube-system/extension-apiserver-authentication ConfigMap, which
+    # kube-controller-manager's delegated authentication looks up.
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=podjanitor-local-client-ca \
+      -keyout "$PKI/client-ca.key" -out "$PKI/client-ca.crt" 2>/dev/null
     openssl rand -hex 32 >"$PKI/admin.token"
     printf '%s,podjanitor-admin,podjanitor-admin,"system:masters"\n' "$(cat "$PKI/admin.token")" >"$PKI/tokens.csv"
     printf 'Authorization: Bearer %s\n' "$(cat "$PKI/admin.token")" >"$AUTH_HEADER_FILE"
@@ -322,6 +351,12 @@ EOF
     --advertise-address=127.0.0.1 \
     --secure-port="$APISERVER_PORT" \
     --cert-dir="$PKI/apiserver" \
+    --client-ca-file="$PKI/client-ca.crt" \
+    --requestheader-client-ca-file="$PKI/client-ca.crt" \
+    --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User \
+    --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- \
     --token-auth-file="$PKI/tokens.csv" \
     --authorization-mode=RBAC \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
@@ -332,6 +367,7 @@ EOF
     --allow-privileged=true \
     --profiling=false
   wait_for kube-apiserver "kube-apiserver /readyz ($APISERVER_URL/readyz)" apiserver_ready
+  extract_ca
   write_kubeconfig
   say "kubeconfig: $KUBECONFIG_FILE"
 
@@ -348,6 +384,7 @@ EOF
     --controllers='*,-node-ipam-controller,-node-lifecycle-controller' \
     --leader-elect=false \
     --terminated-pod-gc-threshold=0 \
+    --flex-volume-plugin-dir="$CLUSTER_DIR/kcm/flexvolume" \
     --profiling=false
   wait_for kube-controller-manager "kube-controller-manager /healthz" kcm_healthy
 
@@ -368,6 +405,12 @@ metadata:
     kwok.x-k8s.io/node: fake
     node.alpha.kubernetes.io/ttl: "0"
 spec: {}
+status:
+  addresses:
+  - type: InternalIP
+    address: $NODE_IP
+  - type: Hostname
+    address: $NODE_NAME
 EOF
     [ "$API_CODE" = 409 ] || fail_with_log kube-apiserver "creating node $NODE_NAME failed (HTTP $API_CODE): $API_BODY"
   fi
@@ -381,7 +424,7 @@ EOF
     --kubeconfig="$KUBECONFIG_FILE" \
     --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
     --cidr=10.0.0.0/16 \
-    --node-ip=10.1.0.1 \
+    --node-ip="$NODE_IP" \
     "${stage_args[@]}"
   wait_for kwok "node $NODE_NAME to become Ready" node_ready
   # The TaintNodesByCondition admission plugin taints new nodes not-ready;
@@ -442,7 +485,7 @@ cmd_status() {
     say "node $NODE_NAME: NOT Ready"
     ok=1
   fi
-  say "kubeconfig: $KUBECONFIG_FILE"
+  [ ! -f "$KUBECONFIG_FILE" ] || say "kubeconfig: $KUBECONFIG_FILE"
   return $ok
 }
 

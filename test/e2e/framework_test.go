@@ -152,11 +152,18 @@ func createPod(t *testing.T, ns, name string, opts ...podOpt) *corev1.Pod {
 }
 
 // removals records, per pod UID, when the pod was first seen being removed
-// (a deletionTimestamp or a DELETED event).
+// (a deletionTimestamp or a DELETED event), and every version of it seen.
 type removals struct {
-	mu sync.Mutex
-	at map[types.UID]time.Time
+	mu      sync.Mutex
+	at      map[types.UID]time.Time
+	history map[types.UID][]*corev1.Pod
 }
+
+// watchers holds the running watches by namespace, for waitPod.
+var (
+	watchersMu sync.Mutex
+	watchers   = map[string]*removals{}
+)
 
 // watchRemovals starts watching the namespace; start it before the pods exist.
 func watchRemovals(t *testing.T, ns string) *removals {
@@ -167,7 +174,10 @@ func watchRemovals(t *testing.T, ns string) *removals {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &removals{at: map[types.UID]time.Time{}}
+	r := &removals{at: map[types.UID]time.Time{}, history: map[types.UID][]*corev1.Pod{}}
+	watchersMu.Lock()
+	watchers[ns] = r
+	watchersMu.Unlock()
 	go func() {
 		defer w.Stop()
 		for ev := range w.ResultChan() {
@@ -176,13 +186,14 @@ func watchRemovals(t *testing.T, ns string) *removals {
 			if !ok {
 				continue
 			}
+			r.mu.Lock()
+			r.history[pod.UID] = append(r.history[pod.UID], pod)
 			if ev.Type == watch.Deleted || pod.DeletionTimestamp != nil {
-				r.mu.Lock()
 				if _, seen := r.at[pod.UID]; !seen {
 					r.at[pod.UID] = now
 				}
-				r.mu.Unlock()
 			}
+			r.mu.Unlock()
 		}
 	}()
 	return r
@@ -243,13 +254,35 @@ func (r *removals) checkNotRemoved(t *testing.T, pod *corev1.Pod) {
 	}
 }
 
-// waitPod polls the pod until cond holds and returns it.
+// seen returns the first version of the pod that the namespace's watch saw
+// satisfying cond, even when the pod has been removed since.
+func seen(pod *corev1.Pod, cond func(*corev1.Pod) bool) *corev1.Pod {
+	watchersMu.Lock()
+	r := watchers[pod.Namespace]
+	watchersMu.Unlock()
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.history[pod.UID] {
+		if cond(p) {
+			return p
+		}
+	}
+	return nil
+}
+
+// waitPod waits until a version of the pod satisfies cond and returns it.
 func waitPod(t *testing.T, pod *corev1.Pod, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	var got *corev1.Pod
 	err := wait.PollUntilContextTimeout(ctxFor(t), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if got = seen(pod, cond); got != nil {
+			return true, nil
+		}
 		p, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
+		if err != nil || p.UID != pod.UID {
 			return false, nil
 		}
 		got = p
