@@ -7,10 +7,12 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN     := _output/bin/podjanitor
 
+include hack/docker.mk
+
 .PHONY: help build tools cluster-up cluster-down cluster-status run demo test unit e2e vet fuzz clean
 
 help: ## Show the targets.
-	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
 
 build: ## Build the podjanitor binary into _output/bin/ (static, release flags).
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) .

@@ -1,0 +1,535 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// These tests check artifacts/deploy against the code: the flags in the
+// Deployment exist and agree with its ports, probes and volumes, the RBAC is
+// exactly what podjanitor uses, and the policy ConfigMap is artifacts/policy.yaml.
+// test/e2e/rbac_test.go proves on a real API server that the RBAC suffices.
+
+const (
+	deployDir       = "artifacts/deploy"
+	deployNamespace = "podjanitor"
+	deployName      = "podjanitor"
+)
+
+var updateDeploy = flag.Bool("update-deploy", false, "rewrite artifacts/deploy/configmap.yaml from artifacts/policy.yaml")
+
+// deployObjects are the objects of the kustomization's resources, by kind.
+type deployObjects struct {
+	all                 []runtime.Object
+	namespaces          []*corev1.Namespace
+	serviceAccounts     []*corev1.ServiceAccount
+	configMaps          []*corev1.ConfigMap
+	services            []*corev1.Service
+	deployments         []*appsv1.Deployment
+	clusterRoles        []*rbacv1.ClusterRole
+	clusterRoleBindings []*rbacv1.ClusterRoleBinding
+	roles               []*rbacv1.Role
+	roleBindings        []*rbacv1.RoleBinding
+}
+
+// kustomization is the part of kustomization.yaml these tests read.
+type kustomization struct {
+	Namespace string           `json:"namespace"`
+	Resources []string         `json:"resources"`
+	Images    []kustomizeImage `json:"images"`
+}
+
+type kustomizeImage struct {
+	Name    string `json:"name"`
+	NewName string `json:"newName"`
+	NewTag  string `json:"newTag"`
+}
+
+func readKustomization(t *testing.T) kustomization {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k kustomization
+	if err := yaml.Unmarshal(data, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	return k
+}
+
+// decodeManifests decodes every document of a multi-document YAML file
+// strictly (unknown or duplicate fields are errors) into typed objects.
+func decodeManifests(data []byte) ([]runtime.Object, error) {
+	decoder := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var objs []runtime.Object
+	for i := 1; ; i++ {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if j, err := yaml.YAMLToJSON(doc); err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		} else if string(bytes.TrimSpace(j)) == "null" {
+			continue // only comments
+		}
+		obj, _, err := decoder.Decode(doc, nil, nil)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		objs = append(objs, obj)
+	}
+}
+
+func loadDeployObjects(t *testing.T) *deployObjects {
+	t.Helper()
+	k := readKustomization(t)
+	d := &deployObjects{}
+	for _, res := range k.Resources {
+		data, err := os.ReadFile(filepath.Join(deployDir, res))
+		if err != nil {
+			t.Fatalf("kustomization.yaml resource %s: %v", res, err)
+		}
+		objs, err := decodeManifests(data)
+		if err != nil {
+			t.Fatalf("%s: %v", res, err)
+		}
+		for _, obj := range objs {
+			d.all = append(d.all, obj)
+			switch o := obj.(type) {
+			case *corev1.Namespace:
+				d.namespaces = append(d.namespaces, o)
+			case *corev1.ServiceAccount:
+				d.serviceAccounts = append(d.serviceAccounts, o)
+			case *corev1.ConfigMap:
+				d.configMaps = append(d.configMaps, o)
+			case *corev1.Service:
+				d.services = append(d.services, o)
+			case *appsv1.Deployment:
+				d.deployments = append(d.deployments, o)
+			case *rbacv1.ClusterRole:
+				d.clusterRoles = append(d.clusterRoles, o)
+			case *rbacv1.ClusterRoleBinding:
+				d.clusterRoleBindings = append(d.clusterRoleBindings, o)
+			case *rbacv1.Role:
+				d.roles = append(d.roles, o)
+			case *rbacv1.RoleBinding:
+				d.roleBindings = append(d.roleBindings, o)
+			default:
+				t.Errorf("%s: unexpected kind %T", res, obj)
+			}
+		}
+	}
+	return d
+}
+
+// one returns the only element of objs, failing the test otherwise.
+func one[T any](t *testing.T, kind string, objs []T) T {
+	t.Helper()
+	if len(objs) != 1 {
+		t.Fatalf("artifacts/deploy has %d %s objects, want exactly 1", len(objs), kind)
+	}
+	return objs[0]
+}
+
+func TestDeployManifestsAreComplete(t *testing.T) {
+	k := readKustomization(t)
+	files, err := filepath.Glob(filepath.Join(deployDir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if base := filepath.Base(f); base != "kustomization.yaml" && !slices.Contains(k.Resources, base) {
+			t.Errorf("%s is not listed in kustomization.yaml's resources", f)
+		}
+	}
+	if k.Namespace != "" && k.Namespace != deployNamespace {
+		t.Errorf("kustomization.yaml namespace = %q; the tests and docs expect %q", k.Namespace, deployNamespace)
+	}
+
+	d := loadDeployObjects(t)
+	if ns := one(t, "Namespace", d.namespaces); ns.Name != deployNamespace {
+		t.Errorf("Namespace is %q, want %q", ns.Name, deployNamespace)
+	}
+	one(t, "ServiceAccount", d.serviceAccounts)
+	one(t, "ClusterRole", d.clusterRoles)
+	one(t, "ClusterRoleBinding", d.clusterRoleBindings)
+	one(t, "Role", d.roles)
+	one(t, "RoleBinding", d.roleBindings)
+	one(t, "ConfigMap", d.configMaps)
+	one(t, "Deployment", d.deployments)
+
+	seen := map[string]bool{}
+	for _, obj := range d.all {
+		m, err := metaOf(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kind := obj.GetObjectKind().GroupVersionKind().Kind
+		id := kind + " " + m.GetNamespace() + "/" + m.GetName()
+		if seen[id] {
+			t.Errorf("duplicate object %s", id)
+		}
+		seen[id] = true
+		if m.GetLabels()["app.kubernetes.io/name"] != deployName {
+			t.Errorf("%s lacks the label app.kubernetes.io/name=%s", id, deployName)
+		}
+		clusterScoped := kind == "Namespace" || kind == "ClusterRole" || kind == "ClusterRoleBinding"
+		switch {
+		case clusterScoped && m.GetNamespace() != "":
+			t.Errorf("%s is cluster-scoped but sets a namespace", id)
+		case !clusterScoped && m.GetNamespace() != deployNamespace:
+			t.Errorf("%s: namespace %q, want %q", id, m.GetNamespace(), deployNamespace)
+		}
+	}
+}
+
+func metaOf(obj runtime.Object) (metav1.Object, error) {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return nil, fmt.Errorf("%T has no ObjectMeta", obj)
+	}
+	return m, nil
+}
+
+// permissions flattens RBAC rules to "group/resource verb" strings.
+func permissions(t *testing.T, what string, rules []rbacv1.PolicyRule) []string {
+	t.Helper()
+	var out []string
+	for _, r := range rules {
+		if len(r.ResourceNames) > 0 || len(r.NonResourceURLs) > 0 {
+			t.Errorf("%s: unexpected resourceNames or nonResourceURLs in %+v", what, r)
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					if g == "*" || res == "*" || v == "*" {
+						t.Errorf("%s: wildcard in %+v", what, r)
+					}
+					out = append(out, g+"/"+res+" "+v)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// TestDeployRBACIsLeastPrivilege pins the RBAC to exactly the calls podjanitor
+// makes (see rbac.yaml for why each is needed); a new API call needs a new
+// rule here and there, and the e2e test in test/e2e/rbac_test.go.
+func TestDeployRBACIsLeastPrivilege(t *testing.T) {
+	d := loadDeployObjects(t)
+	sa := one(t, "ServiceAccount", d.serviceAccounts)
+
+	cr := one(t, "ClusterRole", d.clusterRoles)
+	want := []string{
+		"/pods delete", "/pods get", "/pods list", "/pods watch",
+		"/pods/eviction create",
+		"events.k8s.io/events create", "events.k8s.io/events patch",
+	}
+	if got := permissions(t, "ClusterRole", cr.Rules); !slices.Equal(got, want) {
+		t.Errorf("ClusterRole %s grants\n  %q\nwant exactly\n  %q", cr.Name, got, want)
+	}
+	role := one(t, "Role", d.roles)
+	want = []string{"coordination.k8s.io/leases create", "coordination.k8s.io/leases get", "coordination.k8s.io/leases update"}
+	if got := permissions(t, "Role", role.Rules); !slices.Equal(got, want) {
+		t.Errorf("Role %s grants\n  %q\nwant exactly\n  %q", role.Name, got, want)
+	}
+
+	wantSubject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}
+	crb := one(t, "ClusterRoleBinding", d.clusterRoleBindings)
+	if crb.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name}) {
+		t.Errorf("ClusterRoleBinding roleRef = %+v, want the ClusterRole %s", crb.RoleRef, cr.Name)
+	}
+	if !slices.Equal(crb.Subjects, wantSubject) {
+		t.Errorf("ClusterRoleBinding subjects = %+v, want %+v", crb.Subjects, wantSubject)
+	}
+	rb := one(t, "RoleBinding", d.roleBindings)
+	if rb.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}) {
+		t.Errorf("RoleBinding roleRef = %+v, want the Role %s", rb.RoleRef, role.Name)
+	}
+	if !slices.Equal(rb.Subjects, wantSubject) {
+		t.Errorf("RoleBinding subjects = %+v, want %+v", rb.Subjects, wantSubject)
+	}
+	if dep := one(t, "Deployment", d.deployments); dep.Spec.Template.Spec.ServiceAccountName != sa.Name {
+		t.Errorf("Deployment runs as ServiceAccount %q, want %q", dep.Spec.Template.Spec.ServiceAccountName, sa.Name)
+	}
+}
+
+// TestDeploymentMatchesFlags parses the Deployment's args with the daemon's
+// own flag parser and checks that ports, probes, volumes and the grace period
+// agree with them, and that the pod runs locked down.
+func TestDeploymentMatchesFlags(t *testing.T) {
+	d := loadDeployObjects(t)
+	dep := one(t, "Deployment", d.deployments)
+	spec := dep.Spec.Template.Spec
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 1 {
+		t.Errorf("replicas = %v, want 1", dep.Spec.Replicas)
+	}
+	if len(spec.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(spec.Containers))
+	}
+	c := spec.Containers[0]
+	if len(c.Command) > 0 {
+		t.Errorf("command %q overrides the image's entrypoint; set args only", c.Command)
+	}
+
+	o, err := parseFlags("podjanitor", c.Args, false)
+	if err != nil {
+		t.Fatalf("the Deployment's args %q do not parse: %v", c.Args, err)
+	}
+	if !o.leaderElect {
+		t.Error("the Deployment must run with --leader-elect=true")
+	}
+	if o.kubeconfig != "" || o.master != "" || o.dryRun {
+		t.Errorf("args %q: want in-cluster configuration and no dry run", c.Args)
+	}
+	if o.leaseNamespace != "" {
+		t.Errorf("--leader-elect-resource-namespace=%s: leave it to POD_NAMESPACE, where the Role is", o.leaseNamespace)
+	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace"
+	}) {
+		t.Error("env POD_NAMESPACE must come from the downward API (metadata.namespace)")
+	}
+
+	// Ports and probes agree with the bind addresses.
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	checkPort := func(flagName, addr, portName string) {
+		t.Helper()
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Errorf("--%s=%q: %v", flagName, addr, err)
+			return
+		}
+		if n, _ := strconv.Atoi(port); ports[portName] == 0 || int(ports[portName]) != n {
+			t.Errorf("--%s=%s, but the container port named %q is %d", flagName, addr, portName, ports[portName])
+		}
+	}
+	checkPort("metrics-bind-address", o.metricsAddr, "metrics")
+	checkPort("health-probe-bind-address", o.healthAddr, "health")
+	checkProbe := func(what string, p *corev1.Probe, path string) {
+		t.Helper()
+		switch {
+		case p == nil || p.HTTPGet == nil:
+			t.Errorf("%s: want an HTTP GET probe on %s", what, path)
+		case p.HTTPGet.Path != path:
+			t.Errorf("%s path = %q, want %q", what, p.HTTPGet.Path, path)
+		case p.HTTPGet.Port.StrVal != "health" && p.HTTPGet.Port.IntVal != ports["health"]:
+			t.Errorf("%s port = %s, want the health port", what, p.HTTPGet.Port.String())
+		}
+	}
+	checkProbe("livenessProbe", c.LivenessProbe, "/healthz")
+	checkProbe("readinessProbe", c.ReadinessProbe, "/readyz")
+
+	// The policy file is the ConfigMap's key, mounted as a directory (not
+	// subPath, which would never see an update).
+	cm := one(t, "ConfigMap", d.configMaps)
+	dir, file := filepath.Split(o.configFile)
+	var mount *corev1.VolumeMount
+	for i := range c.VolumeMounts {
+		if filepath.Clean(c.VolumeMounts[i].MountPath) == filepath.Clean(dir) {
+			mount = &c.VolumeMounts[i]
+		}
+	}
+	if mount == nil {
+		t.Fatalf("--config=%s: no volume is mounted at %s", o.configFile, dir)
+	}
+	if mount.SubPath != "" || !mount.ReadOnly {
+		t.Errorf("volumeMount %+v: want read-only and no subPath (reloads need the whole directory)", *mount)
+	}
+	vi := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == mount.Name })
+	if vi < 0 || spec.Volumes[vi].ConfigMap == nil || spec.Volumes[vi].ConfigMap.Name != cm.Name {
+		t.Errorf("the volume at %s must be the ConfigMap %s", dir, cm.Name)
+	}
+	if _, ok := cm.Data[file]; !ok {
+		t.Errorf("--config=%s, but the ConfigMap %s has no key %q", o.configFile, cm.Name, file)
+	}
+
+	// Shutdown: the kubelet's SIGKILL must come after --shutdown-timeout.
+	if g := spec.TerminationGracePeriodSeconds; g == nil || *g <= int64(o.shutdownTimeout.Seconds()) {
+		t.Errorf("terminationGracePeriodSeconds = %s, want more than --shutdown-timeout (%v)", fmtPtr(g), o.shutdownTimeout)
+	}
+
+	// Locked down, as the restricted Pod Security Standard requires.
+	psc, csc := spec.SecurityContext, c.SecurityContext
+	if psc == nil || csc == nil {
+		t.Fatal("want both a pod and a container securityContext")
+	}
+	if !isTrue(csc.RunAsNonRoot) && !isTrue(psc.RunAsNonRoot) {
+		t.Error("runAsNonRoot must be true")
+	}
+	for _, uid := range []*int64{psc.RunAsUser, csc.RunAsUser} {
+		if uid != nil && *uid != 65532 {
+			t.Errorf("runAsUser = %d, want 65532 (the image's USER)", *uid)
+		}
+	}
+	if psc.RunAsUser == nil && csc.RunAsUser == nil {
+		t.Error("runAsUser must be set (65532)")
+	}
+	if !isTrue(csc.ReadOnlyRootFilesystem) {
+		t.Error("readOnlyRootFilesystem must be true")
+	}
+	if csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation {
+		t.Error("allowPrivilegeEscalation must be false")
+	}
+	if csc.Capabilities == nil || !slices.Equal(csc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(csc.Capabilities.Add) > 0 {
+		t.Errorf("capabilities = %+v, want drop [ALL] and nothing added", csc.Capabilities)
+	}
+	seccomp := csc.SeccompProfile
+	if seccomp == nil {
+		seccomp = psc.SeccompProfile
+	}
+	if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("seccompProfile = %+v, want RuntimeDefault", seccomp)
+	}
+
+	// Resources: requests for scheduling, a memory limit, limit above request.
+	req, lim := c.Resources.Requests, c.Resources.Limits
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if q, ok := req[r]; !ok || q.IsZero() {
+			t.Errorf("resources.requests.%s must be set", r)
+		}
+	}
+	if q, ok := lim[corev1.ResourceMemory]; !ok || q.Cmp(req[corev1.ResourceMemory]) < 0 {
+		request := req[corev1.ResourceMemory]
+		t.Errorf("resources.limits.memory = %v, want set and at least the request %v", q.String(), request.String())
+	}
+
+	// The image is the one kustomize retags.
+	k := readKustomization(t)
+	name, _, _ := strings.Cut(c.Image, ":")
+	if !slices.ContainsFunc(k.Images, func(i kustomizeImage) bool { return i.Name == name }) {
+		t.Errorf("image %q is not in kustomization.yaml's images, so overlays cannot retag it", c.Image)
+	}
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }
+
+func fmtPtr[T any](p *T) string {
+	if p == nil {
+		return "unset"
+	}
+	return fmt.Sprint(*p)
+}
+
+func TestDeployServiceSelectsTheMetricsPort(t *testing.T) {
+	d := loadDeployObjects(t)
+	if len(d.services) == 0 {
+		t.Skip("no Service")
+	}
+	dep := one(t, "Deployment", d.deployments)
+	svc := one(t, "Service", d.services)
+	for k, v := range svc.Spec.Selector {
+		if dep.Spec.Template.Labels[k] != v {
+			t.Errorf("Service selector %s=%s does not match the pod labels %v", k, v, dep.Spec.Template.Labels)
+		}
+	}
+	if len(svc.Spec.Selector) == 0 {
+		t.Error("Service has no selector")
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].TargetPort.String() != "metrics" {
+		t.Errorf("Service ports = %+v, want one named metrics targeting the container port metrics", svc.Spec.Ports)
+	}
+}
+
+// TestDeployPolicyConfigMap checks that the ConfigMap carries
+// artifacts/policy.yaml byte for byte, and that it validates.
+// With -update-deploy it rewrites the ConfigMap's policy from that file.
+func TestDeployPolicyConfigMap(t *testing.T) {
+	want, err := os.ReadFile("artifacts/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(deployDir, "configmap.yaml")
+	if *updateDeploy {
+		rewritePolicyConfigMap(t, path, want)
+	}
+	cm := one(t, "ConfigMap", loadDeployObjects(t).configMaps)
+	if cm.Name != "podjanitor-policy" {
+		t.Errorf("ConfigMap name %q, want podjanitor-policy", cm.Name)
+	}
+	got, ok := cm.Data["policy.yaml"]
+	if !ok {
+		t.Fatalf("ConfigMap %s has no key policy.yaml", cm.Name)
+	}
+	if got != string(want) {
+		t.Errorf("%s's policy.yaml differs from artifacts/policy.yaml; run\n  go test -run TestDeployPolicyConfigMap -update-deploy .", path)
+	}
+	if _, err := policy.Parse([]byte(got)); err != nil {
+		t.Errorf("the ConfigMap's policy does not validate: %v", err)
+	}
+}
+
+// rewritePolicyConfigMap keeps the file up to the "policy.yaml: |" line and
+// replaces the rest with the policy, indented.
+func rewritePolicyConfigMap(t *testing.T, path string, policyYAML []byte) {
+	t.Helper()
+	old, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "\n  policy.yaml: |\n"
+	head, _, ok := bytes.Cut(old, []byte(key))
+	if !ok {
+		t.Fatalf("%s: no %q line to rewrite after", path, strings.TrimSpace(key))
+	}
+	var b bytes.Buffer
+	b.Write(head)
+	b.WriteString(key)
+	for _, line := range strings.SplitAfter(string(policyYAML), "\n") {
+		if strings.TrimSpace(line) != "" {
+			b.WriteString("    ")
+		}
+		b.WriteString(line)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("rewrote %s", path)
+}
+
+// TestDockerfileUserMatchesDeployment: the image's user is the one the pod runs as.
+func TestDockerfileUserMatchesDeployment(t *testing.T) {
+	data, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(data, []byte("\nUSER 65532:65532\n")) {
+		t.Error("Dockerfile: want USER 65532:65532 (runAsUser in artifacts/deploy/deployment.yaml)")
+	}
+	if !bytes.Contains(data, []byte("CGO_ENABLED=0")) || !bytes.Contains(data, []byte("-X main.version=")) {
+		t.Error("Dockerfile: want a static build (CGO_ENABLED=0) stamped with -X main.version")
+	}
+}
