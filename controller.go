@@ -247,7 +247,7 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 	case err != nil && isTerminal(err):
 		c.queue.Forget(key)
 		c.metrics.reconciled(labelError, true)
-		logger.V(2).Info("Not retrying pod", "pod", key, "err", err)
+		logger.V(2).Info("Leaving pod alone until it changes", "pod", key, "err", err)
 	case err != nil:
 		c.queue.AddRateLimited(key)
 		c.metrics.reconciled(labelError, false)

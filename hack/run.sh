@@ -13,7 +13,9 @@ say "Building the local cluster (etcd, kube-apiserver, kube-controller-manager, 
 hack/build-tools.sh
 say "Starting the local cluster in _output/local"
 hack/local-cluster.sh up
-trap 'say "Stopping the local cluster"; hack/local-cluster.sh down' EXIT
+# Stop the cluster however this script ends; a closed terminal or pipe must not
+# stop the clean-up halfway.
+trap 'trap "" PIPE HUP; say "Stopping the local cluster" 2>/dev/null; hack/local-cluster.sh down >/dev/null 2>&1 || true' EXIT
 say "Creating the demo pods in namespace podjanitor-demo"
 hack/demo/create.sh
 cat <<TXT
@@ -25,5 +27,5 @@ cat <<TXT
 TXT
 # podjanitor handles SIGINT itself; keep this shell alive to clean up after it.
 trap '' INT
-(trap - INT; exec _output/bin/podjanitor --kubeconfig _output/local/kubeconfig -v=2 \
+(trap - INT; exec _output/bin/podjanitor --kubeconfig _output/local/kubeconfig -v=2 -vmodule=envvar=0 \
   --metrics-bind-address=127.0.0.1:8080 --health-probe-bind-address=127.0.0.1:8081 "$@") || true
