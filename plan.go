@@ -153,7 +153,7 @@ func printPlan(out io.Writer, r planReport) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "\n%d of %d pods have a deadline.\n", len(r.Pods), r.Scanned)
+	fmt.Fprintf(out, "\n%d of %d pod(s) have a deadline.\n", len(r.Pods), r.Scanned)
 	sources := make([]string, 0, len(r.Totals))
 	for s := range r.Totals {
 		sources = append(sources, s)
@@ -163,7 +163,7 @@ func printPlan(out io.Writer, r planReport) error {
 		fmt.Fprintf(out, "  %-40s %d\n", s, r.Totals[s])
 	}
 	if len(r.Invalid) > 0 {
-		fmt.Fprintf(out, "\n%d pods have an annotation that does not parse; podjanitor leaves them alone:\n", len(r.Invalid))
+		fmt.Fprintf(out, "\n%d pod(s) have an annotation that does not parse; podjanitor leaves them alone:\n", len(r.Invalid))
 		for _, i := range r.Invalid {
 			fmt.Fprintf(out, "  %s/%s: %s\n", i.Namespace, i.Pod, i.Error)
 		}

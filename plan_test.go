@@ -1,0 +1,50 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+func TestBuildPlanSortsByDeadlineAndCounts(t *testing.T) {
+	pods := []*corev1.Pod{
+		newPod("later", t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "2h"}),
+		newPod("overdue", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"}),
+		newPod("soon", t0, corev1.PodPending, map[string]string{"podjanitor.io/expires-at": "2026-11-29T12:30:00Z"}),
+		newPod("plain", t0, corev1.PodRunning, nil),
+		newPod("kept", t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1s", "podjanitor.io/keep": "true"}),
+		newPod("typo", t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "3x"}),
+	}
+	r := buildPlan(&policy.Evaluator{}, pods, t0)
+
+	var got []string
+	for _, e := range r.Pods {
+		got = append(got, e.Pod+" "+e.Action+" "+e.In)
+	}
+	want := []string{"overdue delete overdue", "soon delete in 30m", "later evict in 2h"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("plan entries (-want,+got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{"podjanitor.io/ttl": 2, "podjanitor.io/expires-at": 1}, r.Totals); diff != "" {
+		t.Errorf("totals (-want,+got):\n%s", diff)
+	}
+	if len(r.Invalid) != 1 || r.Invalid[0].Pod != "typo" {
+		t.Errorf("invalid = %+v, want the typo pod", r.Invalid)
+	}
+
+	var out bytes.Buffer
+	if err := printPlan(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"3 of 6 pod(s) have a deadline.", "default/typo: annotation podjanitor.io/ttl=\"3x\""} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("table output lacks %q:\n%s", line, out.String())
+		}
+	}
+}
