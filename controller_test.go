@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -407,4 +409,28 @@ func TestRemovalRateLimitDelaysButNeverDrops(t *testing.T) {
 	if diff := cmp.Diff(len(want), len(got)); diff != "" {
 		t.Errorf("deletes (-want,+got):\n%s", diff)
 	}
+}
+
+func TestDrainingSinkWaitsForWritesInFlight(t *testing.T) {
+	slow := &slowSink{delay: 300 * time.Millisecond}
+	sink := &drainingSink{EventSink: slow}
+	go func() { _, _ = sink.Create(context.Background(), &eventsv1.Event{}) }()
+	time.Sleep(20 * time.Millisecond)
+	start := time.Now()
+	sink.drain(50*time.Millisecond, 5*time.Second)
+	if slow.done.Load() != 1 {
+		t.Errorf("drain returned after %v with the write still in flight", time.Since(start))
+	}
+}
+
+type slowSink struct {
+	events.EventSink
+	delay time.Duration
+	done  atomic.Int32
+}
+
+func (s *slowSink) Create(context.Context, *eventsv1.Event) (*eventsv1.Event, error) {
+	time.Sleep(s.delay)
+	s.done.Add(1)
+	return nil, nil
 }

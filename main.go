@@ -281,10 +281,17 @@ func daemon(ctx context.Context, o *options) error {
 	logger.Info("Starting podjanitor", "version", version, "apiServer", cfg.Host,
 		"namespace", valueOr(o.namespace, "<all>"), "labelSelector", o.labelSelector, "config", o.configFile, "dryRun", o.dryRun)
 
-	// Events outlive ctx so that removals finishing during shutdown are still reported.
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
-	broadcaster.StartRecordingToSinkWithContext(context.WithoutCancel(ctx))
-	defer broadcaster.Shutdown()
+	// Events outlive ctx so that removals finishing during shutdown are still
+	// reported; on exit the broadcaster is shut down and its writes drained.
+	sink := &drainingSink{EventSink: &events.EventSinkImpl{Interface: client.EventsV1()}}
+	broadcaster := events.NewBroadcaster(sink)
+	if err := broadcaster.StartRecordingToSinkWithContext(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("starting event recording: %w", err)
+	}
+	defer func() {
+		broadcaster.Shutdown()
+		sink.drain(100*time.Millisecond, 5*time.Second)
+	}()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, controllerName)
 
 	factory := informerFactory(client, o)
