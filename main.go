@@ -283,7 +283,12 @@ func daemon(ctx context.Context, o *options) error {
 
 	// Events outlive ctx so that removals finishing during shutdown are still
 	// reported; on exit the broadcaster is shut down and its writes drained.
-	sink := &drainingSink{EventSink: &events.EventSinkImpl{Interface: client.EventsV1()}}
+	// A client of its own, so that event writes do not take removals' share of --kube-api-qps.
+	eventClient, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
+	if err != nil {
+		return fmt.Errorf("creating event clientset: %w", err)
+	}
+	sink := &drainingSink{EventSink: &events.EventSinkImpl{Interface: eventClient.EventsV1()}}
 	broadcaster := events.NewBroadcaster(sink)
 	if err := broadcaster.StartRecordingToSinkWithContext(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("starting event recording: %w", err)
