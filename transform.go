@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,9 +16,10 @@ import (
 //     creationTimestamp, deletionTimestamp, labels (rule label selectors),
 //     ownerReferences (apiVersion, kind, name, uid, controller; rule owner kinds),
 //     annotations under <prefix>/ and kubernetes.io/config.mirror (mirror pods);
-//   - status: phase, reason, startTime, conditions (type, status, reason,
+//   - status: phase, reason, startTime, the conditions the policy reads
+//     (DisruptionTarget, Ready, PodScheduled: type, status, reason,
 //     lastTransitionTime), and per (init) container status: name, restartCount,
-//     state.waiting.reason, state.terminated.reason and finishedAt.
+//     state.waiting.reason, state.terminated.reason, exitCode and finishedAt.
 //
 // Dropped: managedFields, every other annotation, the whole spec, and the rest of
 // the status (messages, IPs, images, resources, lastTerminationState, ...).
@@ -80,15 +82,17 @@ func leanOwners(refs []metav1.OwnerReference) []metav1.OwnerReference {
 	return out
 }
 
+// readConditions are the pod conditions the policy package reads.
+var readConditions = []corev1.PodConditionType{corev1.DisruptionTarget, corev1.PodReady, corev1.PodScheduled}
+
 func leanConditions(conds []corev1.PodCondition) []corev1.PodCondition {
-	if len(conds) == 0 {
-		return nil
+	var out []corev1.PodCondition
+	for _, c := range conds {
+		if slices.Contains(readConditions, c.Type) {
+			out = append(out, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, LastTransitionTime: c.LastTransitionTime})
+		}
 	}
-	out := make([]corev1.PodCondition, len(conds))
-	for i, c := range conds {
-		out[i] = corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, LastTransitionTime: c.LastTransitionTime}
-	}
-	return out
+	return slices.Clip(out)
 }
 
 func leanContainerStatuses(statuses []corev1.ContainerStatus) []corev1.ContainerStatus {
