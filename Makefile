@@ -8,6 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN     := _output/bin/podjanitor
 
 include hack/docker.mk
+include hack/bench.mk
 
 .PHONY: help build tools cluster-up cluster-down cluster-status run demo test unit e2e vet fuzz clean
 
@@ -52,7 +53,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$${FUZZTIME:-30s} ./policy/
 
 clean: ## Remove build output (stops every local cluster under _output first).
-	@for marker in _output/*/.podjanitor-local-cluster; do \
+	@for marker in _output/*/.podjanitor-local-cluster _output/*/*/.podjanitor-local-cluster; do \
 	  [ -e "$$marker" ] && CLUSTER_DIR=$$(dirname "$$marker") hack/local-cluster.sh down || true; \
 	done
 	rm -rf _output

@@ -346,12 +346,11 @@ func (c *Controller) reserveRemoval(now time.Time) time.Duration {
 func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.Decision) (Result, error) {
 	logger := klog.FromContext(ctx)
 	key := cache.MetaObjectToName(pod)
-	lateness := c.clock.Since(d.Deadline)
 	if c.opts.DryRun {
 		logger.V(2).Info("Would remove pod (dry run)", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source, "deadline", d.Deadline)
 		c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonWouldRemove, actionVerb(d.Action),
 			"Dry run: would %s pod, its deadline %s (%s) has passed", d.Action, d.Deadline.UTC().Format(time.RFC3339), d.Source)
-		c.metrics.removed(d, true, lateness)
+		c.metrics.removed(d, true, 0)
 		c.markRemoved(key, pod.UID) // report once per pod
 		return Result{}, nil
 	}
@@ -392,6 +391,7 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 		return Result{}, fmt.Errorf("removing pod %s (%s): %w", key, d.Action, err)
 	}
 
+	lateness := c.clock.Since(d.Deadline) // measured once the API server accepted the removal
 	c.markRemoved(key, pod.UID)
 	reason, verb := ReasonExpired, "deleted"
 	if d.Action == policy.ActionEvict {

@@ -18,11 +18,13 @@ import (
 //     annotations under <prefix>/ and kubernetes.io/config.mirror (mirror pods);
 //   - status: phase, reason, startTime, the conditions the policy reads
 //     (DisruptionTarget, Ready, PodScheduled: type, status, reason,
-//     lastTransitionTime), and per (init) container status: name, restartCount,
-//     state.waiting.reason, state.terminated.reason, exitCode and finishedAt.
+//     lastTransitionTime), and for each waiting or terminated (init) container:
+//     name, restartCount, state.waiting.reason, state.terminated.reason,
+//     exitCode and finishedAt.
 //
-// Dropped: managedFields, every other annotation, the whole spec, and the rest of
-// the status (messages, IPs, images, resources, lastTerminationState, ...).
+// Dropped: managedFields, every other annotation, the whole spec, other
+// conditions, running containers' statuses, and the rest of the status
+// (messages, IPs, images, resources, lastTerminationState, ...).
 // TestLeanPodKeepsDecisions proves that decisions on lean pods equal decisions on
 // full ones.
 func leanPod(prefix string) cache.TransformFunc {
@@ -95,12 +97,11 @@ func leanConditions(conds []corev1.PodCondition) []corev1.PodCondition {
 	return slices.Clip(out)
 }
 
+// leanContainerStatuses keeps the statuses of waiting and terminated
+// containers; the policy reads nothing of a running one.
 func leanContainerStatuses(statuses []corev1.ContainerStatus) []corev1.ContainerStatus {
-	if len(statuses) == 0 {
-		return nil
-	}
-	out := make([]corev1.ContainerStatus, len(statuses))
-	for i, s := range statuses {
+	var out []corev1.ContainerStatus
+	for _, s := range statuses {
 		lean := corev1.ContainerStatus{Name: s.Name, RestartCount: s.RestartCount}
 		if w := s.State.Waiting; w != nil {
 			lean.State.Waiting = &corev1.ContainerStateWaiting{Reason: w.Reason}
@@ -108,7 +109,9 @@ func leanContainerStatuses(statuses []corev1.ContainerStatus) []corev1.Container
 		if t := s.State.Terminated; t != nil {
 			lean.State.Terminated = &corev1.ContainerStateTerminated{Reason: t.Reason, FinishedAt: t.FinishedAt, ExitCode: t.ExitCode}
 		}
-		out[i] = lean
+		if lean.State.Waiting != nil || lean.State.Terminated != nil {
+			out = append(out, lean)
+		}
 	}
-	return out
+	return slices.Clip(out)
 }

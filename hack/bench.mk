@@ -1,0 +1,37 @@
+# Load benchmark targets; see BENCHMARKS.md. Included by the Makefile.
+#
+#   make bench                      local cluster in _output/bench, default N=10000 (~15 min on 2 cores)
+#   make bench BENCH_PODS=50000 BENCH_SCENARIOS=idle
+#   make bench-kind                 the same driver against a kind cluster (needs Docker, kind)
+
+BENCH_PODS         ?= 10000
+BENCH_BACKLOG_PODS ?= 3000
+BENCH_SCENARIOS    ?= idle,backlog,steady
+BENCH_RUNS         ?= 3
+BENCH_WINDOWS      ?= 5m,1m
+BENCH_WORKERS      ?= 16
+BENCH_QPS          ?= 1000
+BENCH_BURST        ?= 1000
+BENCH_IDLE         ?= 60s
+BENCH_PORT_BASE    ?= 29400
+BENCH_KIND_CLUSTER ?= podjanitor-bench
+KIND               ?= kind
+
+BENCH_ENV = BENCH_PODS=$(BENCH_PODS) BENCH_BACKLOG_PODS=$(BENCH_BACKLOG_PODS) \
+	BENCH_SCENARIOS=$(BENCH_SCENARIOS) BENCH_RUNS=$(BENCH_RUNS) BENCH_WINDOWS=$(BENCH_WINDOWS) \
+	BENCH_WORKERS=$(BENCH_WORKERS) BENCH_QPS=$(BENCH_QPS) BENCH_BURST=$(BENCH_BURST) \
+	BENCH_IDLE=$(BENCH_IDLE) BENCH_PORT_BASE=$(BENCH_PORT_BASE)
+
+.PHONY: bench bench-kind
+
+bench: build ## Load benchmark against a local cluster of its own (BENCH_PODS, BENCH_SCENARIOS, BENCH_RUNS, ...).
+	$(BENCH_ENV) hack/bench.sh
+
+bench-kind: build ## Load benchmark against a kind cluster (Docker; not run in CI). See BENCHMARKS.md.
+	@if ! $(KIND) get clusters 2>/dev/null | grep -qx '$(BENCH_KIND_CLUSTER)'; then \
+	  $(KIND) create cluster --name $(BENCH_KIND_CLUSTER) --wait 120s; fi
+	mkdir -p _output/bench
+	$(KIND) get kubeconfig --name $(BENCH_KIND_CLUSTER) > _output/bench/kind.kubeconfig
+	$(BENCH_ENV) BENCH_KUBECONFIG=$(CURDIR)/_output/bench/kind.kubeconfig \
+	  BENCH_ARGS="-idle-bound=false $(BENCH_ARGS)" hack/bench.sh
+	@echo "kind cluster $(BENCH_KIND_CLUSTER) kept; remove it with: $(KIND) delete cluster --name $(BENCH_KIND_CLUSTER)"

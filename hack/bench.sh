@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# `make bench`: podjanitor's load benchmark (see BENCHMARKS.md).
+#
+# Brings up a local cluster of its own in _output/bench/cluster (ports
+# BENCH_PORT_BASE+, default 29400, so `make run` and `make e2e` clusters can
+# stay up), builds the driver (hack/bench) and runs it against the release
+# build of podjanitor (_output/bin/podjanitor, from `make build`), then takes
+# the cluster down again. Results: a table on stdout and JSON in _output/bench/.
+#
+# Environment (the Makefile passes its BENCH_* variables):
+#   BENCH_PODS          N for the idle and steady scenarios      (default 10000)
+#   BENCH_BACKLOG_PODS  pods per backlog run and per deleter     (default 3000)
+#   BENCH_SCENARIOS     idle,backlog,steady                      (default all three)
+#   BENCH_RUNS          runs of the short measurements, median   (default 3)
+#   BENCH_WINDOWS       steady: deadline windows, one run each   (default 5m,1m)
+#   BENCH_WORKERS       podjanitor --workers = raw deleter goroutines (default 16)
+#   BENCH_QPS/BENCH_BURST  client QPS/burst of both              (default 1000/1000)
+#   BENCH_IDLE          idle measurement period                  (default 60s)
+#   BENCH_KUBECONFIG    use this cluster instead of starting one (bench-kind)
+#   BENCH_ARGS          more driver flags (go run ./hack/bench -h)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+out=_output/bench
+mkdir -p "$out"
+go build -o _output/bin/podjanitor-bench ./hack/bench
+[ -x _output/bin/podjanitor ] || make --no-print-directory build
+
+args=(
+  -podjanitor "$root/_output/bin/podjanitor"
+  -out "$out"
+  -pods "${BENCH_PODS:-10000}"
+  -backlog-pods "${BENCH_BACKLOG_PODS:-3000}"
+  -scenarios "${BENCH_SCENARIOS:-idle,backlog,steady}"
+  -runs "${BENCH_RUNS:-3}"
+  -windows "${BENCH_WINDOWS:-5m,1m}"
+  -workers "${BENCH_WORKERS:-16}"
+  -qps "${BENCH_QPS:-1000}"
+  -burst "${BENCH_BURST:-1000}"
+  -idle "${BENCH_IDLE:-60s}"
+  -metrics-port "$(( ${BENCH_PORT_BASE:-29400} + 90 ))"
+)
+
+if [ -n "${BENCH_KUBECONFIG:-}" ]; then
+  exec _output/bin/podjanitor-bench -kubeconfig "$BENCH_KUBECONFIG" "${args[@]}" ${BENCH_ARGS:-}
+fi
+
+export CLUSTER_DIR=$out/cluster PORT_BASE=${BENCH_PORT_BASE:-29400}
+for c in etcd kube-apiserver kube-controller-manager kwok; do
+  [ -x "_output/bin/$c" ] || { hack/build-tools.sh; break; }
+done
+cleanup() {
+  status=$?
+  if [ $status -ne 0 ] && [ -d "$CLUSTER_DIR/logs" ]; then
+    cp -r "$CLUSTER_DIR/logs" "$out/cluster-logs" 2>/dev/null || true
+    echo "--- bench failed; cluster logs copied to $out/cluster-logs, podjanitor logs in $out/" >&2
+  fi
+  [ -n "${BENCH_KEEP_CLUSTER:-}" ] || hack/local-cluster.sh down >/dev/null || true
+  exit $status
+}
+trap cleanup EXIT
+hack/local-cluster.sh down >/dev/null 2>&1 || true # a cluster left by an interrupted run
+hack/local-cluster.sh up
+_output/bin/podjanitor-bench -kubeconfig "$CLUSTER_DIR/kubeconfig" "${args[@]}" ${BENCH_ARGS:-}

@@ -1,0 +1,561 @@
+// Command bench is podjanitor's load benchmark (`make bench`, see BENCHMARKS.md).
+//
+// It runs against a cluster given by -kubeconfig (hack/bench.sh brings up a
+// local one), starts the podjanitor binary given by -podjanitor as a separate
+// process per measurement, creates pods, watches for their removal, scrapes
+// podjanitor's /metrics and /proc/<pid>, and prints a table and writes JSON.
+//
+// Scenarios (-scenarios, comma-separated):
+//
+//	idle     N pods with far-future deadlines: cache sync time, RSS, Go heap
+//	         in use, heap bytes per cached pod (N vs 0 pods), CPU and API
+//	         requests over an idle period
+//	backlog  pods already past their deadline when podjanitor starts: drain
+//	         time and pods/s, next to a plain client-go deleter with the same
+//	         concurrency and QPS/burst
+//	steady   N pods whose deadlines are spread uniformly over a window, one
+//	         run per -windows entry: lateness (removal seen by a watcher -
+//	         deadline) p50/p90/p99/max and podjanitor's own histogram
+//
+// API requests per removed pod are reported for backlog and steady.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
+)
+
+type config struct {
+	kubeconfig, podjanitor, outDir string
+	podjanitorAlt                  string
+	pods, backlogPods, runs        int
+	workers, burst, createConc     int
+	qps, maxDeletions              float64
+	scenarios                      []string
+	windows                        []time.Duration
+	idle, lead                     time.Duration
+	metricsPort                    int
+	idleBound, rawEvents           bool
+	nodes                          int
+}
+
+func main() {
+	cfg := &config{}
+	var scen, wins string
+	flag.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (required)")
+	flag.StringVar(&cfg.podjanitor, "podjanitor", "_output/bin/podjanitor", "podjanitor binary")
+	flag.StringVar(&cfg.outDir, "out", "_output/bench", "directory for results JSON and podjanitor logs")
+	flag.IntVar(&cfg.pods, "pods", 10000, "N: pods for the idle and steady scenarios")
+	flag.IntVar(&cfg.backlogPods, "backlog-pods", 0, "pods per backlog run (each for podjanitor and for the raw deleter); 0 = -pods")
+	flag.IntVar(&cfg.runs, "runs", 3, "runs of the short measurements (backlog; idle cache sync/heap restarts); the median is reported")
+	flag.StringVar(&scen, "scenarios", "idle,backlog,steady", "scenarios to run: idle, backlog, steady")
+	flag.StringVar(&wins, "windows", "5m,1m", "steady scenario: windows over which the N deadlines are spread, one run each")
+	flag.IntVar(&cfg.workers, "workers", 16, "podjanitor --workers, and the raw deleter's goroutines")
+	flag.Float64Var(&cfg.qps, "qps", 1000, "podjanitor --kube-api-qps, and the raw deleter's client QPS")
+	flag.IntVar(&cfg.burst, "burst", 1000, "podjanitor --kube-api-burst, and the raw deleter's client burst")
+	flag.Float64Var(&cfg.maxDeletions, "max-deletions-per-second", 0, "podjanitor --max-deletions-per-second (0: no cap)")
+	flag.IntVar(&cfg.createConc, "create-concurrency", 32, "goroutines creating pods")
+	flag.DurationVar(&cfg.idle, "idle", 60*time.Second, "idle scenario: how long CPU and API requests are measured")
+	flag.DurationVar(&cfg.lead, "lead", 0, "steady scenario: time from the start of creation to the first deadline; 0 = auto: creation (at the rate measured so far) ends before the first deadline")
+	flag.IntVar(&cfg.metricsPort, "metrics-port", 29490, "podjanitor's metrics port on 127.0.0.1 (health probes on the next port)")
+	flag.BoolVar(&cfg.idleBound, "idle-bound", true, "idle scenario: bind pods to fake (unmanaged) nodes and give them a Running status, as a kubelet would")
+	flag.StringVar(&cfg.podjanitorAlt, "podjanitor-alt", "", "backlog: also drain a backlog with this second podjanitor binary (to compare a change)")
+	flag.BoolVar(&cfg.rawEvents, "backlog-raw-events", false, "backlog: also run the raw deleter with an Event per deleted pod, as podjanitor records")
+	flag.IntVar(&cfg.nodes, "nodes", 4, "fake nodes for -idle-bound")
+	flag.Parse()
+	if cfg.kubeconfig == "" {
+		fmt.Fprintln(os.Stderr, "bench: -kubeconfig is required")
+		os.Exit(2)
+	}
+	if cfg.backlogPods == 0 {
+		cfg.backlogPods = cfg.pods
+	}
+	cfg.scenarios = splitList(scen)
+	for _, w := range splitList(wins) {
+		d, err := time.ParseDuration(w)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: bad window %q: %v\n", w, err)
+			os.Exit(2)
+		}
+		cfg.windows = append(cfg.windows, d)
+	}
+	if err := os.MkdirAll(cfg.outDir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// ------------------------------------------------------------------ results
+
+type results struct {
+	Started  time.Time       `json:"started"`
+	Finished time.Time       `json:"finished"`
+	Machine  machine         `json:"machine"`
+	Config   map[string]any  `json:"config"`
+	PodJSON  map[string]int  `json:"pod_json_bytes"`
+	Idle     *idleResult     `json:"idle,omitempty"`
+	Backlog  *backlogResult  `json:"backlog,omitempty"`
+	Steady   []*steadyResult `json:"steady,omitempty"`
+}
+
+type machine struct {
+	CPUs    int    `json:"nproc"`
+	GoVer   string `json:"go"`
+	Kernel  string `json:"kernel"`
+	MemInfo string `json:"mem_total"`
+}
+
+// apiRequests are podjanitor's client requests by HTTP method (GET = LIST and WATCH).
+type apiRequests struct {
+	ByMethod      map[string]float64 `json:"by_method"`
+	ByCode        map[string]float64 `json:"by_code"`
+	Removed       float64            `json:"pods_removed"`
+	WritesPerPod  float64            `json:"writes_per_removed_pod"`
+	DeletesPerPod float64            `json:"deletes_per_removed_pod"`
+	EventsPerPod  float64            `json:"event_posts_per_removed_pod"`
+	GetsTotal     float64            `json:"gets_total"`
+}
+
+func requestsFrom(m metrics) apiRequests {
+	r := apiRequests{
+		ByMethod: m.byLabel("rest_client_requests_total", "method"),
+		ByCode:   m.byLabel("rest_client_requests_total", "code"),
+		Removed:  m.sum("podjanitor_pods_removed_total", `dry_run="false"`),
+	}
+	r.GetsTotal = r.ByMethod["GET"]
+	if r.Removed > 0 {
+		writes := 0.0
+		for meth, v := range r.ByMethod {
+			if meth != "GET" {
+				writes += v
+			}
+		}
+		r.WritesPerPod = writes / r.Removed
+		r.DeletesPerPod = r.ByMethod["DELETE"] / r.Removed
+		r.EventsPerPod = r.ByMethod["POST"] / r.Removed
+	}
+	return r
+}
+
+func run(ctx context.Context, cfg *config) error {
+	res := &results{Started: time.Now(), PodJSON: map[string]int{}, Config: map[string]any{
+		"pods": cfg.pods, "backlog_pods": cfg.backlogPods, "runs": cfg.runs, "scenarios": cfg.scenarios,
+		"windows": fmtDurations(cfg.windows), "workers": cfg.workers, "kube_api_qps": cfg.qps, "kube_api_burst": cfg.burst,
+		"max_deletions_per_second": cfg.maxDeletions, "create_concurrency": cfg.createConc, "idle": cfg.idle.String(),
+		"idle_bound": cfg.idleBound, "nodes": cfg.nodes,
+	}}
+	res.Machine = describeMachine()
+	if out, err := exec.Command(cfg.podjanitor, "--version").Output(); err == nil {
+		res.Config["podjanitor_version"] = strings.TrimSpace(string(out))
+	}
+
+	restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
+	if err != nil {
+		return err
+	}
+	// The driver's own client: protobuf, no client-side rate limit.
+	fast := rest.CopyConfig(restCfg)
+	fast.QPS, fast.Burst = 1e6, 1e6
+	fast.ContentType = "application/vnd.kubernetes.protobuf"
+	fast.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	fast.UserAgent = "podjanitor-bench"
+	cs, err := kubernetes.NewForConfig(fast)
+	if err != nil {
+		return err
+	}
+	b := &bench{cfg: cfg, cs: cs, rest: restCfg, res: res, createRate: 100}
+
+	for _, s := range cfg.scenarios {
+		var err error
+		switch s {
+		case "idle":
+			res.Idle, err = b.idle(ctx)
+		case "backlog":
+			res.Backlog, err = b.backlog(ctx)
+		case "steady":
+			for _, w := range cfg.windows {
+				var r *steadyResult
+				r, err = b.steady(ctx, w)
+				if r != nil {
+					res.Steady = append(res.Steady, r)
+				}
+				if err != nil {
+					break
+				}
+			}
+		default:
+			err = fmt.Errorf("unknown scenario %q (want idle, backlog, steady)", s)
+		}
+		if err != nil {
+			b.write()
+			return fmt.Errorf("scenario %s: %w", s, err)
+		}
+		if ctx.Err() != nil {
+			b.write()
+			return ctx.Err()
+		}
+	}
+	res.Finished = time.Now()
+	path := b.write()
+	printReport(os.Stdout, res)
+	fmt.Printf("\nResults: %s (total %s)\n", path, res.Finished.Sub(res.Started).Round(time.Second))
+	return nil
+}
+
+type bench struct {
+	cfg        *config
+	cs         kubernetes.Interface
+	rest       *rest.Config
+	res        *results
+	createRate float64 // last measured pods/s, for the steady scenario's auto lead
+}
+
+func (b *bench) write() string {
+	data, err := json.MarshalIndent(finite(b.res), "", "  ")
+	if err != nil {
+		logf("writing results: %v", err)
+	}
+	path := filepath.Join(b.cfg.outDir, "results-"+b.res.Started.Format("20060102-150405")+".json")
+	_ = os.WriteFile(path, data, 0o644)
+	_ = os.WriteFile(filepath.Join(b.cfg.outDir, "results.json"), data, 0o644)
+	return path
+}
+
+// finite returns v (a pointer to a struct) as generic JSON with NaN and ±Inf
+// numbers (not measured) replaced by null, which encoding/json cannot encode.
+func finite(v any) any {
+	var walk func(reflect.Value) any
+	walk = func(x reflect.Value) any {
+		switch x.Kind() {
+		case reflect.Pointer, reflect.Interface:
+			if x.IsNil() {
+				return nil
+			}
+			return walk(x.Elem())
+		case reflect.Float32, reflect.Float64:
+			if f := x.Float(); math.IsNaN(f) || math.IsInf(f, 0) {
+				return nil
+			}
+			return x.Interface()
+		case reflect.Struct:
+			if _, ok := x.Interface().(time.Time); ok {
+				return x.Interface()
+			}
+			m := map[string]any{}
+			for i := range x.NumField() {
+				f := x.Type().Field(i)
+				if !f.IsExported() {
+					continue
+				}
+				name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+				if name == "-" {
+					continue
+				}
+				if name == "" {
+					name = f.Name
+				}
+				if strings.Contains(opts, "omitempty") && x.Field(i).IsZero() {
+					continue
+				}
+				m[name] = walk(x.Field(i))
+			}
+			return m
+		case reflect.Slice, reflect.Array:
+			if x.Kind() == reflect.Slice && x.IsNil() {
+				return nil
+			}
+			out := make([]any, x.Len())
+			for i := range x.Len() {
+				out[i] = walk(x.Index(i))
+			}
+			return out
+		case reflect.Map:
+			m := map[string]any{}
+			for _, k := range x.MapKeys() {
+				m[fmt.Sprint(k.Interface())] = walk(x.MapIndex(k))
+			}
+			return m
+		default:
+			return x.Interface()
+		}
+	}
+	return walk(reflect.ValueOf(v))
+}
+
+func describeMachine() machine {
+	m := machine{CPUs: runtime.NumCPU(), GoVer: runtime.Version()}
+	if out, err := exec.Command("uname", "-sr").Output(); err == nil {
+		m.Kernel = strings.TrimSpace(string(out))
+	}
+	if data, err := os.ReadFile("/proc/meminfo"); err == nil {
+		line, _, _ := strings.Cut(string(data), "\n")
+		m.MemInfo = strings.Join(strings.Fields(line)[1:], " ")
+	}
+	return m
+}
+
+func fmtDurations(ds []time.Duration) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.String())
+	}
+	return out
+}
+
+// ensureNamespace creates ns (recreating it if a previous bench left it) and
+// waits for its default ServiceAccount, which pod admission needs.
+func (b *bench) ensureNamespace(ctx context.Context, ns string) error {
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	_, err := b.cs.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := b.cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+}
+
+// podJSONSize records the size of one stored pod as JSON.
+func (b *bench) podJSONSize(ctx context.Context, key, ns, name string) {
+	jcs, err := kubernetes.NewForConfig(b.rest)
+	if err != nil {
+		return
+	}
+	raw, err := jcs.CoreV1().RESTClient().Get().Namespace(ns).Resource("pods").Name(name).DoRaw(ctx)
+	if err == nil {
+		var v any
+		if json.Unmarshal(raw, &v) == nil {
+			if compact, err := json.Marshal(v); err == nil {
+				b.res.PodJSON[key] = len(compact)
+			}
+		}
+	}
+}
+
+// ------------------------------------------------------------------- stats
+
+type latency struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50_ms"`
+	P90   float64 `json:"p90_ms"`
+	P99   float64 `json:"p99_ms"`
+	Max   float64 `json:"max_ms"`
+}
+
+func latencyOf(ds []time.Duration) latency {
+	if len(ds) == 0 {
+		return latency{P50: math.NaN(), P90: math.NaN(), P99: math.NaN(), Max: math.NaN()}
+	}
+	slices.Sort(ds)
+	q := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(len(ds)))) - 1
+		return float64(ds[max(i, 0)]) / 1e6
+	}
+	return latency{Count: len(ds), P50: q(0.50), P90: q(0.90), P99: q(0.99), Max: float64(ds[len(ds)-1]) / 1e6}
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// rawDelete deletes the named pods with `workers` goroutines through a plain
+// client-go clientset with the same QPS/burst (and JSON, like podjanitor).
+//
+// With withEvents it also records an Event per deleted pod through the same
+// client with client-go's events broadcaster, as podjanitor does: the
+// difference to the plain run is what the events cost.
+func rawDelete(ctx context.Context, restCfg *rest.Config, ns string, names []string, workers int, qps float64, burst int, withEvents bool) (errs int, err error) {
+	c := rest.CopyConfig(restCfg)
+	c.QPS, c.Burst, c.UserAgent = float32(qps), burst, "podjanitor-bench-raw-deleter"
+	cs, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		return 0, err
+	}
+	var recorder events.EventRecorder
+	if withEvents {
+		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+		broadcaster.StartRecordingToSinkWithContext(ctx)
+		defer broadcaster.Shutdown()
+		recorder = broadcaster.NewRecorder(scheme.Scheme, "podjanitor-bench")
+	}
+	ch := make(chan string)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for name := range ch {
+				err := cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{})
+				if err != nil && !apierrors.IsNotFound(err) {
+					mu.Lock()
+					errs++
+					mu.Unlock()
+				}
+				if err == nil && recorder != nil {
+					pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+					recorder.Eventf(pod, nil, corev1.EventTypeNormal, "Expired", "Delete", "Pod deleted: its deadline %s has passed", "bench")
+				}
+			}
+		})
+	}
+	for _, n := range names {
+		ch <- n
+	}
+	close(ch)
+	wg.Wait()
+	return errs, nil
+}
+
+// ------------------------------------------------------------------ report
+
+func printReport(w0 *os.File, r *results) {
+	w := tabwriter.NewWriter(w0, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "\npodjanitor benchmark — %d CPUs, %s, %s, memory %s\n", r.Machine.CPUs, r.Machine.GoVer, r.Machine.Kernel, r.Machine.MemInfo)
+	fmt.Fprintf(w, "config: %v\n", compactConfig(r.Config))
+	if len(r.PodJSON) > 0 {
+		fmt.Fprintf(w, "pod size as stored (JSON): %v bytes\n", r.PodJSON)
+	}
+	if i := r.Idle; i != nil {
+		fmt.Fprintf(w, "\n== Scenario 3: idle at scale (median of %d podjanitor starts; idle measured over %s)\n", len(i.Runs), i.IdleWindow)
+		fmt.Fprintln(w, "pods\tcache sync\tRSS\tpeak RSS\tGo heap in use\tpods parked")
+		fmt.Fprintf(w, "0\t%.2f s\t%s\t%s\t%s\t-\n", i.Empty.SyncSeconds, mib(i.Empty.RSS), mib(i.Empty.PeakRSS), mib(i.Empty.HeapInuse))
+		fmt.Fprintf(w, "%d\t%.2f s\t%s\t%s\t%s\t%.0f\n", i.Pods, i.Full.SyncSeconds, mib(i.Full.RSS), mib(i.Full.PeakRSS), mib(i.Full.HeapInuse), i.Full.Parked)
+		fmt.Fprintf(w, "per cached pod\t\t%.2f KiB RSS\t%.2f KiB peak\t%.2f KiB heap\t\n", i.RSSPerPod/1024, i.PeakRSSPerPod/1024, i.HeapPerPod/1024)
+		if i.HeapAfterGCPerPod > 0 || i.LivePerPod > 0 {
+			fmt.Fprintf(w, "after the first GC past sync:\theap in use %s = %.2f KiB/pod\tlive heap (gctrace) %s = %.2f KiB/pod (0 pods: %s)\t\t\n",
+				mib(i.Full.AfterGC), i.HeapAfterGCPerPod/1024, mib(i.Full.LiveAtGC), i.LivePerPod/1024, mib(i.EmptyLiveHeap))
+		}
+		fmt.Fprintf(w, "idle %s with %d pods:\tCPU %.3f%% of one core\tAPI requests %.0f\t\t\n", i.IdleWindow, i.Pods, i.IdleCPUPercent, i.IdleRequests)
+	}
+	if bl := r.Backlog; bl != nil {
+		fmt.Fprintf(w, "\n== Scenario 2: backlog of %d overdue pods (workers/goroutines %d, QPS %g, burst %d; median of %d runs)\n",
+			bl.Pods, bl.Workers, bl.QPS, bl.Burst, len(bl.Runs))
+		fmt.Fprintln(w, "run\tpodjanitor sync\tpodjanitor drain\tpodjanitor pods/s\traw drain\traw pods/s\tratio")
+		for k, run := range bl.Runs {
+			fmt.Fprintf(w, "%d\t%.2f s\t%.1f s\t%.0f\t%.1f s\t%.0f\t%.0f%%\n", k+1, run.SyncSeconds, run.DrainSeconds, run.Rate, run.RawSeconds, run.RawRate, 100*run.Ratio)
+		}
+		fmt.Fprintf(w, "median\t\t\t%.0f\t\t%.0f\t%.0f%%\n", bl.MedianRate, bl.MedianRawRate, 100*bl.MedianRatio)
+		for k, run := range bl.Runs {
+			if run.AltRate > 0 {
+				fmt.Fprintf(w, "run %d: -podjanitor-alt binary: %.1f s, %.0f pods/s (CPU %.1f s); alt / raw = %.0f%%\n",
+					k+1, run.AltSeconds, run.AltRate, run.AltCPUSeconds, 100*run.AltRate/run.RawRate)
+			}
+			if run.RawEvRate > 0 {
+				fmt.Fprintf(w, "run %d: raw deleter that also records an Event per pod (as podjanitor does): %.1f s, %.0f pods/s; podjanitor / that = %.0f%%\n",
+					k+1, run.RawEvSeconds, run.RawEvRate, 100*run.Rate/run.RawEvRate)
+			}
+		}
+		fmt.Fprintf(w, "podjanitor during drain: CPU %.1f s, peak RSS %s\n", bl.Runs[0].CPUSeconds, mib(bl.Runs[0].PeakRSS))
+		printRequests(w, "Scenario 4 (backlog run 1)", bl.Runs[0].Requests)
+	}
+	if len(r.Steady) > 0 {
+		fmt.Fprintf(w, "\n== Scenario 1: steady expiry (lateness = removal seen by a watcher − deadline; podjanitor's histogram beside it)\n")
+		fmt.Fprintln(w, "pods\twindow\trate\tmeasured\tp50\tp90\tp99\tmax\tpodjanitor p50\tp90\tp99\tnot removed\tcreated late")
+		for _, s := range r.Steady {
+			fmt.Fprintf(w, "%d\t%s\t%.0f/s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", s.Pods, s.Window, s.Rate, s.All.Count,
+				ms(s.All.P50), ms(s.All.P90), ms(s.All.P99), ms(s.All.Max),
+				ms(s.Histogram.P50*1000), ms(s.Histogram.P90*1000), ms(s.Histogram.P99*1000), s.NotRemoved, s.CreatedLate)
+			if s.AfterCreation.Count > 0 && s.AfterCreation.Count != s.All.Count {
+				fmt.Fprintf(w, "\t\t- deadlines after creation ended\t%d\t%s\t%s\t%s\t%s\t\t\t\t\t\n", s.AfterCreation.Count,
+					ms(s.AfterCreation.P50), ms(s.AfterCreation.P90), ms(s.AfterCreation.P99), ms(s.AfterCreation.Max))
+				fmt.Fprintf(w, "\t\t- deadlines during creation\t%d\t%s\t%s\t%s\t%s\t\t\t\t\t\n", s.DuringCreation.Count,
+					ms(s.DuringCreation.P50), ms(s.DuringCreation.P90), ms(s.DuringCreation.P99), ms(s.DuringCreation.Max))
+			}
+		}
+		for _, s := range r.Steady {
+			fmt.Fprintf(w, "window %s: podjanitor CPU %.1f s (%.1f%% of one core), peak RSS %s\n", s.Window, s.CPUSeconds,
+				100*s.CPUSeconds/s.WallSeconds, mib(s.PeakRSS))
+			printRequests(w, "Scenario 4 (steady "+s.Window+")", s.Requests)
+		}
+	}
+	_ = w.Flush()
+}
+
+func printRequests(w *tabwriter.Writer, title string, r apiRequests) {
+	fmt.Fprintf(w, "%s: %.0f pods removed; API requests by method %v, by code %v; per removed pod: %.3f writes (%.3f DELETE, %.3f event POST); GET (LIST/WATCH) total %.0f\n",
+		title, r.Removed, roundMap(r.ByMethod), roundMap(r.ByCode), r.WritesPerPod, r.DeletesPerPod, r.EventsPerPod, r.GetsTotal)
+}
+
+func roundMap(m map[string]float64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range m {
+		if v != 0 {
+			out[k] = int64(math.Round(v))
+		}
+	}
+	return out
+}
+
+func compactConfig(c map[string]any) string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%v", k, c[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
+
+func ms(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	if v >= 1000 {
+		return fmt.Sprintf("%.2f s", v/1000)
+	}
+	return fmt.Sprintf("%.1f ms", v)
+}

@@ -1,0 +1,426 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+)
+
+// ---------------------------------------------------------------- progress
+
+var progressMu sync.Mutex
+
+// progress prints line() on one terminal line every second until stopped.
+func progress(line func() string) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				progressMu.Lock()
+				fmt.Fprintf(os.Stderr, "\r\033[K%s\n", line())
+				progressMu.Unlock()
+				return
+			case <-t.C:
+				progressMu.Lock()
+				fmt.Fprintf(os.Stderr, "\r\033[K%s", line())
+				progressMu.Unlock()
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+func logf(format string, args ...any) {
+	progressMu.Lock()
+	defer progressMu.Unlock()
+	fmt.Fprintf(os.Stderr, "[bench %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// ------------------------------------------------------------- podjanitor
+
+// janitor is a podjanitor process started by the bench.
+type janitor struct {
+	cmd         *exec.Cmd
+	pid         int
+	started     time.Time
+	metricsURL  string
+	readyURL    string
+	exited      chan struct{}
+	clockTicks  float64
+	logFile     *os.File
+	baseMetrics metrics
+}
+
+func startJanitor(cfg *config, name, ns string, workers int) (*janitor, error) {
+	return startJanitorBinary(cfg, cfg.podjanitor, name, ns, workers)
+}
+
+func startJanitorBinary(cfg *config, binary, name, ns string, workers int) (*janitor, error) {
+	logPath := fmt.Sprintf("%s/podjanitor-%s.log", cfg.outDir, name)
+	lf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{
+		"--kubeconfig=" + cfg.kubeconfig,
+		"--namespace=" + ns,
+		fmt.Sprintf("--workers=%d", workers),
+		fmt.Sprintf("--kube-api-qps=%g", cfg.qps),
+		fmt.Sprintf("--kube-api-burst=%d", cfg.burst),
+		fmt.Sprintf("--max-deletions-per-second=%g", cfg.maxDeletions),
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", cfg.metricsPort),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", cfg.metricsPort+1),
+	}
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	// gctrace prints one line per GC to the log (the live heap after marking);
+	// it changes nothing else.
+	cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	j := &janitor{
+		cmd: cmd, metricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", cfg.metricsPort),
+		readyURL: fmt.Sprintf("http://127.0.0.1:%d/readyz", cfg.metricsPort+1),
+		exited:   make(chan struct{}), clockTicks: 100, logFile: lf,
+	}
+	j.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("starting %s: %w", binary, err)
+	}
+	j.pid = cmd.Process.Pid
+	go func() { _ = cmd.Wait(); close(j.exited) }()
+	return j, nil
+}
+
+// waitReady polls /readyz (the pod cache has synced) and returns the time from start.
+func (j *janitor) waitReady(timeout time.Duration) (time.Duration, error) {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-j.exited:
+			return 0, fmt.Errorf("podjanitor exited; see %s", j.logFile.Name())
+		default:
+		}
+		resp, err := client.Get(j.readyURL)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return time.Since(j.started), nil
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("podjanitor not ready after %v", timeout)
+}
+
+func (j *janitor) stop() {
+	_ = j.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-j.exited:
+	case <-time.After(40 * time.Second):
+		_ = j.cmd.Process.Kill()
+		<-j.exited
+	}
+	j.logFile.Close()
+}
+
+// procStats are read from /proc/<pid>.
+type procStats struct {
+	RSSBytes  int64   `json:"rss_bytes"`
+	PeakRSS   int64   `json:"peak_rss_bytes"`
+	CPUSecond float64 `json:"cpu_seconds"`
+}
+
+func (j *janitor) proc() procStats {
+	var s procStats
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", j.pid)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				switch f[0] {
+				case "VmRSS:":
+					s.RSSBytes = kb * 1024
+				case "VmHWM:":
+					s.PeakRSS = kb * 1024
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", j.pid)); err == nil {
+		str := string(b)
+		if k := strings.LastIndexByte(str, ')'); k > 0 {
+			f := strings.Fields(str[k+1:]) // f[0] is field 3 (state)
+			if len(f) > 12 {
+				ut, _ := strconv.ParseFloat(f[11], 64) // field 14
+				st, _ := strconv.ParseFloat(f[12], 64) // field 15
+				s.CPUSecond = (ut + st) / j.clockTicks
+			}
+		}
+	}
+	return s
+}
+
+// ---------------------------------------------------------------- metrics
+
+// metrics is one scrape of the Prometheus text format: series (name plus
+// sorted label text, as exposed) to value.
+type metrics map[string]float64
+
+func (j *janitor) scrape() (metrics, error) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(j.metricsURL)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	m := metrics{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		k := strings.LastIndexByte(line, ' ')
+		if k < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[k+1:], 64)
+		if err != nil {
+			continue
+		}
+		m[line[:k]] = v
+	}
+	return m, sc.Err()
+}
+
+// sum adds every series of name whose labels contain all of the filters (`method="DELETE"`).
+func (m metrics) sum(name string, filters ...string) float64 {
+	var t float64
+	for k, v := range m {
+		if k != name && !strings.HasPrefix(k, name+"{") {
+			continue
+		}
+		ok := true
+		for _, f := range filters {
+			if !strings.Contains(k, f) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			t += v
+		}
+	}
+	return t
+}
+
+func (m metrics) minus(base metrics) metrics {
+	out := metrics{}
+	for k, v := range m {
+		out[k] = v - base[k]
+	}
+	return out
+}
+
+// byLabel groups name's series by the value of label.
+func (m metrics) byLabel(name, label string) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m {
+		if !strings.HasPrefix(k, name+"{") {
+			continue
+		}
+		i := strings.Index(k, label+`="`)
+		if i < 0 {
+			continue
+		}
+		rest := k[i+len(label)+2:]
+		out[rest[:strings.IndexByte(rest, '"')]] += v
+	}
+	return out
+}
+
+// histQuantile estimates a quantile from a Prometheus histogram's cumulative
+// buckets, interpolating linearly inside a bucket like histogram_quantile().
+func (m metrics) histQuantile(name string, q float64) float64 {
+	type bucket struct{ le, count float64 }
+	var bs []bucket
+	for k, v := range m {
+		if !strings.HasPrefix(k, name+"_bucket{") {
+			continue
+		}
+		i := strings.Index(k, `le="`)
+		rest := k[i+4:]
+		le, err := strconv.ParseFloat(rest[:strings.IndexByte(rest, '"')], 64)
+		if err != nil {
+			continue
+		}
+		bs = append(bs, bucket{le, v})
+	}
+	sort.Slice(bs, func(a, b int) bool { return bs[a].le < bs[b].le })
+	if len(bs) == 0 || bs[len(bs)-1].count == 0 {
+		return math.NaN()
+	}
+	total := bs[len(bs)-1].count
+	rank := q * total
+	prevLe, prevCount := 0.0, 0.0
+	for _, b := range bs {
+		if b.count >= rank {
+			if math.IsInf(b.le, 1) {
+				return prevLe
+			}
+			if b.count == prevCount {
+				return b.le
+			}
+			return prevLe + (b.le-prevLe)*(rank-prevCount)/(b.count-prevCount)
+		}
+		prevLe, prevCount = b.le, b.count
+	}
+	return prevLe
+}
+
+// --------------------------------------------------------------- watcher
+
+// tracker watches one namespace and records, per pod name, when its removal
+// was first seen: deletionTimestamp set, or the DELETED event.
+type tracker struct {
+	mu      sync.Mutex
+	gone    map[string]time.Time
+	changed chan struct{}
+}
+
+func watchNamespace(ctx context.Context, cs kubernetes.Interface, ns string) (*tracker, error) {
+	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return nil, err
+	}
+	rw, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.AllowWatchBookmarks = true
+			return cs.CoreV1().Pods(ns).Watch(ctx, o)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	t := &tracker{gone: map[string]time.Time{}, changed: make(chan struct{}, 1)}
+	go func() {
+		defer rw.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-rw.ResultChan():
+				if !ok {
+					return
+				}
+				now := time.Now()
+				pod, isPod := ev.Object.(*corev1.Pod)
+				if !isPod {
+					continue
+				}
+				if ev.Type == watch.Deleted || (ev.Type == watch.Modified && pod.DeletionTimestamp != nil) {
+					t.mu.Lock()
+					if _, seen := t.gone[pod.Name]; !seen {
+						t.gone[pod.Name] = now
+					}
+					t.mu.Unlock()
+					select {
+					case t.changed <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}
+	}()
+	return t, nil
+}
+
+func (t *tracker) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.gone)
+}
+
+func (t *tracker) snapshot() map[string]time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]time.Time, len(t.gone))
+	for k, v := range t.gone {
+		out[k] = v
+	}
+	return out
+}
+
+// waitGone waits until n pods are gone or the timeout passes, with a progress line.
+func (t *tracker) waitGone(ctx context.Context, n int, timeout time.Duration, label string) bool {
+	start := time.Now()
+	stop := progress(func() string {
+		return fmt.Sprintf("%s: %d/%d pods removed (%.0fs)", label, t.count(), n, time.Since(start).Seconds())
+	})
+	defer stop()
+	deadline := time.After(timeout)
+	for t.count() < n {
+		select {
+		case <-t.changed:
+		case <-deadline:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return true
+}
+
+// lastGCLiveHeap returns the live heap (MB) marked by the last GC that
+// gctrace logged, and how many GCs were logged.
+func (j *janitor) lastGCLiveHeap() (liveMB float64, gcs int) {
+	data, err := os.ReadFile(j.logFile.Name())
+	if err != nil {
+		return math.NaN(), 0
+	}
+	liveMB = math.NaN()
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "gc ") {
+			continue
+		}
+		// "gc 7 @2.1s 3%: ... ms cpu, 40->41->22 MB, 42 MB goal, ..."
+		i := strings.Index(line, " MB, ")
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(line[:i])
+		parts := strings.Split(f[len(f)-1], "->")
+		if v, err := strconv.ParseFloat(parts[len(parts)-1], 64); err == nil {
+			liveMB, gcs = v, gcs+1
+		}
+	}
+	return liveMB, gcs
+}
