@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -59,6 +60,7 @@ type options struct {
 	retryPeriod               time.Duration
 	leaseName, leaseNamespace string
 	metricsAddr, healthAddr   string
+	profiling                 bool
 	shutdownTimeout           time.Duration
 	showVersion               bool
 	output                    string // plan only
@@ -96,6 +98,7 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	fs.StringVar(&o.leaseNamespace, "leader-elect-resource-namespace", "", "Namespace of the Lease. Default: the pod's own namespace, else kube-system.")
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; 0 disables it.")
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz; 0 disables them.")
+	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's pprof profiles under /debug/pprof/ on the metrics address.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "On SIGTERM, how long to wait for removals in flight.")
 	return fs
 }
@@ -443,6 +446,13 @@ func serveEndpoints(ctx context.Context, o *options, metrics *Metrics, watchdog 
 	if o.metricsAddr != "0" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{Registry: metrics.Registry}))
+		if o.profiling {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
 		if err := serve(ctx, "metrics", o.metricsAddr, mux, errs); err != nil {
 			return err
 		}

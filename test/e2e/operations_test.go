@@ -82,6 +82,9 @@ func TestOperations(t *testing.T) {
 			t.Errorf("/metrics lacks %s", series)
 		}
 	}
+	if code, _ := httpGet(t, "http://"+addr["metrics"]+"/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ = %d without --profiling, want 404", code)
+	}
 	if strings.Contains(metrics, pod.Name) || strings.Contains(metrics, ns) {
 		t.Error("/metrics carries a pod or namespace name as a label value")
 	}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestFlagValidation(t *testing.T) {
+	tests := map[string]struct {
+		args    []string
+		wantErr string // "" means valid
+	}{
+		"defaults":              {},
+		"zero workers":          {args: []string{"--workers", "0"}, wantErr: "--workers"},
+		"bad selector":          {args: []string{"--label-selector", "a b"}, wantErr: "--label-selector"},
+		"bad namespace":         {args: []string{"--namespace", "Not_A_Namespace"}, wantErr: "--namespace"},
+		"negative rate":         {args: []string{"--max-deletions-per-second", "-1"}, wantErr: "--max-deletions-per-second"},
+		"bad prefix":            {args: []string{"--annotation-prefix", "no/slash"}, wantErr: "--annotation-prefix"},
+		"lease shorter":         {args: []string{"--leader-elect", "--leader-elect-lease-duration", "5s"}, wantErr: "--leader-elect-lease-duration"},
+		"bad bind address":      {args: []string{"--metrics-bind-address", "8080"}, wantErr: "--metrics-bind-address"},
+		"metrics disabled":      {args: []string{"--metrics-bind-address", "0"}},
+		"stray argument":        {args: []string{"extra"}, wantErr: "unexpected argument"},
+		"unparsable duration":   {args: []string{"--shutdown-timeout", "soon"}, wantErr: "shutdown-timeout"},
+		"klog verbosity passes": {args: []string{"-v=4"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := parseFlags("podjanitor", tc.args, false)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("parseFlags(%q) = %v, want no error", tc.args, err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("parseFlags(%q) = %v, want an error naming %s", tc.args, err, tc.wantErr)
+			}
+		})
+	}
+	if _, err := parseFlags("podjanitor plan", []string{"-o", "yaml"}, true); err == nil {
+		t.Error("plan -o yaml accepted, want table or json only")
+	}
+	var usage usageError
+	if _, err := parseFlags("podjanitor", []string{"--workers", "0"}, false); !errors.As(err, &usage) || exitCode(err) != 2 {
+		t.Errorf("a bad flag value must be a usage error with exit status 2, got %v", err)
+	}
+}
+
+func TestProfilingIsOptIn(t *testing.T) {
+	for _, profiling := range []bool{false, true} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		o := &options{metricsAddr: addr, healthAddr: "0", profiling: profiling}
+		if err := serveEndpoints(ctx, o, NewMetrics("test", "test"), nil, func() bool { return true }, make(chan error, 2)); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Get("http://" + addr + "/debug/pprof/cmdline")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := http.StatusNotFound
+		if profiling {
+			want = http.StatusOK
+		}
+		if resp.StatusCode != want {
+			t.Errorf("--profiling=%v: /debug/pprof/cmdline = %d, want %d", profiling, resp.StatusCode, want)
+		}
+		cancel()
+	}
+}
