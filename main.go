@@ -316,7 +316,7 @@ func daemon(ctx context.Context, o *options) error {
 		return err
 	}
 	if o.configFile != "" {
-		go watchPolicyFile(ctx, o, evaluator, controller)
+		go watchPolicyFile(ctx, o, controller)
 	}
 
 	var watchdog *leaderelection.HealthzAdaptor

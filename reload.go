@@ -17,7 +17,7 @@ const policyPollInterval = 2 * time.Second
 
 // watchPolicyFile reloads the policy file when its content changes. A file
 // that does not validate is rejected and the running policy stays.
-func watchPolicyFile(ctx context.Context, o *options, current *policy.Evaluator, c *Controller) {
+func watchPolicyFile(ctx context.Context, o *options, c *Controller) {
 	logger := klog.FromContext(ctx).WithValues("config", o.configFile)
 	last, _ := os.ReadFile(o.configFile)
 	ticker := time.NewTicker(policyPollInterval)
@@ -44,8 +44,7 @@ func watchPolicyFile(ctx context.Context, o *options, current *policy.Evaluator,
 			c.metrics.policyReloaded(false)
 			continue
 		}
-		current = &policy.Evaluator{Prefix: current.Prefix, Policy: p}
-		if err := c.SetEvaluator(current); err != nil {
+		if err := c.SetEvaluator(&policy.Evaluator{Prefix: o.annotationPrefix, Policy: p}); err != nil {
 			logger.Error(err, "Re-evaluating pods after a policy reload")
 		}
 		c.metrics.policyReloaded(true)

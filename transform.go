@@ -19,8 +19,8 @@ import (
 //   - status: phase, reason, startTime, the conditions the policy reads
 //     (DisruptionTarget, Ready, PodScheduled: type, status, reason,
 //     lastTransitionTime), and for each waiting or terminated (init) container:
-//     name, restartCount, state.waiting.reason, state.terminated.reason,
-//     exitCode and finishedAt.
+//     name, restartCount, state.waiting.reason, state.terminated.reason and
+//     finishedAt.
 //
 // Dropped: managedFields, every other annotation, the whole spec, other
 // conditions, running containers' statuses, and the rest of the status
@@ -107,7 +107,7 @@ func leanContainerStatuses(statuses []corev1.ContainerStatus) []corev1.Container
 			lean.State.Waiting = &corev1.ContainerStateWaiting{Reason: w.Reason}
 		}
 		if t := s.State.Terminated; t != nil {
-			lean.State.Terminated = &corev1.ContainerStateTerminated{Reason: t.Reason, FinishedAt: t.FinishedAt, ExitCode: t.ExitCode}
+			lean.State.Terminated = &corev1.ContainerStateTerminated{Reason: t.Reason, FinishedAt: t.FinishedAt}
 		}
 		if lean.State.Waiting != nil || lean.State.Terminated != nil {
 			out = append(out, lean)
