@@ -12,13 +12,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -92,7 +91,8 @@ type Controller struct {
 	recorder events.EventRecorder
 	clock    clock.WithTicker
 
-	podLister  corelisters.PodLister
+	// pods is the pod informer's store; see podFromCache for what it holds.
+	pods       cache.Indexer
 	podsSynced cache.InformerSynced
 
 	// evaluator is swapped when the policy file is reloaded.
@@ -132,7 +132,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, c
 		client:     client,
 		recorder:   recorder,
 		clock:      clk,
-		podLister:  podInformer.Lister(),
+		pods:       podInformer.Informer().GetIndexer(),
 		podsSynced: podInformer.Informer().HasSynced,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](10*time.Millisecond, 5*time.Minute),
@@ -149,7 +149,9 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, c
 	_, err := podInformer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
 		UpdateFunc: func(old, cur interface{}) {
-			if old.(*corev1.Pod).ResourceVersion != cur.(*corev1.Pod).ResourceVersion {
+			oldMeta, err1 := meta.Accessor(old)
+			curMeta, err2 := meta.Accessor(cur)
+			if err1 != nil || err2 != nil || oldMeta.GetResourceVersion() != curMeta.GetResourceVersion() {
 				c.enqueue(cur)
 			}
 		},
@@ -174,12 +176,12 @@ func (c *Controller) enqueue(obj interface{}) {
 // SetEvaluator replaces the policy and decides every cached pod again.
 func (c *Controller) SetEvaluator(e *policy.Evaluator) error {
 	c.evaluator.Store(e)
-	pods, err := c.podLister.List(labels.Everything())
-	if err != nil {
-		return err
-	}
-	for _, p := range pods {
-		c.queue.Add(cache.MetaObjectToName(p))
+	for _, key := range c.pods.ListKeys() {
+		name, err := cache.ParseObjectName(key)
+		if err != nil {
+			return err
+		}
+		c.queue.Add(name)
 	}
 	return nil
 }
@@ -280,12 +282,16 @@ func (c *Controller) safeSync(ctx context.Context, key cache.ObjectName) (result
 // syncHandler decides what to do with one pod now.
 func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Result, error) {
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "pod", key)
-	pod, err := c.podLister.Pods(key.Namespace).Get(key.Name)
-	if apierrors.IsNotFound(err) {
+	obj, exists, err := c.pods.GetByKey(key.String())
+	if err != nil {
+		return Result{}, err
+	}
+	if !exists {
 		logger.V(4).Info("Pod is gone")
 		c.forgetPod(key)
 		return Result{}, nil
 	}
+	pod, err := podFromCache(obj)
 	if err != nil {
 		return Result{}, err
 	}

@@ -67,8 +67,12 @@ func newFixture(t *testing.T, opts Options, pods ...*corev1.Pod) *fixture {
 	opts.Metrics = f.metrics
 	factory := informers.NewSharedInformerFactory(f.client, 0)
 	podInformer := factory.Core().V1().Pods()
-	for _, p := range pods {
-		if err := podInformer.Informer().GetIndexer().Add(p); err != nil {
+	for _, p := range pods { // stored as the informer's transform stores them
+		obj, err := podTransform(strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/"))(p.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := podInformer.Informer().GetIndexer().Add(obj); err != nil {
 			t.Fatal(err)
 		}
 	}

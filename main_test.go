@@ -26,6 +26,8 @@ func TestFlagValidation(t *testing.T) {
 		"stray argument":        {args: []string{"extra"}, wantErr: "unexpected argument"},
 		"unparsable duration":   {args: []string{"--shutdown-timeout", "soon"}, wantErr: "shutdown-timeout"},
 		"klog verbosity passes": {args: []string{"-v=4"}},
+		"json content type":     {args: []string{"--kube-api-content-type", "application/json"}},
+		"bad content type":      {args: []string{"--kube-api-content-type", "yaml"}, wantErr: "--kube-api-content-type"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -9,13 +9,26 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// leanPod returns the informer transform that keeps only what the policy
-// package reads, so that a cached pod costs little memory. Kept:
+// podTransform returns the pod informer's transform: the fields leanPod keeps,
+// packed into a cachedPod. TestLeanPodKeepsDecisions proves that decisions on
+// what the cache gives back equal decisions on full pods.
+func podTransform(prefix string) cache.TransformFunc {
+	annotationPrefix := prefix + "/"
+	return func(obj interface{}) (interface{}, error) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return obj, nil // a cachedPod or a tombstone: already transformed
+		}
+		return packPod(leanPod(pod, annotationPrefix))
+	}
+}
+
+// leanPod returns a copy of pod with only what the policy package reads:
 //
 //   - metadata: name, namespace, uid, resourceVersion (delete preconditions),
 //     creationTimestamp, deletionTimestamp, labels (rule label selectors),
 //     ownerReferences (apiVersion, kind, name, uid, controller; rule owner kinds),
-//     annotations under <prefix>/ and kubernetes.io/config.mirror (mirror pods);
+//     annotations under annotationPrefix and kubernetes.io/config.mirror (mirror pods);
 //   - status: phase, reason, startTime, the conditions the policy reads
 //     (DisruptionTarget, Ready, PodScheduled: type, status, reason,
 //     lastTransitionTime), and for each waiting or terminated (init) container:
@@ -25,38 +38,27 @@ import (
 // Dropped: managedFields, every other annotation, the whole spec, other
 // conditions, running containers' statuses, and the rest of the status
 // (messages, IPs, images, resources, lastTerminationState, ...).
-// TestLeanPodKeepsDecisions proves that decisions on lean pods equal decisions on
-// full ones.
-func leanPod(prefix string) cache.TransformFunc {
-	annotationPrefix := prefix + "/"
-	return func(obj interface{}) (interface{}, error) {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok {
-			return obj, nil // a tombstone: already transformed when it was cached
-		}
-		lean := &corev1.Pod{
-			TypeMeta: pod.TypeMeta,
-			ObjectMeta: metav1.ObjectMeta{
-				Name:              pod.Name,
-				Namespace:         pod.Namespace,
-				UID:               pod.UID,
-				ResourceVersion:   pod.ResourceVersion,
-				CreationTimestamp: pod.CreationTimestamp,
-				DeletionTimestamp: pod.DeletionTimestamp,
-				Labels:            pod.Labels,
-				Annotations:       keptAnnotations(pod.Annotations, annotationPrefix),
-				OwnerReferences:   leanOwners(pod.OwnerReferences),
-			},
-			Status: corev1.PodStatus{
-				Phase:                 pod.Status.Phase,
-				Reason:                pod.Status.Reason,
-				StartTime:             pod.Status.StartTime,
-				Conditions:            leanConditions(pod.Status.Conditions),
-				ContainerStatuses:     leanContainerStatuses(pod.Status.ContainerStatuses),
-				InitContainerStatuses: leanContainerStatuses(pod.Status.InitContainerStatuses),
-			},
-		}
-		return lean, nil
+func leanPod(pod *corev1.Pod, annotationPrefix string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              pod.Name,
+			Namespace:         pod.Namespace,
+			UID:               pod.UID,
+			ResourceVersion:   pod.ResourceVersion,
+			CreationTimestamp: pod.CreationTimestamp,
+			DeletionTimestamp: pod.DeletionTimestamp,
+			Labels:            pod.Labels,
+			Annotations:       keptAnnotations(pod.Annotations, annotationPrefix),
+			OwnerReferences:   leanOwners(pod.OwnerReferences),
+		},
+		Status: corev1.PodStatus{
+			Phase:                 pod.Status.Phase,
+			Reason:                pod.Status.Reason,
+			StartTime:             pod.Status.StartTime,
+			Conditions:            leanConditions(pod.Status.Conditions),
+			ContainerStatuses:     leanContainerStatuses(pod.Status.ContainerStatuses),
+			InitContainerStatuses: leanContainerStatuses(pod.Status.InitContainerStatuses),
+		},
 	}
 }
 

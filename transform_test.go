@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -11,14 +12,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/podjanitor/podjanitor/policy"
 )
 
 // TestLeanPodKeepsDecisions proves that the informer transform keeps every field
 // the decisions read: over a generated set of pods (all phases, conditions,
-// owners, annotations, container states), a lean pod is decided exactly as
-// the full pod, with the example policy and with annotations only.
+// owners, annotations, container states), the pod the cache gives back is
+// decided exactly as the full pod, with the example policy and with
+// annotations only.
 func TestLeanPodKeepsDecisions(t *testing.T) {
 	examplePolicy, err := policy.LoadFile("artifacts/policy.yaml")
 	if err != nil {
@@ -30,8 +33,8 @@ func TestLeanPodKeepsDecisions(t *testing.T) {
 		"other prefix":     {Prefix: "janitor.example.com", Policy: examplePolicy},
 	}
 	transforms := map[string]func(any) (any, error){
-		"podjanitor.io":       leanPod("podjanitor.io"),
-		"janitor.example.com": leanPod("janitor.example.com"),
+		"podjanitor.io":       podTransform("podjanitor.io"),
+		"janitor.example.com": podTransform("janitor.example.com"),
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	base := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
@@ -49,7 +52,10 @@ func TestLeanPodKeepsDecisions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lean := obj.(*corev1.Pod)
+			lean, err := podFromCache(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, now := range nows {
 				want, wantErr := e.Decide(full, now)
 				got, gotErr := e.Decide(lean, now)
@@ -74,19 +80,92 @@ func TestLeanPodKeepsDecisions(t *testing.T) {
 func TestLeanPodDropsWhatIsNotRead(t *testing.T) {
 	full := generatePod(rand.New(rand.NewPCG(3, 4)), 0, time.Now())
 	full.Annotations = map[string]string{"podjanitor.io/ttl": "1h", "kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 4000)}
-	obj, err := leanPod("podjanitor.io")(full)
+	obj, err := podTransform("podjanitor.io")(full)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lean := obj.(*corev1.Pod)
+	lean, err := podFromCache(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(lean.ManagedFields) != 0 || len(lean.Spec.Containers) != 0 || lean.Status.Message != "" || lean.Status.PodIP != "" {
 		t.Errorf("lean pod keeps unread fields: %+v", lean)
 	}
 	if diff := cmp.Diff(map[string]string{"podjanitor.io/ttl": "1h"}, lean.Annotations); diff != "" {
 		t.Errorf("annotations (-want,+got):\n%s", diff)
 	}
-	if tomb, _ := leanPod("podjanitor.io")("not a pod"); tomb != "not a pod" {
+	if tomb, _ := podTransform("podjanitor.io")("not a pod"); tomb != "not a pod" {
 		t.Error("transform changed a non-pod object")
+	}
+	if again, _ := podTransform("podjanitor.io")(obj); again != obj {
+		t.Error("transform is not idempotent: it changed an object it had already transformed")
+	}
+}
+
+// TestCachedPodRoundTrip proves that packing loses nothing leanPod keeps: the
+// pod the cache gives back equals the lean pod field for field, and a
+// cachedPod answers metav1.Object's getters and the informer's key functions
+// as the pod would.
+func TestCachedPodRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	base := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC).Local() // API times are local, in whole seconds
+	for i := range 2000 {
+		full := generatePod(rng, i, base)
+		lean := leanPod(full, "podjanitor.io/")
+		packed, err := packPod(lean)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := packed.Pod()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(lean, got); diff != "" {
+			t.Fatalf("pod %d: unpacked pod differs from the lean pod (-lean,+unpacked):\n%s", i, diff)
+		}
+		if diff := cmp.Diff(lean.Labels, packed.GetLabels()); diff != "" {
+			t.Fatalf("pod %d: GetLabels (-want,+got):\n%s", i, diff)
+		}
+		if diff := cmp.Diff(lean.Annotations, packed.GetAnnotations()); diff != "" {
+			t.Fatalf("pod %d: GetAnnotations (-want,+got):\n%s", i, diff)
+		}
+		if diff := cmp.Diff(lean.OwnerReferences, packed.GetOwnerReferences()); diff != "" {
+			t.Fatalf("pod %d: GetOwnerReferences (-want,+got):\n%s", i, diff)
+		}
+		wantKey, _ := cache.MetaNamespaceKeyFunc(full)
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(packed); err != nil || key != wantKey {
+			t.Fatalf("pod %d: key %q, %v; want %q", i, key, err, wantKey)
+		}
+		if cp := packed.DeepCopyObject().(*cachedPod); !reflect.DeepEqual(cp, packed) || cp == packed {
+			t.Fatalf("pod %d: DeepCopyObject is not an equal copy", i)
+		}
+	}
+}
+
+// TestCachedPodsShareWorkloadMetadata shows why packing saves memory: pods
+// of one workload (equal labels and owners) share one copy of them.
+func TestCachedPodsShareWorkloadMetadata(t *testing.T) {
+	pod := func(name string, ttl string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: types.UID(name),
+			Labels:          map[string]string{"app": "web", "pod-template-hash": "abc", "tier": "front"},
+			Annotations:     map[string]string{"podjanitor.io/ttl": ttl},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-abc", UID: "rs-1", Controller: ptrTo(true)}}}}
+	}
+	a, _ := packPod(pod("web-abc-1", "1h"))
+	b, _ := packPod(pod("web-abc-2", "1h"))
+	c, _ := packPod(pod("web-abc-3", "2h"))
+	if a.workload != b.workload || a.workload != c.workload {
+		t.Error("pods of one workload do not share their packed labels and owners")
+	}
+	if a.rest != b.rest || a.rest == c.rest {
+		t.Errorf("packed annotations: %q, %q and %q", a.rest, b.rest, c.rest)
+	}
+	if _, err := podFromCache(42); err == nil {
+		t.Error("podFromCache accepted an object that is not a pod")
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "shop/web-abc-1", Obj: a}
+	if got, err := podFromCache(tomb); err != nil || got.Name != "web-abc-1" || got.Labels["app"] != "web" {
+		t.Errorf("podFromCache(tombstone) = %v, %v", got, err)
 	}
 }
 

@@ -417,6 +417,9 @@ func median(xs []float64) float64 {
 func rawDelete(ctx context.Context, restCfg *rest.Config, ns string, names []string, workers int, qps float64, burst int, withEvents bool) (errs int, err error) {
 	c := rest.CopyConfig(restCfg)
 	c.QPS, c.Burst, c.UserAgent = float32(qps), burst, "podjanitor-bench-raw-deleter"
+	// The same content type as podjanitor's default (--kube-api-content-type).
+	c.ContentType = "application/vnd.kubernetes.protobuf"
+	c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	cs, err := kubernetes.NewForConfig(c)
 	if err != nil {
 		return 0, err

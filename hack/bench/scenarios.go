@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podjanitor/podjanitor/internal/workload"
 )
 
 // ------------------------------------------------------------ 3: idle
@@ -192,7 +194,7 @@ func (b *bench) idle(ctx context.Context) (*idleResult, error) {
 		if b.cfg.idleBound {
 			node = fmt.Sprintf("bench-node-%d", i%b.cfg.nodes)
 		}
-		return benchPod(ns, fmt.Sprintf("idle-%06d", i), "idle", i, far.Add(time.Duration(i)*time.Second), node)
+		return workload.Pod(ns, fmt.Sprintf("idle-%06d", i), "idle", i, far.Add(time.Duration(i)*time.Second), node)
 	}, b.cfg.idleBound)
 	if cr.errors > 0 {
 		return out, fmt.Errorf("%d pods failed to be created", cr.errors)
@@ -297,7 +299,7 @@ func (b *bench) createOverdue(ctx context.Context, ns, label string, n int) ([]s
 	names := make([]string, n)
 	cr := createPods(ctx, b.cs, n, b.cfg.createConc, label, func(i int) *corev1.Pod {
 		names[i] = fmt.Sprintf("%s-%06d", ns, i)
-		return benchPod(ns, names[i], "backlog", i, past, "")
+		return workload.Pod(ns, names[i], "backlog", i, past, "")
 	}, false)
 	if cr.errors > 0 {
 		return nil, fmt.Errorf("%d pods failed to be created", cr.errors)
@@ -492,7 +494,7 @@ func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult
 	}
 	logf("steady %s: %d pods, deadlines from +%.0fs over %s (%.1f/s)", window, n, lead.Seconds(), window, out.Rate)
 	cr := createPods(ctx, b.cs, n, b.cfg.createConc, "steady "+window.String(), func(i int) *corev1.Pod {
-		return benchPod(ns, fmt.Sprintf("steady-%06d", i), "steady", i, deadline(i), "")
+		return workload.Pod(ns, fmt.Sprintf("steady-%06d", i), "steady", i, deadline(i), "")
 	}, false)
 	createdEnd := time.Now()
 	out.CreateSeconds, out.CreateRate = cr.duration.Seconds(), cr.rate

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/podjanitor/podjanitor/internal/workload"
+)
+
+// BenchmarkCacheMemory measures the live heap that the pod informer's store
+// holds per cached pod (the B/pod metric), for the load benchmark's idle pods:
+// realistic workload pods, bound and Running, each with its own expires-at.
+// Each pod is decoded from its own JSON, as from a watch, so that nothing is
+// shared that the API server would not share. Variants: the full pod as
+// decoded, the lean *corev1.Pod that the transform keeps, and the packed
+// cachedPod that the informer stores. Run it with
+//
+//	go test -run '^$' -bench CacheMemory -benchtime 1x .
+func BenchmarkCacheMemory(b *testing.B) {
+	const n = 10000
+	raw := make([][]byte, n)
+	far := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for i := range raw {
+		pod := workload.Pod("bench-idle", fmt.Sprintf("idle-%06d", i), "idle", i, far.Add(time.Duration(i)*time.Second), "kwok-node-0")
+		pod.UID = types.UID(fmt.Sprintf("0b6f1d4e-3c2a-4f7e-9d1b-%012d", i))
+		pod.ResourceVersion = fmt.Sprint(100000 + i)
+		pod.CreationTimestamp = metav1.NewTime(far.Add(-24 * time.Hour))
+		pod.Status = workload.RunningStatus(pod, far.Add(-24*time.Hour), i)
+		var err error
+		if raw[i], err = json.Marshal(pod); err != nil {
+			b.Fatal(err)
+		}
+	}
+	variants := []struct {
+		name      string
+		transform cache.TransformFunc
+	}{
+		{"full", nil},
+		{"lean-pod", func(obj any) (any, error) { return leanPod(obj.(*corev1.Pod), "podjanitor.io/"), nil }},
+		{"cached-pod", podTransform("podjanitor.io")},
+	}
+	for _, v := range variants {
+		b.Run(v.name, func(b *testing.B) {
+			var perPod float64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				store := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc,
+					cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+				for _, data := range raw {
+					var obj any = &corev1.Pod{}
+					if err := json.Unmarshal(data, obj); err != nil {
+						b.Fatal(err)
+					}
+					if v.transform != nil {
+						var err error
+						if obj, err = v.transform(obj); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if err := store.Add(obj); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				if len(store.ListKeys()) != n {
+					b.Fatal("store lost pods")
+				}
+				perPod = float64(after.HeapAlloc-before.HeapAlloc) / n
+				runtime.KeepAlive(store)
+			}
+			b.ReportMetric(perPod, "B/pod")
+		})
+	}
+}
+
+// BenchmarkCachedPodUnpack is the cost of reading a pod from the cache, paid
+// once per sync of the pod.
+func BenchmarkCachedPodUnpack(b *testing.B) {
+	far := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	pod := workload.Pod("bench-idle", "idle-000001", "idle", 1, far, "kwok-node-0")
+	pod.Status = workload.RunningStatus(pod, far.Add(-time.Hour), 1)
+	obj, err := podTransform("podjanitor.io")(pod)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := podFromCache(obj); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
