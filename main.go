@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	goruntime "runtime"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -25,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/tools/events"
@@ -344,6 +347,7 @@ func daemon(ctx context.Context, o *options) error {
 
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
+	go releaseSyncMemory(ctx, podInformer.Informer().HasSynced)
 
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
@@ -517,4 +521,18 @@ func valueOr(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// releaseSyncMemory returns the heap that decoding the initial pod list left
+// behind to the operating system once the cache has synced. Without it the
+// process keeps up to twice the cache's size (GOGC=100) long after the list
+// was decoded, although an idle controller allocates almost nothing.
+func releaseSyncMemory(ctx context.Context, synced cache.InformerSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced) {
+		return
+	}
+	debug.FreeOSMemory()
+	var m goruntime.MemStats
+	goruntime.ReadMemStats(&m)
+	klog.FromContext(ctx).V(2).Info("Returned the initial sync's memory to the OS", "heapInUse", m.HeapInuse, "heapReleased", m.HeapReleased)
 }

@@ -363,24 +363,6 @@ func (b *bench) backlog(ctx context.Context) (*backlogResult, error) {
 			}
 			return sync, lastOf(gone).Sub(ready), m, p, len(gone), nil
 		}
-		sync, drain, m, p, removed, err := pjRun(b.cfg.podjanitor, "pj")
-		if err != nil {
-			return out, err
-		}
-		run.SyncSeconds = sync.Seconds()
-		run.DrainSeconds = drain.Seconds()
-		run.Rate = float64(n) / run.DrainSeconds
-		run.CPUSeconds, run.PeakRSS = p.CPUSecond, float64(p.PeakRSS)
-		run.Requests = requestsFrom(m)
-		run.Removed = removed
-		if b.cfg.podjanitorAlt != "" {
-			_, drain, _, p, _, err := pjRun(b.cfg.podjanitorAlt, "alt")
-			if err != nil {
-				return out, err
-			}
-			run.AltSeconds, run.AltRate, run.AltCPUSeconds = drain.Seconds(), float64(n)/drain.Seconds(), p.CPUSecond
-		}
-
 		// raw client-go deleter (and, with -backlog-raw-events, one that also records events)
 		rawRun := func(suffix string, withEvents bool) (float64, float64, int, error) {
 			rns := fmt.Sprintf("bench-backlog-%d-%s", r+1, suffix)
@@ -408,15 +390,50 @@ func (b *bench) backlog(ctx context.Context) (*backlogResult, error) {
 			secs := lastOf(rtr.snapshot()).Sub(start).Seconds()
 			return secs, float64(n) / secs, errs, nil
 		}
-		run.RawSeconds, run.RawRate, run.RawErrors, err = rawRun("raw", false)
-		if err != nil {
+		doPJ := func() error {
+			sync, drain, m, p, removed, err := pjRun(b.cfg.podjanitor, "pj")
+			if err != nil {
+				return err
+			}
+			run.SyncSeconds = sync.Seconds()
+			run.DrainSeconds = drain.Seconds()
+			run.Rate = float64(n) / run.DrainSeconds
+			run.CPUSeconds, run.PeakRSS = p.CPUSecond, float64(p.PeakRSS)
+			run.Requests = requestsFrom(m)
+			run.Removed = removed
+			if b.cfg.podjanitorAlt != "" {
+				_, drain, _, p, _, err := pjRun(b.cfg.podjanitorAlt, "alt")
+				if err != nil {
+					return err
+				}
+				run.AltSeconds, run.AltRate, run.AltCPUSeconds = drain.Seconds(), float64(n)/drain.Seconds(), p.CPUSecond
+			}
+			return nil
+		}
+		doRaw := func() (err error) {
+			run.RawSeconds, run.RawRate, run.RawErrors, err = rawRun("raw", false)
+			if err != nil {
+				return err
+			}
+			run.RawRemoved = n
+			if b.cfg.rawEvents {
+				if run.RawEvSeconds, run.RawEvRate, _, err = rawRun("rawev", true); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		// Alternate which goes first, so that a slow start of the cluster or
+		// its growing state does not always fall on the same side.
+		first, second := doPJ, doRaw
+		if r%2 == 1 {
+			first, second = doRaw, doPJ
+		}
+		if err := first(); err != nil {
 			return out, err
 		}
-		run.RawRemoved = n
-		if b.cfg.rawEvents {
-			if run.RawEvSeconds, run.RawEvRate, _, err = rawRun("rawev", true); err != nil {
-				return out, err
-			}
+		if err := second(); err != nil {
+			return out, err
 		}
 		run.Ratio = run.Rate / run.RawRate
 		logf("backlog run %d: podjanitor %.0f pods/s (sync %.2fs), raw %.0f pods/s: %.0f%%", r+1, run.Rate, run.SyncSeconds, run.RawRate, 100*run.Ratio)
