@@ -44,6 +44,10 @@ type Options struct {
 	Evaluator *policy.Evaluator
 	// DryRun decides and reports but changes nothing.
 	DryRun bool
+	// NoRemovalEvents leaves out the Normal Expired and Evicted events, so that
+	// a removal costs one API write instead of two. Warnings and dry-run
+	// events are recorded regardless.
+	NoRemovalEvents bool
 	// MaxRemovalsPerSecond caps removals cluster-wide; 0 means no limit.
 	MaxRemovalsPerSecond float64
 	// RemovalBurst is the token bucket size; defaults to 1 when a limit is set.
@@ -403,8 +407,10 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 	if d.Action == policy.ActionEvict {
 		reason, verb = ReasonEvicted, "evicted"
 	}
-	c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, reason, actionVerb(d.Action),
-		"Pod %s: its deadline %s (%s) has passed", verb, d.Deadline.UTC().Format(time.RFC3339), d.Source)
+	if !c.opts.NoRemovalEvents {
+		c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, reason, actionVerb(d.Action),
+			"Pod %s: its deadline %s (%s) has passed", verb, d.Deadline.UTC().Format(time.RFC3339), d.Source)
+	}
 	c.metrics.removed(d, false, lateness)
 	logger.V(2).Info("Removed pod", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source,
 		"deadline", d.Deadline, "lateness", lateness)

@@ -287,6 +287,23 @@ func TestDryRunRemovesNothing(t *testing.T) {
 	}
 }
 
+func TestNoRemovalEventsKeepsWarnings(t *testing.T) {
+	due := newPod("due", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	bad := newPod("bad", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "3x"})
+	f := newFixture(t, Options{NoRemovalEvents: true}, due, bad)
+	f.process(keyOf(due))
+	f.process(keyOf(bad))
+
+	checkActions(t, []core.Action{deleteAction(due)}, f.writes())
+	got := f.events()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning InvalidAnnotation") {
+		t.Errorf("events = %q, want only the Warning InvalidAnnotation", got)
+	}
+	if got := testutil.ToFloat64(f.metrics.podsRemoved.WithLabelValues("delete", "ttl", "false")); got != 1 {
+		t.Errorf("pods_removed_total = %v, want 1", got)
+	}
+}
+
 func TestAPIErrorRetriesWithGrowingBackoff(t *testing.T) {
 	pod := newPod("flaky", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)

@@ -53,6 +53,7 @@ type options struct {
 	configFile                string
 	workers                   int
 	dryRun                    bool
+	removalEvents             bool
 	annotationPrefix          string
 	maxDeletionsPerSecond     float64
 	deletionBurst             int
@@ -95,6 +96,8 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	}
 	fs.IntVar(&o.workers, "workers", 4, "Number of pods removed concurrently.")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (logs, WouldRemove events, metrics) but remove nothing.")
+	fs.BoolVar(&o.removalEvents, "removal-events", true,
+		"Record an Expired or Evicted event on each removed pod. false makes a removal one API write instead of two; warnings are recorded regardless.")
 	fs.Float64Var(&o.maxDeletionsPerSecond, "max-deletions-per-second", 50, "Cluster-wide cap on removals per second; 0 means no cap. Removals over the cap wait, they are never dropped.")
 	fs.IntVar(&o.deletionBurst, "deletion-burst", 100, "Removals allowed at once above --max-deletions-per-second.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader on a Lease before acting; only the leader removes pods.")
@@ -324,6 +327,7 @@ func daemon(ctx context.Context, o *options) error {
 	controller, err := NewController(ctx, podInformer, client, recorder, clock.RealClock{}, Options{
 		Evaluator:            evaluator,
 		DryRun:               o.dryRun,
+		NoRemovalEvents:      !o.removalEvents,
 		MaxRemovalsPerSecond: o.maxDeletionsPerSecond,
 		RemovalBurst:         o.deletionBurst,
 		ShutdownTimeout:      o.shutdownTimeout,

@@ -84,7 +84,7 @@ func main() {
 	flag.DurationVar(&cfg.lead, "lead", 0, "steady scenario: time from the start of creation to the first deadline; 0 = auto: creation (at the rate measured so far) ends before the first deadline")
 	flag.IntVar(&cfg.metricsPort, "metrics-port", 29490, "podjanitor's metrics port on 127.0.0.1 (health probes on the next port)")
 	flag.BoolVar(&cfg.idleBound, "idle-bound", true, "idle scenario: bind pods to fake (unmanaged) nodes and give them a Running status, as a kubelet would")
-	flag.StringVar(&cfg.podjanitorAlt, "podjanitor-alt", "", "backlog: also drain a backlog with this second podjanitor binary (to compare a change)")
+	flag.StringVar(&cfg.podjanitorAlt, "podjanitor-alt", "", "backlog: also drain a backlog with this second podjanitor binary, optionally followed by extra flags (\"_output/bin/podjanitor --removal-events=false\"), to compare a change")
 	flag.BoolVar(&cfg.rawEvents, "backlog-raw-events", false, "backlog: also run the raw deleter with an Event per deleted pod, as podjanitor records")
 	flag.IntVar(&cfg.nodes, "nodes", 4, "fake nodes for -idle-bound")
 	flag.Parse()

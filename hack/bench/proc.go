@@ -75,10 +75,12 @@ type janitor struct {
 }
 
 func startJanitor(cfg *config, name, ns string, workers int) (*janitor, error) {
-	return startJanitorBinary(cfg, cfg.podjanitor, name, ns, workers)
+	return startJanitorBinary(cfg, []string{cfg.podjanitor}, name, ns, workers)
 }
 
-func startJanitorBinary(cfg *config, binary, name, ns string, workers int) (*janitor, error) {
+// command is the binary and any extra arguments, which follow the driver's.
+func startJanitorBinary(cfg *config, command []string, name, ns string, workers int) (*janitor, error) {
+	binary := command[0]
 	logPath := fmt.Sprintf("%s/podjanitor-%s.log", cfg.outDir, name)
 	lf, err := os.Create(logPath)
 	if err != nil {
@@ -94,7 +96,7 @@ func startJanitorBinary(cfg *config, binary, name, ns string, workers int) (*jan
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", cfg.metricsPort),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", cfg.metricsPort+1),
 	}
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(binary, append(args, command[1:]...)...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	// gctrace prints one line per GC to the log (the live heap after marking);
 	// it changes nothing else.

@@ -338,7 +338,7 @@ func (b *bench) backlog(ctx context.Context) (*backlogResult, error) {
 			if err != nil {
 				return
 			}
-			j, err := startJanitorBinary(b.cfg, binary, fmt.Sprintf("backlog-%d-%s", r+1, suffix), ns, b.cfg.workers)
+			j, err := startJanitorBinary(b.cfg, strings.Fields(binary), fmt.Sprintf("backlog-%d-%s", r+1, suffix), ns, b.cfg.workers)
 			if err != nil {
 				return
 			}
