@@ -497,11 +497,12 @@ func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult
 	}
 	lead := b.cfg.lead
 	if lead == 0 {
-		// Creation runs at about b.createRate (measured earlier): let it end
-		// before the first deadline, so that the window measures expiry alone
-		// (-lead shorter than that overlaps creation with the window).
-		createTime := time.Duration(float64(n) / b.createRate * 1.2 * float64(time.Second))
-		lead = 10*time.Second + createTime
+		// Creation runs at about b.createRate (measured earlier), but that rate
+		// varies by half from run to run on a shared machine: give creation
+		// twice the time, so that the window measures expiry alone (-lead
+		// shorter than that overlaps creation with the window).
+		createTime := time.Duration(float64(n) / b.createRate * float64(time.Second))
+		lead = 20*time.Second + 2*createTime
 	}
 	out.LeadSeconds = lead.Seconds()
 	t0 := time.Now()
