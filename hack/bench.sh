@@ -41,9 +41,12 @@ args=(
   -idle "${BENCH_IDLE:-60s}"
   -metrics-port "$(( ${BENCH_PORT_BASE:-29400} + 90 ))"
 )
+# BENCH_ARGS is split as the shell splits a command line, so quotes group words:
+# BENCH_ARGS='-podjanitor-alt "_output/bin/podjanitor --removal-events=false"'
+eval "extra=(${BENCH_ARGS:-})"
 
 if [ -n "${BENCH_KUBECONFIG:-}" ]; then
-  exec _output/bin/podjanitor-bench -kubeconfig "$BENCH_KUBECONFIG" "${args[@]}" ${BENCH_ARGS:-}
+  exec _output/bin/podjanitor-bench -kubeconfig "$BENCH_KUBECONFIG" "${args[@]}" "${extra[@]}"
 fi
 
 export CLUSTER_DIR=$out/cluster PORT_BASE=${BENCH_PORT_BASE:-29400}
@@ -62,4 +65,4 @@ cleanup() {
 trap cleanup EXIT
 hack/local-cluster.sh down >/dev/null 2>&1 || true # a cluster left by an interrupted run
 hack/local-cluster.sh up
-_output/bin/podjanitor-bench -kubeconfig "$CLUSTER_DIR/kubeconfig" "${args[@]}" ${BENCH_ARGS:-}
+_output/bin/podjanitor-bench -kubeconfig "$CLUSTER_DIR/kubeconfig" "${args[@]}" "${extra[@]}"
