@@ -29,8 +29,9 @@ type cachedPod struct {
 
 var _ runtime.Object = &cachedPod{}
 
-// packPod packs a lean pod. Protobuf keeps every field leanPod keeps, and
-// sorts map keys, so equal label sets marshal to equal strings.
+// packPod packs a lean pod. Protobuf keeps every field leanPod keeps (times
+// in whole seconds, as the API server serves them), and sorts map keys, so
+// equal label sets marshal to equal strings.
 func packPod(lean *corev1.Pod) (*cachedPod, error) {
 	workload, err := (&metav1.ObjectMeta{Labels: lean.Labels, OwnerReferences: lean.OwnerReferences}).Marshal()
 	if err != nil {
