@@ -2,6 +2,8 @@
 #
 #   make bench                      local cluster in _output/bench, default N=10000 (~15 min on 2 cores)
 #   make bench BENCH_PODS=50000 BENCH_SCENARIOS=idle
+#                                   (the local kube-apiserver needs ~7 GB of RAM per 50,000 stored
+#                                   pods: BENCH_PODS=150000 filled a 24 GB machine; see BENCHMARKS.md)
 #   make bench-kind                 the same driver against a kind cluster (needs Docker, kind)
 
 BENCH_PODS         ?= 10000
