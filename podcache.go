@@ -41,18 +41,9 @@ func packPod(lean *corev1.Pod) (*cachedPod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("packing pod %s/%s: %w", lean.Namespace, lean.Name, err)
 	}
-	return &cachedPod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:              lean.Name,
-			Namespace:         lean.Namespace,
-			UID:               lean.UID,
-			ResourceVersion:   lean.ResourceVersion,
-			CreationTimestamp: lean.CreationTimestamp,
-			DeletionTimestamp: lean.DeletionTimestamp,
-		},
-		workload: unique.Make(string(workload)),
-		rest:     string(rest),
-	}, nil
+	meta := lean.ObjectMeta // what leanPod kept, less the packed fields
+	meta.Labels, meta.Annotations, meta.OwnerReferences = nil, nil, nil
+	return &cachedPod{ObjectMeta: meta, workload: unique.Make(string(workload)), rest: string(rest)}, nil
 }
 
 // Pod unpacks the lean pod. Each call returns a new Pod the caller may keep.
