@@ -324,7 +324,7 @@ func (b *bench) backlog(ctx context.Context) (*backlogResult, error) {
 	timeout := 10*time.Minute + time.Duration(n/20)*time.Second
 	for r := range b.cfg.runs {
 		var run backlogRun
-		// podjanitor (and, with -podjanitor-alt, a second build of it)
+		// podjanitor (and, with -podjanitor-alt, a second build or other flags)
 		pjRun := func(binary, suffix string) (sync, drain time.Duration, m metrics, p procStats, removed int, err error) {
 			ns := fmt.Sprintf("bench-backlog-%d-%s", r+1, suffix)
 			logf("backlog run %d/%d: %d overdue pods for %s", r+1, b.cfg.runs, n, binary)
