@@ -287,6 +287,7 @@ func runDaemon(args []string) int {
 
 func daemon(ctx context.Context, o *options) error {
 	logger := klog.FromContext(ctx)
+	applyMemoryDefaults(logger)
 	evaluator, err := loadEvaluator(o)
 	if err != nil {
 		return err
@@ -529,8 +530,9 @@ func valueOr(s, def string) string {
 
 // releaseSyncMemory returns the heap that decoding the initial pod list left
 // behind to the operating system once the cache has synced. Without it the
-// process keeps up to twice the cache's size (GOGC=100) long after the list
-// was decoded, although an idle controller allocates almost nothing.
+// process keeps the heap the list grew to (up to 1.5 times the cache with
+// GOGC=50) long after the list was decoded, although an idle controller
+// allocates almost nothing.
 func releaseSyncMemory(ctx context.Context, synced cache.InformerSynced) {
 	if !cache.WaitForCacheSync(ctx.Done(), synced) {
 		return

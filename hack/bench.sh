@@ -10,7 +10,8 @@
 # Environment (the Makefile passes its BENCH_* variables):
 #   BENCH_PODS          N for the idle and steady scenarios      (default 10000)
 #   BENCH_BACKLOG_PODS  pods per backlog run and per deleter     (default 3000)
-#   BENCH_SCENARIOS     idle,backlog,steady                      (default all three)
+#   BENCH_SCENARIOS     idle,backlog,steady                      (default all three);
+#                       idle-standin alone needs no cluster (pods served by the driver)
 #   BENCH_RUNS          runs of the short measurements, median   (default 3)
 #   BENCH_WINDOWS       steady: deadline windows, one run each   (default 5m,1m)
 #   BENCH_WORKERS       podjanitor --workers = raw deleter goroutines (default 16)
@@ -45,6 +46,10 @@ args=(
 # BENCH_ARGS='-podjanitor-alt "_output/bin/podjanitor --removal-events=false"'
 eval "extra=(${BENCH_ARGS:-})"
 
+if [ "${BENCH_SCENARIOS:-}" = idle-standin ]; then
+  # podjanitor against the driver's stand-in API server: no cluster needed
+  exec _output/bin/podjanitor-bench "${args[@]}" "${extra[@]}"
+fi
 if [ -n "${BENCH_KUBECONFIG:-}" ]; then
   exec _output/bin/podjanitor-bench -kubeconfig "$BENCH_KUBECONFIG" "${args[@]}" "${extra[@]}"
 fi

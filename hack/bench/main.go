@@ -13,6 +13,11 @@
 //	backlog  pods already past their deadline when podjanitor starts: drain
 //	         time and pods/s, next to a plain client-go deleter with the same
 //	         concurrency and QPS/burst
+//	idle-standin
+//	         idle, with the N pods served from memory by a stand-in API
+//	         server (standin.go) instead of a cluster: podjanitor's memory at
+//	         N a local kube-apiserver cannot hold; needs no -kubeconfig when
+//	         it is the only scenario
 //	steady   N pods whose deadlines are spread uniformly over a window, one
 //	         run per -windows entry: lateness (removal seen by a watcher -
 //	         deadline) p50/p90/p99/max and podjanitor's own histogram
@@ -53,6 +58,7 @@ import (
 type config struct {
 	kubeconfig, podjanitor, outDir string
 	podjanitorAlt                  string
+	podjanitorEnv                  []string
 	pods, backlogPods, runs        int
 	workers, burst, createConc     int
 	qps, maxDeletions              float64
@@ -66,7 +72,7 @@ type config struct {
 
 func main() {
 	cfg := &config{}
-	var scen, wins string
+	var scen, wins, env string
 	flag.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (required)")
 	flag.StringVar(&cfg.podjanitor, "podjanitor", "_output/bin/podjanitor", "podjanitor binary")
 	flag.StringVar(&cfg.outDir, "out", "_output/bench", "directory for results JSON and podjanitor logs")
@@ -87,15 +93,23 @@ func main() {
 	flag.StringVar(&cfg.podjanitorAlt, "podjanitor-alt", "", "backlog: also drain a backlog with this second podjanitor binary, optionally followed by extra flags (\"_output/bin/podjanitor --removal-events=false\"), to compare a change")
 	flag.BoolVar(&cfg.rawEvents, "backlog-raw-events", false, "backlog: also run the raw deleter with an Event per deleted pod, as podjanitor records")
 	flag.IntVar(&cfg.nodes, "nodes", 4, "fake nodes for -idle-bound")
+	flag.StringVar(&env, "podjanitor-env", "", "comma-separated NAME=value pairs added to every podjanitor's environment (GOGC=100,GOMEMLIMIT=200MiB)")
 	flag.Parse()
-	if cfg.kubeconfig == "" {
-		fmt.Fprintln(os.Stderr, "bench: -kubeconfig is required")
-		os.Exit(2)
-	}
 	if cfg.backlogPods == 0 {
 		cfg.backlogPods = cfg.pods
 	}
 	cfg.scenarios = splitList(scen)
+	if cfg.kubeconfig == "" && !slices.Equal(cfg.scenarios, []string{"idle-standin"}) {
+		fmt.Fprintln(os.Stderr, "bench: -kubeconfig is required (all scenarios but idle-standin need a cluster)")
+		os.Exit(2)
+	}
+	for _, e := range splitList(env) {
+		if !strings.Contains(e, "=") {
+			fmt.Fprintf(os.Stderr, "bench: -podjanitor-env: %q is not NAME=value\n", e)
+			os.Exit(2)
+		}
+		cfg.podjanitorEnv = append(cfg.podjanitorEnv, e)
+	}
 	for _, w := range splitList(wins) {
 		d, err := time.ParseDuration(w)
 		if err != nil {
@@ -190,6 +204,20 @@ func run(ctx context.Context, cfg *config) error {
 		res.Config["podjanitor_version"] = strings.TrimSpace(string(out))
 	}
 
+	res.Config["podjanitor_env"] = cfg.podjanitorEnv
+	if cfg.kubeconfig == "" { // only idle-standin: no cluster
+		b := &bench{cfg: cfg, res: res}
+		var err error
+		if res.Idle, err = b.idleStandin(); err != nil {
+			b.write()
+			return fmt.Errorf("scenario idle-standin: %w", err)
+		}
+		res.Finished = time.Now()
+		path := b.write()
+		printReport(os.Stdout, res)
+		fmt.Printf("\nResults: %s (total %s)\n", path, res.Finished.Sub(res.Started).Round(time.Second))
+		return nil
+	}
 	restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
 	if err != nil {
 		return err
@@ -211,6 +239,8 @@ func run(ctx context.Context, cfg *config) error {
 		switch s {
 		case "idle":
 			res.Idle, err = b.idle(ctx)
+		case "idle-standin":
+			res.Idle, err = b.idleStandin()
 		case "backlog":
 			res.Backlog, err = b.backlog(ctx)
 		case "steady":
@@ -225,7 +255,7 @@ func run(ctx context.Context, cfg *config) error {
 				}
 			}
 		default:
-			err = fmt.Errorf("unknown scenario %q (want idle, backlog, steady)", s)
+			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, steady)", s)
 		}
 		if err != nil {
 			b.write()
@@ -469,6 +499,9 @@ func printReport(w0 *os.File, r *results) {
 	}
 	if i := r.Idle; i != nil {
 		fmt.Fprintf(w, "\n== Scenario 3: idle at scale (median of %d podjanitor starts; idle measured over %s)\n", len(i.Runs), i.IdleWindow)
+		if i.StandIn {
+			fmt.Fprintln(w, "   pods served by the stand-in API server (hack/bench/standin.go), not a cluster: sync times are not comparable")
+		}
 		fmt.Fprintln(w, "pods\tcache sync\tRSS\tpeak RSS\tGo heap in use\tpods parked")
 		fmt.Fprintf(w, "0\t%.2f s\t%s\t%s\t%s\t-\n", i.Empty.SyncSeconds, mib(i.Empty.RSS), mib(i.Empty.PeakRSS), mib(i.Empty.HeapInuse))
 		fmt.Fprintf(w, "%d\t%.2f s\t%s\t%s\t%s\t%.0f\n", i.Pods, i.Full.SyncSeconds, mib(i.Full.RSS), mib(i.Full.PeakRSS), mib(i.Full.HeapInuse), i.Full.Parked)

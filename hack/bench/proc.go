@@ -100,7 +100,7 @@ func startJanitorBinary(cfg *config, command []string, name, ns string, workers 
 	cmd.Stdout, cmd.Stderr = lf, lf
 	// gctrace prints one line per GC to the log (the live heap after marking);
 	// it changes nothing else.
-	cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
+	cmd.Env = append(append(os.Environ(), "GODEBUG=gctrace=1"), cfg.podjanitorEnv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	j := &janitor{
 		cmd: cmd, metricsURL: fmt.Sprintf("http://127.0.0.1:%d/metrics", cfg.metricsPort),

@@ -33,6 +33,7 @@ type memSample struct {
 type idleResult struct {
 	Pods          int         `json:"pods"`
 	Bound         bool        `json:"bound_running"`
+	StandIn       bool        `json:"stand_in_api_server,omitempty"` // idle-standin: pods served by standin.go
 	CreateSeconds float64     `json:"create_seconds"`
 	CreateRate    float64     `json:"create_pods_per_second"`
 	EmptyRuns     []memSample `json:"empty_runs"`
@@ -160,20 +161,9 @@ func (b *bench) idle(ctx context.Context) (*idleResult, error) {
 			return nil, err
 		}
 	}
-	logf("idle: podjanitor with 0 pods (%d starts)", b.cfg.runs)
-	for r := range b.cfg.runs {
-		s, err := b.measureMemory(emptyNS, fmt.Sprintf("idle-empty-%d", r+1), 0, out)
-		if err != nil {
-			return out, err
-		}
-		out.EmptyRuns = append(out.EmptyRuns, s)
+	if err := b.measureEmpty(out, emptyNS); err != nil {
+		return out, err
 	}
-	out.Empty = medianSample(out.EmptyRuns)
-	var lives []float64
-	for _, e := range out.EmptyRuns {
-		lives = append(lives, e.LiveAtGC)
-	}
-	out.EmptyLiveHeap = median(lives)
 
 	existing, err := b.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
@@ -204,7 +194,55 @@ func (b *bench) idle(ctx context.Context) (*idleResult, error) {
 		b.createRate = cr.rate
 	}
 	b.podJSONSize(ctx, "idle", ns, "idle-000000")
+	return out, b.measureFull(out, ns)
+}
 
+// idleStandin is scenario 3 against a stand-in API server (standin.go)
+// instead of the cluster: the pods are served from memory, so N can be larger
+// than a local kube-apiserver can hold on this machine.
+func (b *bench) idleStandin() (*idleResult, error) {
+	n := b.cfg.pods
+	ns := "bench-idle"
+	s, err := startStandin(b.cfg.outDir, ns, n, b.cfg.nodes)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	c := *b.cfg
+	c.kubeconfig = s.kubeconfig
+	sb := *b
+	sb.cfg = &c
+	out := &idleResult{Pods: n, Bound: true, StandIn: true}
+	logf("idle-standin: %d pods served by a stand-in API server (%s)", n, s.kubeconfig)
+	if err := sb.measureEmpty(out, "bench-idle-empty"); err != nil {
+		return out, err
+	}
+	return out, sb.measureFull(out, ns)
+}
+
+// measureEmpty starts podjanitor -runs times on a namespace without pods.
+func (b *bench) measureEmpty(out *idleResult, emptyNS string) error {
+	logf("idle: podjanitor with 0 pods (%d starts)", b.cfg.runs)
+	for r := range b.cfg.runs {
+		s, err := b.measureMemory(emptyNS, fmt.Sprintf("idle-empty-%d", r+1), 0, out)
+		if err != nil {
+			return err
+		}
+		out.EmptyRuns = append(out.EmptyRuns, s)
+	}
+	out.Empty = medianSample(out.EmptyRuns)
+	var lives []float64
+	for _, e := range out.EmptyRuns {
+		lives = append(lives, e.LiveAtGC)
+	}
+	out.EmptyLiveHeap = median(lives)
+	return nil
+}
+
+// measureFull starts podjanitor -runs times on ns, which has the N pods; the
+// last start also measures the idle period. It needs measureEmpty's figures.
+func (b *bench) measureFull(out *idleResult, ns string) error {
+	n := out.Pods
 	logf("idle: podjanitor with %d pods (%d starts)", n, b.cfg.runs)
 	for r := range b.cfg.runs {
 		idle := time.Duration(0)
@@ -213,7 +251,7 @@ func (b *bench) idle(ctx context.Context) (*idleResult, error) {
 		}
 		s, err := b.measureMemory(ns, fmt.Sprintf("idle-%d-%d", n, r+1), idle, out)
 		if err != nil {
-			return out, err
+			return err
 		}
 		logf("idle: start %d: sync %.2fs, RSS %s, heap in use %s, parked %.0f", r+1, s.SyncSeconds, mib(s.RSS), mib(s.HeapInuse), s.Parked)
 		out.Runs = append(out.Runs, s)
@@ -232,7 +270,7 @@ func (b *bench) idle(ctx context.Context) (*idleResult, error) {
 	}
 	out.RSSPerPod = (out.Full.RSS - out.Empty.RSS) / float64(n)
 	out.PeakRSSPerPod = (out.Full.PeakRSS - out.Empty.PeakRSS) / float64(n)
-	return out, nil
+	return nil
 }
 
 // EmptyLive is the live heap podjanitor had with 0 pods at its last GC.

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+
+	"k8s.io/klog/v2"
+)
+
+// podjanitor's memory is its pod cache, and RSS follows the Go runtime's heap
+// goal: (1 + GOGC/100) times the live heap. With Go's default GOGC=100 RSS is
+// about twice the cache. Once the cache has synced podjanitor allocates
+// little (a few KB per decision), so collecting more often costs little CPU;
+// see BENCHMARKS.md for the measurements behind these defaults.
+const (
+	// defaultGCPercent applies when GOGC is not set.
+	defaultGCPercent = 50
+	// memoryLimitRatio of the container's memory limit becomes the runtime's
+	// soft memory limit when GOMEMLIMIT is not set, so that the heap is
+	// collected harder before the kernel would OOM-kill the container. The
+	// rest is left for memory that the soft limit does not bound (stacks
+	// growing under load, the kernel's view of freed pages not yet returned).
+	memoryLimitRatio = 0.9
+	// cgroupRoot is where a container sees its own cgroup.
+	cgroupRoot = "/sys/fs/cgroup"
+)
+
+// memorySettings are the runtime settings podjanitor applies at start; -1
+// leaves a setting as the runtime has it (from GOGC / GOMEMLIMIT, or Go's default).
+type memorySettings struct {
+	GCPercent   int
+	MemoryLimit int64
+}
+
+// memoryDefaults decides the settings: defaultGCPercent unless GOGC is set,
+// and memoryLimitRatio of the cgroup's memory limit (0: none) unless
+// GOMEMLIMIT is set.
+func memoryDefaults(getenv func(string) string, cgroupLimit int64) memorySettings {
+	s := memorySettings{GCPercent: -1, MemoryLimit: -1}
+	if getenv("GOGC") == "" {
+		s.GCPercent = defaultGCPercent
+	}
+	if getenv("GOMEMLIMIT") == "" && cgroupLimit > 0 {
+		s.MemoryLimit = int64(float64(cgroupLimit) * memoryLimitRatio)
+	}
+	return s
+}
+
+// cgroupMemoryLimit returns the memory limit of the cgroup the process runs
+// in, under root: cgroup v2's memory.max, or cgroup v1's
+// memory/memory.limit_in_bytes. 0 means no limit (or none found).
+func cgroupMemoryLimit(root string) int64 {
+	for _, f := range []string{"memory.max", filepath.Join("memory", "memory.limit_in_bytes")} {
+		data, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			continue
+		}
+		v := strings.TrimSpace(string(data))
+		if v == "max" {
+			return 0
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		// cgroup v1 reports "no limit" as a huge page-rounded number.
+		if err != nil || n <= 0 || n >= math.MaxInt64/2 {
+			return 0
+		}
+		return n
+	}
+	return 0
+}
+
+// applyMemoryDefaults sets the runtime's GC percent and soft memory limit as
+// memoryDefaults decides, and logs the settings in effect.
+func applyMemoryDefaults(logger klog.Logger) {
+	s := memoryDefaults(os.Getenv, cgroupMemoryLimit(cgroupRoot))
+	gogc := "GOGC=" + os.Getenv("GOGC")
+	if s.GCPercent >= 0 {
+		debug.SetGCPercent(s.GCPercent)
+		gogc = strconv.Itoa(s.GCPercent) + " (default)"
+	}
+	limit := "GOMEMLIMIT=" + os.Getenv("GOMEMLIMIT")
+	switch {
+	case s.MemoryLimit > 0:
+		debug.SetMemoryLimit(s.MemoryLimit)
+		limit = fmt.Sprintf("%d bytes (%.0f%% of the cgroup's memory limit)", s.MemoryLimit, 100*memoryLimitRatio)
+	case os.Getenv("GOMEMLIMIT") == "":
+		limit = "none"
+	}
+	logger.Info("Go runtime memory settings", "gcPercent", gogc, "softMemoryLimit", limit)
+}

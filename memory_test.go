@@ -1,0 +1,63 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestMemoryDefaults(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name        string
+		env         map[string]string
+		cgroupLimit int64
+		want        memorySettings
+	}{
+		{"nothing set, no cgroup limit", nil, 0, memorySettings{GCPercent: defaultGCPercent, MemoryLimit: -1}},
+		{"container limit becomes 90% soft limit", nil, 512 * mib, memorySettings{GCPercent: defaultGCPercent, MemoryLimit: 512 * mib * 9 / 10}},
+		{"GOGC from the user is kept", map[string]string{"GOGC": "100"}, 0, memorySettings{GCPercent: -1, MemoryLimit: -1}},
+		{"GOGC=off from the user is kept", map[string]string{"GOGC": "off"}, 512 * mib, memorySettings{GCPercent: -1, MemoryLimit: 512 * mib * 9 / 10}},
+		{"GOMEMLIMIT from the user is kept", map[string]string{"GOMEMLIMIT": "200MiB"}, 512 * mib, memorySettings{GCPercent: defaultGCPercent, MemoryLimit: -1}},
+		{"both from the user", map[string]string{"GOGC": "75", "GOMEMLIMIT": "1GiB"}, 512 * mib, memorySettings{GCPercent: -1, MemoryLimit: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := memoryDefaults(func(k string) string { return tc.env[k] }, tc.cgroupLimit)
+			if got != tc.want {
+				t.Errorf("memoryDefaults = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestCgroupMemoryLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		want  int64
+	}{
+		{"v2 limit", map[string]string{"memory.max": "536870912\n"}, 536870912},
+		{"v2 no limit", map[string]string{"memory.max": "max\n"}, 0},
+		{"v1 limit", map[string]string{"memory/memory.limit_in_bytes": "268435456\n"}, 268435456},
+		{"v1 no limit", map[string]string{"memory/memory.limit_in_bytes": "9223372036854771712\n"}, 0},
+		{"v2 wins over v1", map[string]string{"memory.max": "1048576", "memory/memory.limit_in_bytes": "268435456"}, 1048576},
+		{"garbage", map[string]string{"memory.max": "lots"}, 0},
+		{"no cgroup files", nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			for f, data := range tc.files {
+				p := filepath.Join(root, f)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := cgroupMemoryLimit(root); got != tc.want {
+				t.Errorf("cgroupMemoryLimit = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
