@@ -167,6 +167,9 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, c
 	return c, nil
 }
 
+// Pending is the number of keys ready for a worker (parked keys not counted).
+func (c *Controller) Pending() int { return c.queue.Len() }
+
 // enqueue adds the key of a pod, or of a deleted pod's tombstone.
 func (c *Controller) enqueue(obj interface{}) {
 	key, err := cache.DeletionHandlingObjectToName(obj)

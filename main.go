@@ -352,7 +352,7 @@ func daemon(ctx context.Context, o *options) error {
 
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	go releaseSyncMemory(ctx, podInformer.Informer().HasSynced)
+	go releaseSyncMemory(ctx, podInformer.Informer().HasSynced, controller.Pending)
 
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
@@ -521,6 +521,9 @@ func serve(ctx context.Context, name, addr string, handler http.Handler, errs ch
 	return nil
 }
 
+// releaseWait bounds how long releaseSyncMemory waits for the first pass.
+const releaseWait = 2 * time.Minute
+
 func valueOr(s, def string) string {
 	if s == "" {
 		return def
@@ -528,14 +531,25 @@ func valueOr(s, def string) string {
 	return s
 }
 
-// releaseSyncMemory returns the heap that decoding the initial pod list left
-// behind to the operating system once the cache has synced. Without it the
-// process keeps the heap the list grew to (up to 1.5 times the cache with
-// GOGC=50) long after the list was decoded, although an idle controller
-// allocates almost nothing.
-func releaseSyncMemory(ctx context.Context, synced cache.InformerSynced) {
+// releaseSyncMemory returns the heap that the initial sync left behind to the
+// operating system: decoding the initial pod list, and the workers' first
+// pass over its keys (each decision unpacks a pod). It waits until the cache
+// has synced and the queue holds no ready key (every pod removed or parked),
+// or at most releaseWait after the sync (a follower's workers wait for the
+// lease). Without it the process keeps the heap that the sync grew to (up to
+// 1.5 times the live heap with GOGC=50) long after, although an idle
+// controller allocates almost nothing.
+func releaseSyncMemory(ctx context.Context, synced cache.InformerSynced, pending func() int) {
 	if !cache.WaitForCacheSync(ctx.Done(), synced) {
 		return
+	}
+	deadline := time.Now().Add(releaseWait)
+	for pending() > 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 	debug.FreeOSMemory()
 	var m goruntime.MemStats

@@ -74,7 +74,7 @@ func main() {
 	cfg := &config{}
 	var scen, wins, env string
 	flag.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (required)")
-	flag.StringVar(&cfg.podjanitor, "podjanitor", "_output/bin/podjanitor", "podjanitor binary")
+	flag.StringVar(&cfg.podjanitor, "podjanitor", "_output/bin/podjanitor", "podjanitor binary, optionally followed by extra flags (\"_output/bin/podjanitor --profiling\")")
 	flag.StringVar(&cfg.outDir, "out", "_output/bench", "directory for results JSON and podjanitor logs")
 	flag.IntVar(&cfg.pods, "pods", 10000, "N: pods for the idle and steady scenarios")
 	flag.IntVar(&cfg.backlogPods, "backlog-pods", 0, "pods per backlog run (each for podjanitor and for the raw deleter); 0 = -pods")
@@ -200,7 +200,7 @@ func run(ctx context.Context, cfg *config) error {
 		"idle_bound": cfg.idleBound, "nodes": cfg.nodes,
 	}}
 	res.Machine = describeMachine()
-	if out, err := exec.Command(cfg.podjanitor, "--version").Output(); err == nil {
+	if out, err := exec.Command(strings.Fields(cfg.podjanitor)[0], "--version").Output(); err == nil {
 		res.Config["podjanitor_version"] = strings.TrimSpace(string(out))
 	}
 

@@ -75,7 +75,7 @@ type janitor struct {
 }
 
 func startJanitor(cfg *config, name, ns string, workers int) (*janitor, error) {
-	return startJanitorBinary(cfg, []string{cfg.podjanitor}, name, ns, workers)
+	return startJanitorBinary(cfg, strings.Fields(cfg.podjanitor), name, ns, workers)
 }
 
 // command is the binary and any extra arguments, which follow the driver's.
