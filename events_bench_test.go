@@ -82,8 +82,9 @@ func BenchmarkAPIWrite(b *testing.B) {
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	defer srv.Close()
-	cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: -1}
-	o := &options{kubeAPIContentType: runtime.ContentTypeProtobuf}
+	cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	// podjanitor's client settings, with the client-side rate limit off.
+	o := &options{kubeAPIContentType: runtime.ContentTypeProtobuf, kubeAPIQPS: -1, kubeAPIBurst: 1}
 	client, err := kubernetes.NewForConfig(withLimits(cfg, o))
 	if err != nil {
 		b.Fatal(err)
