@@ -4,6 +4,9 @@
 #   make bench BENCH_PODS=50000 BENCH_SCENARIOS=idle
 #                                   (the local kube-apiserver needs ~7 GB of RAM per 50,000 stored
 #                                   pods: BENCH_PODS=150000 filled a 24 GB machine; see BENCHMARKS.md)
+#   make bench BENCH_PODS=150000 BENCH_SCENARIOS=idle-standin
+#                                   memory and idle cost at N with the pods served by the driver's
+#                                   stand-in API server: no cluster, so N is not bounded by its memory
 #   make bench-kind                 the same driver against a kind cluster (needs Docker, kind)
 
 BENCH_PODS         ?= 10000
