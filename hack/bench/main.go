@@ -205,34 +205,23 @@ func run(ctx context.Context, cfg *config) error {
 	}
 
 	res.Config["podjanitor_env"] = cfg.podjanitorEnv
-	if cfg.kubeconfig == "" { // only idle-standin: no cluster
-		b := &bench{cfg: cfg, res: res}
-		var err error
-		if res.Idle, err = b.idleStandin(); err != nil {
-			b.write()
-			return fmt.Errorf("scenario idle-standin: %w", err)
+	b := &bench{cfg: cfg, res: res, createRate: 100}
+	if cfg.kubeconfig != "" { // empty only for idle-standin alone, which needs no cluster
+		restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
+		if err != nil {
+			return err
 		}
-		res.Finished = time.Now()
-		path := b.write()
-		printReport(os.Stdout, res)
-		fmt.Printf("\nResults: %s (total %s)\n", path, res.Finished.Sub(res.Started).Round(time.Second))
-		return nil
+		// The driver's own client: protobuf, no client-side rate limit.
+		fast := rest.CopyConfig(restCfg)
+		fast.QPS, fast.Burst = 1e6, 1e6
+		fast.ContentType = "application/vnd.kubernetes.protobuf"
+		fast.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+		fast.UserAgent = "podjanitor-bench"
+		if b.cs, err = kubernetes.NewForConfig(fast); err != nil {
+			return err
+		}
+		b.rest = restCfg
 	}
-	restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
-	if err != nil {
-		return err
-	}
-	// The driver's own client: protobuf, no client-side rate limit.
-	fast := rest.CopyConfig(restCfg)
-	fast.QPS, fast.Burst = 1e6, 1e6
-	fast.ContentType = "application/vnd.kubernetes.protobuf"
-	fast.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	fast.UserAgent = "podjanitor-bench"
-	cs, err := kubernetes.NewForConfig(fast)
-	if err != nil {
-		return err
-	}
-	b := &bench{cfg: cfg, cs: cs, rest: restCfg, res: res, createRate: 100}
 
 	for _, s := range cfg.scenarios {
 		var err error
