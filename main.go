@@ -521,15 +521,15 @@ func serve(ctx context.Context, name, addr string, handler http.Handler, errs ch
 	return nil
 }
 
-// releaseWait bounds how long releaseSyncMemory waits for the first pass.
-const releaseWait = 2 * time.Minute
-
 func valueOr(s, def string) string {
 	if s == "" {
 		return def
 	}
 	return s
 }
+
+// releaseWait bounds how long releaseSyncMemory waits for the first pass.
+const releaseWait = 2 * time.Minute
 
 // releaseSyncMemory returns the heap that the initial sync left behind to the
 // operating system: decoding the initial pod list, and the workers' first

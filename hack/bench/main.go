@@ -73,7 +73,7 @@ type config struct {
 func main() {
 	cfg := &config{}
 	var scen, wins, env string
-	flag.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (required)")
+	flag.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (required unless idle-standin is the only scenario)")
 	flag.StringVar(&cfg.podjanitor, "podjanitor", "_output/bin/podjanitor", "podjanitor binary, optionally followed by extra flags (\"_output/bin/podjanitor --profiling\")")
 	flag.StringVar(&cfg.outDir, "out", "_output/bench", "directory for results JSON and podjanitor logs")
 	flag.IntVar(&cfg.pods, "pods", 10000, "N: pods for the idle and steady scenarios")

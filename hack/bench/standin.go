@@ -84,6 +84,8 @@ func (s *standin) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = s.srv.Shutdown(ctx)
+	s.mu.Lock() // a watch handler may outlive Shutdown's timeout
+	defer s.mu.Unlock()
 	if len(s.unexpected) > 0 {
 		logf("idle-standin: requests the stand-in did not serve: %s", strings.Join(s.unexpected, "; "))
 	}
