@@ -22,5 +22,7 @@ trap cleanup EXIT
 hack/local-cluster.sh down >/dev/null 2>&1 || true # state left by an interrupted run
 hack/local-cluster.sh up
 
-E2E_KUBECONFIG="$root/_output/e2e/kubeconfig" PODJANITOR_BIN="$root/_output/bin/podjanitor" \
+# E2E_CLUSTER_DIR lets the fault tests stop and restart the cluster's kube-apiserver
+# and reach its etcd (hack/local-cluster.sh stop-apiserver/start-apiserver).
+E2E_KUBECONFIG="$root/_output/e2e/kubeconfig" E2E_CLUSTER_DIR="$root/_output/e2e" PODJANITOR_BIN="$root/_output/bin/podjanitor" \
   go test -tags e2e -count=1 -timeout 30m -v ./test/e2e/ "$@"
