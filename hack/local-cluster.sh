@@ -521,6 +521,9 @@ cmd_stop_apiserver() {
     tr '\0' '\n' <"/proc/$pid/cmdline" | tail -n +2 >"$APISERVER_CMDLINE.tmp"
     mv "$APISERVER_CMDLINE.tmp" "$APISERVER_CMDLINE"
   fi
+  # It stops listening at once, then waits up to a minute for open watches
+  # to end: give it 5 s before SIGKILL.
+  local STOP_TIMEOUT=5
   stop_proc kube-apiserver
 }
 

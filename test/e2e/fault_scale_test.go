@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -40,7 +41,7 @@ func TestFaultShutdownDuringBacklog(t *testing.T) {
 		margin          = 7 * time.Second
 	)
 	ns := newNamespace(t)
-	r := watchRemovals(t, ns)
+	r := watchRemovalsDurably(t, ns) // a plain watch falls behind 5,000 pods and is closed
 	t0 := time.Now()
 	deadline := func(i int) time.Time {
 		if i < backlog {
@@ -68,8 +69,10 @@ func TestFaultShutdownDuringBacklog(t *testing.T) {
 	leader := startDaemon(t, append(args, "--kubeconfig", proxy.kubeconfig(t))...)
 	follower := startDaemonWaiting(t, "Waiting to become the leader", args...)
 
-	for r.count() < 500 {
-		time.Sleep(20 * time.Millisecond)
+	for drain := time.Now().Add(time.Minute); r.count() < 500; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(drain) {
+			t.Fatalf("the leader removed only %d pods in a minute", r.count())
+		}
 	}
 	proxy.inject(&fault{Method: "DELETE", Namespace: ns, Delay: 30 * time.Second})
 	time.Sleep(time.Second) // removals pile up at the proxy
@@ -125,7 +128,7 @@ func TestFaultBadInputAtScale(t *testing.T) {
 		huge = 50
 	)
 	ns := newNamespace(t)
-	r := watchRemovals(t, ns)
+	r := watchRemovalsDurably(t, ns)
 	cfg := writePolicy(t, "", `
   - name: labelled
     match: {labelSelector: "policy=now"}
@@ -195,24 +198,30 @@ func TestFaultBadInputAtScale(t *testing.T) {
 		}
 	}
 	events := eventsByPod(t, ns, "InvalidAnnotation")
-	bad := 0
+	wrong := map[string][]string{} // "huge"/"small" and the count → pods
 	for i, p := range pods {
-		if got := events[p.UID]; (got < 1 || got > 2) && bad < 20 {
-			bad++
-			_, value := badValue(i)
-			t.Errorf("pod %s (bad value of %d bytes): %d InvalidAnnotation events, want one per bad value (2)", p.Name, len(value), got)
+		if got := events[p.UID]; got < 1 || got > 2 {
+			size := "small"
+			if i < huge {
+				size = "over 100 KiB"
+			}
+			k := fmt.Sprintf("%d InvalidAnnotation event(s) on a pod whose bad values are %s", got, size)
+			wrong[k] = append(wrong[k], p.Name)
 		}
+	}
+	for k, names := range wrong {
+		t.Errorf("%s, want one per bad value (2): %d pods, e.g. %s", k, len(names), strings.Join(names[:min(3, len(names))], ", "))
 	}
 
 	end := d.scrape(t)
 	goroutines, heap := end.sum("go_goroutines"), end.sum("go_memstats_heap_inuse_bytes")
 	t.Logf("goroutines %v -> %v, heap in use %.1f -> %.1f MiB", base.sum("go_goroutines"), goroutines,
 		base.sum("go_memstats_heap_inuse_bytes")/(1<<20), heap/(1<<20))
-	if goroutines > base.sum("go_goroutines")+100 {
-		t.Errorf("podjanitor runs %v goroutines, %v at the start: want at most 100 more", goroutines, base.sum("go_goroutines"))
+	if goroutines > base.sum("go_goroutines")+200 {
+		t.Errorf("podjanitor runs %v goroutines, %v at the start: want at most 200 more, however many pods are bad", goroutines, base.sum("go_goroutines"))
 	}
-	if heap > 128<<20 {
-		t.Errorf("podjanitor's heap in use is %.1f MiB with %d pods (%d of them over 100 KiB): want at most 128 MiB", heap/(1<<20), n, huge)
+	if heap > 64<<20 {
+		t.Errorf("podjanitor's heap in use is %.1f MiB with %d pods (%d of them over 100 KiB): want at most 64 MiB", heap/(1<<20), n, huge)
 	}
 	log := d.log()
 	longest := 0
@@ -238,13 +247,13 @@ func countErrorLines(log string) int {
 }
 
 // TestFaultChurn creates and deletes pods far faster than the policy's 7-day
-// `created` rule would remove them: 8,000 pods go through, at most ~400 live
-// at a time. Asserted: podjanitor's heap after a forced GC grows by less than
-// 64 bytes, and by less than 0.5 heap objects, per pod that went through: it
-// follows the live pods, not the pods seen.
+// `created` rule would remove them: 6,000 pods go through (after 1,000 to warm
+// up), at most 400 live at a time. Asserted: podjanitor's heap after a forced
+// GC grows by less than 128 bytes, and by less than 0.5 heap objects, per pod
+// that went through: it follows the live pods, not the pods seen.
 func TestFaultChurn(t *testing.T) {
 	const (
-		warmup, churn = 1000, 8000
+		warmup, churn = 1000, 6000
 		batch         = 200
 	)
 	ns := newNamespace(t)
@@ -261,8 +270,14 @@ func TestFaultChurn(t *testing.T) {
 		t.Helper()
 		for done := 0; done < count; done += batch {
 			b := seen / batch
-			createPods(t, batch, func(i int) *corev1.Pod {
-				return pod(ns, fmt.Sprintf("churn-%06d", seen+i), label("batch", fmt.Sprint(b)))
+			inParallel(t, batch, func(i int) error {
+				p := pod(ns, fmt.Sprintf("churn-%06d", seen+i), label("batch", fmt.Sprint(b)))
+				p.Spec.Containers = []corev1.Container{{Name: "main", Image: "fake-image"}}
+				_, err := client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
+				if apierrors.IsAlreadyExists(err) {
+					return nil
+				}
+				return err
 			})
 			seen += batch
 			if b > 0 {
@@ -282,8 +297,8 @@ func TestFaultChurn(t *testing.T) {
 		(after.sum("go_memstats_heap_objects")-before.sum("go_memstats_heap_objects"))/churn
 	t.Logf("heap in use after GC: %.2f MiB after %d pods, %.2f MiB after %d more; %.0f B and %.2f objects per pod that went through",
 		before.sum("go_memstats_heap_inuse_bytes")/(1<<20), warmup, after.sum("go_memstats_heap_inuse_bytes")/(1<<20), churn, grew, objects)
-	if grew > 64 || objects > 0.5 {
-		t.Errorf("podjanitor's heap grew by %.0f bytes and %.2f objects per pod that came and went; want under 64 bytes and 0.5 objects: it must follow the live pods", grew, objects)
+	if grew > 128 || objects > 0.5 {
+		t.Errorf("podjanitor's heap grew by %.0f bytes and %.2f objects per pod that came and went; want under 128 bytes and 0.5 objects: it must follow the live pods", grew, objects)
 	}
 }
 

@@ -65,9 +65,10 @@ type fault struct {
 type proxiedRequest struct {
 	At                          time.Time // when the request arrived
 	Method, Namespace, Pod, Sub string    // Pod is "" for a list
-	Status                      int       // the status sent back (0 if the client went away first)
-	Faulted                     bool      // a fault matched it
-	Injected                    bool      // answered by a fault, not by the API server
+	Query                       url.Values
+	Status                      int  // the status sent back (0 if the client went away first)
+	Faulted                     bool // a fault matched it
+	Injected                    bool // answered by a fault, not by the API server
 }
 
 // podPath matches the pods of a namespace, a pod, and a pod's subresource.
@@ -174,15 +175,22 @@ func (p *faultProxy) resumeWatches() {
 	}
 }
 
-// cutWatches breaks every open watch stream, dropping the events it holds,
-// and lets the watches that follow through.
-func (p *faultProxy) cutWatches() {
+// endWatches ends every open watch stream as the API server does when a
+// watch times out, dropping the events it holds; the watcher watches again
+// from the last resourceVersion it saw. The watches that follow go through.
+func (p *faultProxy) endWatches() { p.stopWatches(io.EOF) }
+
+// cutWatches breaks every open watch stream mid-way, dropping the events it
+// holds, as a failing connection does. The watches that follow go through.
+func (p *faultProxy) cutWatches() { p.stopWatches(errWatchCut) }
+
+func (p *faultProxy) stopWatches(err error) {
 	p.mu.Lock()
 	streams := p.streams
 	p.streams = map[*watchStream]struct{}{}
 	p.mu.Unlock()
 	for s := range streams {
-		s.cutOff()
+		s.stop(err)
 	}
 	p.resumeWatches()
 }
@@ -201,7 +209,7 @@ func (p *faultProxy) served(ns string) []proxiedRequest {
 }
 
 func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	req := proxiedRequest{At: time.Now(), Method: r.Method}
+	req := proxiedRequest{At: time.Now(), Method: r.Method, Query: r.URL.Query()}
 	if m := podPath.FindStringSubmatch(r.URL.Path); m != nil {
 		req.Namespace, req.Pod, req.Sub = m[1], m[2], m[3]
 	}
@@ -221,16 +229,23 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, f, req)
 		return
 	}
-	if r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1" {
-		p.proxy.ServeHTTP(w, r) // long-running: not recorded
-		return
-	}
-	rec := &statusRecorder{ResponseWriter: w}
-	defer func() {
-		req.Status = rec.status
-		p.record(req)
-	}()
+	rec := &statusRecorder{ResponseWriter: w, recorded: func(status int) {
+		req.Status = status
+		p.record(req) // as soon as the status is known: a watch runs on
+	}}
 	p.proxy.ServeHTTP(rec, r)
+	if rec.status == 0 {
+		p.record(req)
+	}
+}
+
+// isWatch says whether the request is a watch.
+func isWatch(q url.Values) bool { return q.Get("watch") == "true" || q.Get("watch") == "1" }
+
+// isList says whether the request lists pods: a LIST, or a watch that
+// starts with the current pods (client-go's streaming list).
+func (r proxiedRequest) isList() bool {
+	return r.Method == http.MethodGet && r.Pod == "" && (!isWatch(r.Query) || r.Query.Get("sendInitialEvents") == "true")
 }
 
 // match returns a copy of the first fault that matches and counts the hit.
@@ -279,21 +294,24 @@ func writeStatus(w http.ResponseWriter, f fault, r proxiedRequest) {
 	_, _ = w.Write(body)
 }
 
+// statusRecorder calls recorded with the status of the response, once.
 type statusRecorder struct {
 	http.ResponseWriter
-	status int
+	status   int
+	recorded func(int)
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
 	if s.status == 0 {
 		s.status = code
+		s.recorded(code)
 	}
 	s.ResponseWriter.WriteHeader(code)
 }
 
 func (s *statusRecorder) Write(b []byte) (int, error) {
 	if s.status == 0 {
-		s.status = http.StatusOK
+		s.WriteHeader(http.StatusOK)
 	}
 	return s.ResponseWriter.Write(b)
 }
@@ -302,8 +320,7 @@ func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter 
 
 // modifyResponse passes the event stream of a watch through a watchStream.
 func (p *faultProxy) modifyResponse(resp *http.Response) error {
-	q := resp.Request.URL.Query().Get("watch")
-	if (q != "true" && q != "1") || resp.StatusCode != http.StatusOK {
+	if !isWatch(resp.Request.URL.Query()) || resp.StatusCode != http.StatusOK {
 		return nil
 	}
 	s := &watchStream{p: p, body: resp.Body, chunks: make(chan chunk, 4096), cut: make(chan struct{})}
@@ -325,7 +342,8 @@ type watchStream struct {
 	body    io.ReadCloser
 	chunks  chan chunk
 	pending []byte
-	cut     chan struct{}
+	cut     chan struct{} // closed when the stream is stopped
+	err     error         // what Read returns once it is
 	once    sync.Once
 }
 
@@ -363,7 +381,7 @@ func (s *watchStream) Read(b []byte) (int, error) {
 		select {
 		case c = <-s.chunks:
 		case <-s.cut:
-			return 0, errWatchCut
+			return 0, s.err
 		}
 		if c.err != nil {
 			return 0, c.err
@@ -395,22 +413,23 @@ func (s *watchStream) hold(arrived time.Time) error {
 		}
 		select {
 		case <-s.cut:
-			return errWatchCut
+			return s.err
 		case <-resumed:
 		case <-timer:
 		}
 	}
 }
 
-func (s *watchStream) cutOff() {
+func (s *watchStream) stop(err error) {
 	s.once.Do(func() {
+		s.err = err
 		close(s.cut)
 		s.body.Close()
 	})
 }
 
 func (s *watchStream) Close() error {
-	s.cutOff()
+	s.stop(io.EOF)
 	s.p.mu.Lock()
 	delete(s.p.streams, s)
 	s.p.mu.Unlock()
