@@ -643,7 +643,7 @@ func TestUnusedRemovalTokenIsGivenBack(t *testing.T) {
 	if err := f.c.pods.Update(kept); err != nil {
 		t.Fatal(err)
 	}
-	f.process(keyOf(b)) // kept now: gives the slot back
+	f.process(keyOf(b))                   // kept now: gives the slot back
 	if got := f.c.state.len(); got != 1 { // a's removed mark
 		t.Errorf("state entries = %d, want 1", got)
 	}
