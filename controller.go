@@ -169,11 +169,11 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, c
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
 				Name: controllerName, Clock: clk, MetricsProvider: opts.Metrics.WorkqueueProvider()},
 		),
-		state:   newPodStates(clk, opts.Metrics.setScheduled),
 		limiter: rate.NewLimiter(limit, burst),
 		opts:    opts,
 		metrics: opts.Metrics,
 	}
+	c.state = newPodStates(clk, c.now, opts.Metrics.setScheduled)
 	c.evaluator.Store(opts.Evaluator)
 	_, err := podInformer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
@@ -321,6 +321,11 @@ func (c *Controller) safeSync(ctx context.Context, key cache.ObjectName) (result
 	}()
 	return c.syncHandler(ctx, key)
 }
+
+// ClockOffsetChanged tells the controller that Options.ClockOffset returns a
+// new value, so that parked pods wake at their deadlines in the API server's
+// time as now estimated.
+func (c *Controller) ClockOffsetChanged() { c.state.offsetChanged() }
 
 // now is the API server's current time as this process estimates it:
 // creation, finish and transition times are the API server's, so deadlines

@@ -678,3 +678,21 @@ func TestDeadlinesHoldInTheAPIServersTime(t *testing.T) {
 func testutilValue(m *Metrics, action, kind string) float64 {
 	return testutil.ToFloat64(m.removalErrors.WithLabelValues(action, kind))
 }
+
+// A parked pod wakes at its deadline in the API server's time as estimated
+// now, not as estimated when it was parked: the first estimate of the offset
+// can be up to a second below the truth until it is calibrated.
+func TestParkedDeadlinesFollowTheClockOffset(t *testing.T) {
+	var offset atomic.Int64
+	pod := newPod("parked", t0, corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	f := newFixture(t, Options{ClockOffset: func() time.Duration { return time.Duration(offset.Load()) }}, pod)
+	f.process(keyOf(pod))
+	offset.Store(int64(900 * time.Millisecond)) // the server's clock turns out to be 0.9 s ahead
+	f.c.ClockOffsetChanged()
+	if f.stepAndCheckReady(59*time.Second + 100*time.Millisecond - time.Millisecond) {
+		t.Fatal("pod came due before its deadline in the API server's time")
+	}
+	if !f.stepAndCheckReady(time.Millisecond) {
+		t.Fatal("pod did not come due at its deadline in the API server's time as now estimated")
+	}
+}

@@ -306,7 +306,13 @@ func daemon(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	apiClk := newAPIClock(clk, metrics.setClockOffset)
+	var offsetChanged atomic.Pointer[func()] // set once the controller exists
+	apiClk := newAPIClock(clk, func(offset time.Duration) {
+		metrics.setClockOffset(offset)
+		if f := offsetChanged.Load(); f != nil {
+			(*f)()
+		}
+	})
 	cfg.Wrap(apiClk.wrap)
 	cfg.Wrap(withoutDisruptionBudgetRetryAfter)
 	client, err := kubernetes.NewForConfig(cfg)
@@ -350,6 +356,8 @@ func daemon(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
+	onOffset := controller.ClockOffsetChanged
+	offsetChanged.Store(&onOffset)
 	if o.configFile != "" {
 		go watchPolicyFile(ctx, o, controller)
 	}

@@ -96,7 +96,7 @@ func NewMetrics(version, commit string) *Metrics {
 		}),
 		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "podjanitor_clock_offset_seconds",
-			Help: "How far the API server's clock is ahead of this process's (negative: behind), as measured from API responses; deadlines are compared in the API server's time.",
+			Help: "How far the API server's clock is ahead of this process's (negative: behind), estimated from the Date header of API responses; deadlines are compared in the API server's time.",
 		}),
 		removalLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "podjanitor_removal_lateness_seconds",

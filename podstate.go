@@ -24,6 +24,10 @@ import (
 // key to the workqueue (ready) when its time comes.
 type podStates struct {
 	clock clock.WithTicker
+	// now is the API server's time as estimated (Controller.now): wake-up
+	// times are in it, so that parked deadlines follow a corrected estimate
+	// of the clock offset (see offsetChanged).
+	now func() time.Time
 	// onScheduled is called with the number of pods parked for a deadline
 	// that has not come yet, whenever it changes.
 	onScheduled func(int)
@@ -41,8 +45,8 @@ type podState struct {
 	// under the same name starts afresh.
 	uid types.UID
 
-	// wakeAt is when the key goes back to the workqueue; index is the entry's
-	// place in the heap, -1 when not parked.
+	// wakeAt is when the key goes back to the workqueue, in the API server's
+	// time; index is the entry's place in the heap, -1 when not parked.
 	wakeAt      time.Time
 	index       int
 	forDeadline bool // parked because its deadline has not come yet
@@ -55,12 +59,13 @@ type podState struct {
 	refusals int  // removals refused in a row for a reason retrying soon cannot fix
 }
 
-func newPodStates(clk clock.WithTicker, onScheduled func(int)) *podStates {
+func newPodStates(clk clock.WithTicker, now func() time.Time, onScheduled func(int)) *podStates {
 	if onScheduled == nil {
 		onScheduled = func(int) {}
 	}
 	return &podStates{
 		clock:       clk,
+		now:         now,
 		onScheduled: onScheduled,
 		pods:        map[cache.ObjectName]*podState{},
 		wake:        make(chan struct{}, 1),
@@ -102,7 +107,7 @@ func (s *podStates) park(key cache.ObjectName, d time.Duration, forDeadline bool
 		s.pods[key] = st
 	}
 	s.setScheduled(st, forDeadline)
-	st.wakeAt = s.clock.Now().Add(d)
+	st.wakeAt = s.now().Add(d)
 	if st.index >= 0 {
 		heap.Fix(&s.parked, st.index)
 	} else {
@@ -250,6 +255,10 @@ func (s *podStates) len() int {
 	return len(s.pods)
 }
 
+// offsetChanged wakes run to time its next wake-up again: the estimate of
+// the API server's clock moved, and parked deadlines move with it.
+func (s *podStates) offsetChanged() { s.signal() }
+
 func (s *podStates) signal() {
 	select {
 	case s.wake <- struct{}{}:
@@ -263,7 +272,7 @@ func (s *podStates) run(ctx context.Context, ready func(cache.ObjectName)) {
 		var due []cache.ObjectName
 		var wait time.Duration
 		s.mu.Lock()
-		now := s.clock.Now()
+		now := s.now()
 		for s.parked.Len() > 0 {
 			st := s.parked[0]
 			if wait = st.wakeAt.Sub(now); wait > 0 {
