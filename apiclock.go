@@ -46,8 +46,8 @@ const (
 	offsetWindow      = 10 * time.Minute
 	maxOffsetSamples  = 64
 	offsetWarning     = time.Second
-	calibrationTarget = 5 * time.Millisecond
-	calibrationProbes = 12
+	calibrationTarget = 2 * time.Millisecond
+	calibrationProbes = 16
 	calibrationPeriod = 10 * time.Minute
 )
 
