@@ -29,24 +29,14 @@ import (
 
 const controllerName = "podjanitor"
 
-// Event reasons, on the pod.
-const (
-	ReasonExpired           = "Expired"
-	ReasonEvicted           = "Evicted"
-	ReasonWouldRemove       = "WouldRemove"
-	ReasonInvalidAnnotation = "InvalidAnnotation"
-	ReasonEvictionBlocked   = "EvictionBlocked"
-)
-
 // Options configure a Controller. The zero value of a field means its default.
 type Options struct {
 	// Evaluator decides each pod's deadline. Required.
 	Evaluator *policy.Evaluator
 	// DryRun decides and reports but changes nothing.
 	DryRun bool
-	// NoRemovalEvents leaves out the Normal Expired and Evicted events, so that
-	// a removal costs one API write instead of two. Warnings and dry-run
-	// events are recorded regardless.
+	// NoRemovalEvents leaves out the LifetimeExpired events of removals.
+	// Warnings and dry-run events are recorded regardless.
 	NoRemovalEvents bool
 	// MaxRemovalsPerSecond caps removals cluster-wide; 0 means no limit.
 	MaxRemovalsPerSecond float64
@@ -92,7 +82,7 @@ func isTerminal(err error) bool {
 // token is parked until one is free, never dropped.
 type Controller struct {
 	client   kubernetes.Interface
-	recorder events.EventRecorder
+	reporter *eventReporter
 	clock    clock.WithTicker
 
 	// pods is the pod informer's store; see podFromCache for what it holds.
@@ -134,7 +124,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, c
 	}
 	c := &Controller{
 		client:     client,
-		recorder:   recorder,
+		reporter:   newEventReporter(logger, recorder, clk, opts.DryRun, opts.NoRemovalEvents),
 		clock:      clk,
 		pods:       podInformer.Informer().GetIndexer(),
 		podsSynced: podInformer.Informer().HasSynced,
@@ -314,8 +304,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 		c.metrics.unscheduled(key)
 		var invalid *policy.AnnotationError
 		if errors.As(err, &invalid) {
-			c.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonInvalidAnnotation, "Validate",
-				"Not removing pod: %v", invalid)
+			c.reporter.invalidAnnotation(pod, invalid)
 			return Result{}, TerminalError(fmt.Errorf("pod %s: %w", key, err))
 		}
 		return Result{}, fmt.Errorf("pod %s: %w", key, err)
@@ -361,8 +350,7 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 	key := cache.MetaObjectToName(pod)
 	if c.opts.DryRun {
 		logger.V(2).Info("Would remove pod (dry run)", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source, "deadline", d.Deadline)
-		c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonWouldRemove, actionVerb(d.Action),
-			"Dry run: would %s pod, its deadline %s (%s) has passed", d.Action, d.Deadline.UTC().Format(time.RFC3339), d.Source)
+		c.reporter.removed(pod, d)
 		c.metrics.removed(d, true, 0)
 		c.markRemoved(key, pod.UID) // report once per pod
 		return Result{}, nil
@@ -395,8 +383,7 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 	case d.Action == policy.ActionEvict && apierrors.IsTooManyRequests(err):
 		c.metrics.removalFailed(d.Action)
 		if c.markBlocked(key, pod.UID) {
-			c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonEvictionBlocked, "Evict",
-				"Eviction refused, retrying with backoff: %v", err)
+			c.reporter.evictionBlocked(pod, err)
 		}
 		return Result{}, fmt.Errorf("evicting pod %s: %w", key, err)
 	default:
@@ -406,25 +393,11 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 
 	lateness := c.clock.Since(d.Deadline) // measured once the API server accepted the removal
 	c.markRemoved(key, pod.UID)
-	reason, verb := ReasonExpired, "deleted"
-	if d.Action == policy.ActionEvict {
-		reason, verb = ReasonEvicted, "evicted"
-	}
-	if !c.opts.NoRemovalEvents {
-		c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, reason, actionVerb(d.Action),
-			"Pod %s: its deadline %s (%s) has passed", verb, d.Deadline.UTC().Format(time.RFC3339), d.Source)
-	}
+	c.reporter.removed(pod, d)
 	c.metrics.removed(d, false, lateness)
 	logger.V(2).Info("Removed pod", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source,
 		"deadline", d.Deadline, "lateness", lateness)
 	return Result{}, nil
-}
-
-func actionVerb(a policy.Action) string {
-	if a == policy.ActionEvict {
-		return "Evict"
-	}
-	return "Delete"
 }
 
 // markBlocked records a refused eviction and says whether it is the first for this pod.
