@@ -151,6 +151,9 @@ type eventReporter struct {
 	// windowEnd closes that interval, nil when none is open.
 	groups    map[groupKey]*removalGroup
 	windowEnd chan struct{}
+	// flushing serialises flushes, so that flush returns only once every
+	// group pending at its call has been recorded.
+	flushing sync.Mutex
 }
 
 func newEventReporter(logger klog.Logger, recorder events.EventRecorder, clk clock.Clock, dryRun, noRemovalEvents bool) *eventReporter {
@@ -260,6 +263,8 @@ func (r *eventReporter) flush() { r.flushWindow(nil) }
 // flushWindow reports the pending groups and closes the window: the one that
 // end belongs to, or with end nil whichever is open.
 func (r *eventReporter) flushWindow(end chan struct{}) {
+	r.flushing.Lock()
+	defer r.flushing.Unlock()
 	r.mu.Lock()
 	if end != nil && r.windowEnd != end {
 		r.mu.Unlock()

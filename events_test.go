@@ -230,11 +230,12 @@ func (h *budgetHarness) remove(pods ...*corev1.Pod) {
 	}
 }
 
-// step advances the clock and waits for the window to close if it ended.
+// step advances the clock and, if the window has ended, waits until its
+// flush has recorded its events.
 func (h *budgetHarness) step(d time.Duration) {
 	h.t.Helper()
 	h.clock.Step(d)
-	if !h.windowOpen() || h.clock.Now().Before(h.openedAt.Add(summaryInterval)) {
+	if h.clock.Now().Before(h.openedAt.Add(summaryInterval)) {
 		return
 	}
 	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true,
@@ -242,6 +243,8 @@ func (h *budgetHarness) step(d time.Duration) {
 	if err != nil {
 		h.t.Fatalf("the window opened at %s was not flushed at %s", h.openedAt, h.clock.Now())
 	}
+	h.r.flushing.Lock() // until the flush has recorded its events
+	h.r.flushing.Unlock()
 }
 
 func ownedPods(prefix string, n int, owner *metav1.OwnerReference, phase corev1.PodPhase) []*corev1.Pod {
