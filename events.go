@@ -145,7 +145,8 @@ type eventReporter struct {
 
 	mu sync.Mutex
 	// warned holds, per pod with an invalid annotation, a hash of its UID and
-	// the annotation's key and value that it was warned about.
+	// the annotation's key and value that it was warned about: ~60 bytes per
+	// such pod in the cache, dropped by forgetPod when the pod is gone.
 	warned map[cache.ObjectName]uint64
 	// groups are the removals over the budget in the current interval;
 	// windowEnd closes that interval, nil when none is open.
