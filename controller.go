@@ -28,24 +28,14 @@ import (
 
 const controllerName = "podjanitor"
 
-// Event reasons, on the pod.
-const (
-	ReasonExpired           = "Expired"
-	ReasonEvicted           = "Evicted"
-	ReasonWouldRemove       = "WouldRemove"
-	ReasonInvalidAnnotation = "InvalidAnnotation"
-	ReasonEvictionBlocked   = "EvictionBlocked"
-)
-
 // Options configure a Controller. The zero value of a field means its default.
 type Options struct {
 	// Evaluator decides each pod's deadline. Required.
 	Evaluator *policy.Evaluator
 	// DryRun decides and reports but changes nothing.
 	DryRun bool
-	// NoRemovalEvents leaves out the Normal Expired and Evicted events, so that
-	// a removal costs one API write instead of two. Warnings and dry-run
-	// events are recorded regardless.
+	// NoRemovalEvents leaves out the LifetimeExpired events of removals.
+	// Warnings and dry-run events are recorded regardless.
 	NoRemovalEvents bool
 	// MaxRemovalsPerSecond caps removals cluster-wide; 0 means no limit.
 	MaxRemovalsPerSecond float64
@@ -112,7 +102,7 @@ func isTerminal(err error) bool {
 // token is parked until one is free, never dropped.
 type Controller struct {
 	client   kubernetes.Interface
-	recorder events.EventRecorder
+	reporter *eventReporter
 	clock    clock.WithTicker
 
 	// pods is the pod informer's store; see podFromCache for what it holds.
@@ -160,7 +150,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, c
 	}
 	c := &Controller{
 		client:     client,
-		recorder:   recorder,
+		reporter:   newEventReporter(logger, recorder, clk, opts.DryRun, opts.NoRemovalEvents),
 		clock:      clk,
 		pods:       podInformer.Informer().GetIndexer(),
 		podsSynced: podInformer.Informer().HasSynced,
@@ -361,8 +351,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	if err != nil {
 		var invalid *policy.AnnotationError
 		if errors.As(err, &invalid) {
-			c.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonInvalidAnnotation, "Validate",
-				"Not removing pod: %v", invalid)
+			c.reporter.invalidAnnotation(pod, invalid)
 			return Result{}, TerminalError(fmt.Errorf("pod %s: %w", key, err))
 		}
 		return Result{}, fmt.Errorf("pod %s: %w", key, err)
@@ -393,8 +382,7 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 	key := cache.MetaObjectToName(pod)
 	if c.opts.DryRun {
 		logger.V(2).Info("Would remove pod (dry run)", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source, "deadline", d.Deadline)
-		c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonWouldRemove, actionVerb(d.Action),
-			"Dry run: would %s pod, its deadline %s (%s) has passed", d.Action, d.Deadline.UTC().Format(time.RFC3339), d.Source)
+		c.reporter.removed(pod, d)
 		c.metrics.removed(d, true, 0)
 		c.state.markRemoved(key, pod.UID) // report once per pod
 		return Result{}, nil
@@ -406,14 +394,7 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 	}
 	lateness := c.now().Sub(d.Deadline) // measured once the API server accepted the removal
 	c.state.markRemoved(key, pod.UID)
-	reason, verb := ReasonExpired, "deleted"
-	if d.Action == policy.ActionEvict {
-		reason, verb = ReasonEvicted, "evicted"
-	}
-	if !c.opts.NoRemovalEvents {
-		c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, reason, actionVerb(d.Action),
-			"Pod %s: its deadline %s (%s) has passed", verb, d.Deadline.UTC().Format(time.RFC3339), d.Source)
-	}
+	c.reporter.removed(pod, d)
 	c.metrics.removed(d, false, lateness)
 	logger.V(2).Info("Removed pod", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source,
 		"deadline", d.Deadline, "lateness", lateness)
@@ -457,8 +438,7 @@ func (c *Controller) removalFailed(ctx context.Context, pod *corev1.Pod, d polic
 	switch kind {
 	case errorDisruptionBudget:
 		if c.state.markBlocked(key, pod.UID) {
-			c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonEvictionBlocked, "Evict",
-				"Eviction refused, retrying with backoff: %v", err)
+			c.reporter.evictionBlocked(pod, err)
 		}
 		return Result{}, &retryAfterError{err: err, after: c.state.refused(key, pod.UID)}
 	case errorRefused:
@@ -467,14 +447,8 @@ func (c *Controller) removalFailed(ctx context.Context, pod *corev1.Pod, d polic
 	return Result{}, err
 }
 
-func actionVerb(a policy.Action) string {
-	if a == policy.ActionEvict {
-		return "Evict"
-	}
-	return "Delete"
-}
-
 // forgetPod drops what the controller remembers about a pod that is gone.
 func (c *Controller) forgetPod(key cache.ObjectName) {
 	c.state.forget(key)
+	c.reporter.forgetPod(key)
 }

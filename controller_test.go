@@ -60,7 +60,7 @@ func newFixture(t *testing.T, opts Options, pods ...*corev1.Pod) *fixture {
 		t:        t,
 		ctx:      ctx,
 		client:   fake.NewClientset(objs...),
-		recorder: events.NewFakeRecorder(100),
+		recorder: &events.FakeRecorder{Events: make(chan string, 100), Verbose: true}, // "type reason action note"
 		clock:    testingclock.NewFakeClock(t0),
 		metrics:  NewMetrics("test", "test"),
 	}
@@ -200,8 +200,8 @@ func TestTTLPodIsParkedUntilDeadlineThenDeleted(t *testing.T) {
 	// the cache: no second API call.
 	f.process(keyOf(pod))
 	checkActions(t, []core.Action{deleteAction(pod)}, f.writes())
-	if got := f.events(); len(got) != 1 || !strings.HasPrefix(got[0], "Normal Expired") {
-		t.Errorf("events = %q, want one Normal Expired", got)
+	if got := f.events(); len(got) != 1 || !strings.HasPrefix(got[0], "Normal LifetimeExpired Delete ") {
+		t.Errorf("events = %q, want one Normal LifetimeExpired, action Delete", got)
 	}
 	if got := testutil.ToFloat64(f.metrics.podsScheduled); got != 0 {
 		t.Errorf("pods_scheduled = %v, want 0 after removal", got)
@@ -397,8 +397,8 @@ func TestRunningPodIsEvicted(t *testing.T) {
 	}
 	checkActions(t, []core.Action{evict, evict, evict}, f.writes())
 	got := f.events()
-	if len(got) != 2 || !strings.HasPrefix(got[0], "Normal EvictionBlocked") || !strings.HasPrefix(got[1], "Normal Evicted") {
-		t.Errorf("events = %q, want one EvictionBlocked (not one per retry), then Evicted", got)
+	if len(got) != 2 || !strings.HasPrefix(got[0], "Normal EvictionBlocked") || !strings.HasPrefix(got[1], "Normal LifetimeExpired Evict ") {
+		t.Errorf("events = %q, want one EvictionBlocked (not one per retry), then LifetimeExpired with action Evict", got)
 	}
 }
 

@@ -98,7 +98,7 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	fs.IntVar(&o.workers, "workers", 4, "Number of pods removed concurrently.")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (logs, WouldRemove events, metrics) but remove nothing.")
 	fs.BoolVar(&o.removalEvents, "removal-events", true,
-		"Record an Expired or Evicted event on each removed pod. false makes a removal one API write instead of two; warnings are recorded regardless.")
+		"Record LifetimeExpired events of removals: on each pod, and in bulk one per owner and 10 s. false records none; warnings and dry-run events are recorded regardless.")
 	fs.Float64Var(&o.maxDeletionsPerSecond, "max-deletions-per-second", 50, "Cluster-wide cap on removals per second; 0 means no cap. Removals over the cap wait, they are never dropped.")
 	fs.IntVar(&o.deletionBurst, "deletion-burst", 100, "Removals allowed at once above --max-deletions-per-second.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader on a Lease before acting; only the leader removes pods.")
@@ -358,6 +358,10 @@ func daemon(ctx context.Context, o *options) error {
 	}
 	onOffset := controller.ClockOffsetChanged
 	offsetChanged.Store(&onOffset)
+	defer func() { // before the broadcaster shuts down: removals reported in bulk, and time for them to be queued
+		controller.reporter.flush()
+		sink.drain(100*time.Millisecond, 5*time.Second)
+	}()
 	if o.configFile != "" {
 		go watchPolicyFile(ctx, o, controller)
 	}
