@@ -415,8 +415,8 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 			"Pod %s: its deadline %s (%s) has passed", verb, d.Deadline.UTC().Format(time.RFC3339), d.Source)
 	}
 	c.metrics.removed(d, false, lateness)
-	logger.V(2).Info("Removed pod", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source,
-		"deadline", d.Deadline, "lateness", lateness)
+	logger.V(2).Info("Removed pod", "pod", klog.KObj(pod), "namespace", pod.Namespace, "uid", pod.UID,
+		"action", d.Action, "reason", d.Reason, "by", d.Source, "deadline", d.Deadline, "lateness", lateness)
 	return Result{}, nil
 }
 
