@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds the chart and release tools pinned in hack/devtools/go.mod into
+# _output/bin: helm (`make test`: chart lint, template and install tests) and
+# cyclonedx-gomod (`make release`: the SBOM). Arguments name the tools to
+# build (default: all). Up to date binaries are kept.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin="$root/_output/bin"
+mkdir -p "$bin"
+cd "$root/hack/devtools"
+
+build() { # name package
+  local name=$1 pkg=$2
+  if [ -x "$bin/$name" ] && [ "$bin/$name" -nt go.sum ] && [ "$bin/$name" -nt "$0" ]; then
+    echo "  $name: up to date"
+    return
+  fi
+  local start=$SECONDS
+  echo "  $name: building $pkg ..."
+  # helm reports its version from these variables (helm version, and the
+  # kubeVersion it renders charts with when it has no cluster).
+  local version
+  version=$(go list -m -f '{{.Version}}' "${pkg%%/cmd/*}")
+  CGO_ENABLED=0 go build -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$version" \
+    -o "$bin/$name" "$pkg"
+  echo "  $name: built in $((SECONDS - start))s"
+}
+
+want=${*:-helm cyclonedx-gomod}
+echo "Building dev tools into $bin: $want"
+for tool in $want; do
+  case $tool in
+    helm) build helm helm.sh/helm/v3/cmd/helm ;;
+    cyclonedx-gomod) build cyclonedx-gomod github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod ;;
+    *) echo "unknown tool $tool (helm, cyclonedx-gomod)" >&2; exit 2 ;;
+  esac
+done
