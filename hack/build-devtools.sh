@@ -9,7 +9,7 @@ bin="$root/_output/bin"
 mkdir -p "$bin"
 cd "$root/hack/devtools"
 
-build() { # name package
+build() { # name package extra-ldflags
   local name=$1 pkg=$2
   if [ -x "$bin/$name" ] && [ "$bin/$name" -nt go.sum ] && [ "$bin/$name" -nt "$0" ]; then
     echo "  $name: up to date"
@@ -17,13 +17,7 @@ build() { # name package
   fi
   local start=$SECONDS
   echo "  $name: building $pkg ..."
-  # helm reports its version from these variables (helm version, and the
-  # kubeVersion it renders charts with when it has no cluster).
-  local version
-  version=$(go list -m -f '{{.Version}}' "${pkg%%/cmd/*}")
-  CGO_ENABLED=0 go build -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$version" \
-    -o "$bin/$name" "$pkg"
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $3" -o "$bin/$name" "$pkg"
   echo "  $name: built in $((SECONDS - start))s"
 }
 
@@ -31,8 +25,10 @@ want=${*:-helm cyclonedx-gomod}
 echo "Building dev tools into $bin: $want"
 for tool in $want; do
   case $tool in
-    helm) build helm helm.sh/helm/v3/cmd/helm ;;
-    cyclonedx-gomod) build cyclonedx-gomod github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod ;;
+    # helm reports the version in this variable (`helm version`).
+    helm) build helm helm.sh/helm/v3/cmd/helm \
+      "-X helm.sh/helm/v3/internal/version.version=$(go list -m -f '{{.Version}}' helm.sh/helm/v3)" ;;
+    cyclonedx-gomod) build cyclonedx-gomod github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod "" ;;
     *) echo "unknown tool $tool (helm, cyclonedx-gomod)" >&2; exit 2 ;;
   esac
 done
