@@ -70,6 +70,7 @@ bad one, as here. Fractions are exact up to 18 digits, as in Go.
     variables.{{ $v }}BadNumber.find('^[0-9]*').find('[1-9][0-9]*') > '9223372036854775808'
     ? 'too large: the maximum is 15250w1d23h47m16s854ms775us807ns' :
     variables.{{ $v }}BadNumber == '.' ? 'expected a number at ' + strings.quote(variables.{{ $v }}Bad) :
-    variables.{{ $v }}BadUnit == '' ? 'missing unit after ' + strings.quote(variables.{{ $v }}BadNumber) :
+    variables.{{ $v }}BadUnit == '' ? 'missing unit after ' + strings.quote(variables.{{ $v }}BadNumber) +
+    ' (use one of ns, us, ms, s, m, h, d, w)' :
     'unknown unit ' + strings.quote(variables.{{ $v }}BadUnit)
 {{- end }}
