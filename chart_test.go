@@ -618,3 +618,64 @@ func TestChartArtifacts(t *testing.T) {
 		t.Errorf("%s differs from %s/files/podjanitor-dashboard.json; run\n  go test -run TestChartArtifacts -update-artifacts .", dashboardCopy, chartDir)
 	}
 }
+
+// TestReleaseVersionsAgree: the chart, the CHANGELOG and the kustomizations'
+// remote references name the same release.
+func TestReleaseVersionsAgree(t *testing.T) {
+	var chart struct {
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	readYAML(t, filepath.Join(chartDir, "Chart.yaml"), &chart)
+	if "v"+chart.Version != chart.AppVersion {
+		t.Errorf("Chart.yaml: version %s, appVersion %s; want them to name one release", chart.Version, chart.AppVersion)
+	}
+	for path, want := range map[string]string{
+		"CHANGELOG.md":                        "\n## " + chart.AppVersion + "\n",
+		"artifacts/deploy/kustomization.yaml": "?ref=" + chart.AppVersion,
+		"README.md":                           "--branch " + chart.AppVersion,
+	} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), want) {
+			t.Errorf("%s does not name the release %s (%q)", path, chart.AppVersion, want)
+		}
+	}
+}
+
+// TestMonitoringComponent: artifacts/monitoring is a kustomize Component
+// whose every file exists and is listed.
+func TestMonitoringComponent(t *testing.T) {
+	var k struct {
+		Kind               string   `json:"kind"`
+		Resources          []string `json:"resources"`
+		ConfigMapGenerator []struct {
+			Name  string   `json:"name"`
+			Files []string `json:"files"`
+		} `json:"configMapGenerator"`
+	}
+	readYAML(t, "artifacts/monitoring/kustomization.yaml", &k)
+	if k.Kind != "Component" {
+		t.Errorf("artifacts/monitoring/kustomization.yaml: kind %q, want Component", k.Kind)
+	}
+	listed := slices.Clone(k.Resources)
+	for _, g := range k.ConfigMapGenerator {
+		listed = append(listed, g.Files...)
+	}
+	files, err := filepath.Glob("artifacts/monitoring/*.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if base := filepath.Base(f); base != "kustomization.yaml" && !slices.Contains(listed, base) {
+			t.Errorf("%s is not in the component", f)
+		}
+	}
+	for _, f := range listed {
+		if _, err := os.Stat(filepath.Join("artifacts/monitoring", f)); err != nil {
+			t.Error(err)
+		}
+	}
+}
