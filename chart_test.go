@@ -142,25 +142,7 @@ func decodeRender(t *testing.T, manifest string) *chartRender {
 			t.Fatalf("document %d (%s): %v", i, u.GetKind(), err)
 		}
 		for _, obj := range objs {
-			r.all = append(r.all, obj)
-			switch o := obj.(type) {
-			case *corev1.ServiceAccount:
-				r.serviceAccounts = append(r.serviceAccounts, o)
-			case *corev1.ConfigMap:
-				r.configMaps = append(r.configMaps, o)
-			case *corev1.Service:
-				r.services = append(r.services, o)
-			case *appsv1.Deployment:
-				r.deployments = append(r.deployments, o)
-			case *rbacv1.ClusterRole:
-				r.clusterRoles = append(r.clusterRoles, o)
-			case *rbacv1.ClusterRoleBinding:
-				r.clusterRoleBindings = append(r.clusterRoleBindings, o)
-			case *rbacv1.Role:
-				r.roles = append(r.roles, o)
-			case *rbacv1.RoleBinding:
-				r.roleBindings = append(r.roleBindings, o)
-			default:
+			if !r.add(obj) {
 				r.others = append(r.others, u)
 			}
 		}

@@ -122,32 +122,40 @@ func loadDeployObjects(t *testing.T) *deployObjects {
 			t.Fatalf("%s: %v", res, err)
 		}
 		for _, obj := range objs {
-			d.all = append(d.all, obj)
-			switch o := obj.(type) {
-			case *corev1.Namespace:
-				d.namespaces = append(d.namespaces, o)
-			case *corev1.ServiceAccount:
-				d.serviceAccounts = append(d.serviceAccounts, o)
-			case *corev1.ConfigMap:
-				d.configMaps = append(d.configMaps, o)
-			case *corev1.Service:
-				d.services = append(d.services, o)
-			case *appsv1.Deployment:
-				d.deployments = append(d.deployments, o)
-			case *rbacv1.ClusterRole:
-				d.clusterRoles = append(d.clusterRoles, o)
-			case *rbacv1.ClusterRoleBinding:
-				d.clusterRoleBindings = append(d.clusterRoleBindings, o)
-			case *rbacv1.Role:
-				d.roles = append(d.roles, o)
-			case *rbacv1.RoleBinding:
-				d.roleBindings = append(d.roleBindings, o)
-			default:
+			if !d.add(obj) {
 				t.Errorf("%s: unexpected kind %T", res, obj)
 			}
 		}
 	}
 	return d
+}
+
+// add files obj under its kind; false for a kind podjanitor's manifests do not have.
+func (d *deployObjects) add(obj runtime.Object) bool {
+	switch o := obj.(type) {
+	case *corev1.Namespace:
+		d.namespaces = append(d.namespaces, o)
+	case *corev1.ServiceAccount:
+		d.serviceAccounts = append(d.serviceAccounts, o)
+	case *corev1.ConfigMap:
+		d.configMaps = append(d.configMaps, o)
+	case *corev1.Service:
+		d.services = append(d.services, o)
+	case *appsv1.Deployment:
+		d.deployments = append(d.deployments, o)
+	case *rbacv1.ClusterRole:
+		d.clusterRoles = append(d.clusterRoles, o)
+	case *rbacv1.ClusterRoleBinding:
+		d.clusterRoleBindings = append(d.clusterRoleBindings, o)
+	case *rbacv1.Role:
+		d.roles = append(d.roles, o)
+	case *rbacv1.RoleBinding:
+		d.roleBindings = append(d.roleBindings, o)
+	default:
+		return false
+	}
+	d.all = append(d.all, obj)
+	return true
 }
 
 // one returns the only element of objs, failing the test otherwise.
