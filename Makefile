@@ -21,7 +21,7 @@ build: ## Build the podjanitor binary into _output/bin/ (static, release flags).
 tools: ## Build the local cluster's binaries (etcd, kube-apiserver, kube-controller-manager, kwok).
 	hack/build-tools.sh
 
-devtools: ## Build helm and cyclonedx-gomod (hack/devtools/go.mod) into _output/bin/.
+devtools: ## Build helm, kustomize and cyclonedx-gomod (hack/devtools/go.mod) into _output/bin/.
 	hack/build-devtools.sh
 
 helm: ## Build helm (chart tests) into _output/bin/.
@@ -49,9 +49,11 @@ vet:
 	go vet -tags e2e ./test/e2e/
 	cd test/promql && go vet ./...
 
-# The chart tests need helm; PODJANITOR_REQUIRE_HELM makes them fail, not skip, without it.
-unit: vet helm ## Unit tests (no cluster needed): Go, chart (helm lint/template), PromQL of the monitoring kit.
-	PODJANITOR_REQUIRE_HELM=1 HELM=$(CURDIR)/_output/bin/helm go test -race -count=1 ./...
+# The chart and kustomize tests need helm and kustomize (hack/devtools);
+# PODJANITOR_REQUIRE_DEVTOOLS makes them fail, not skip, without them.
+unit: vet ## Unit tests (no cluster needed): Go, chart (helm lint/template), kustomize builds, PromQL of the monitoring kit.
+	hack/build-devtools.sh helm kustomize
+	PODJANITOR_REQUIRE_DEVTOOLS=1 go test -race -count=1 ./...
 	cd test/promql && go test -count=1 ./...
 
 e2e: build tools helm ## End-to-end tests: brings a local cluster up in _output/e2e and down again.

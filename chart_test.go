@@ -37,25 +37,28 @@ const chartDir = "charts/podjanitor"
 
 var updateArtifacts = flag.Bool("update-artifacts", false, "rewrite artifacts/monitoring and artifacts/admission from the chart")
 
-// helmBinary finds helm. Without it the chart tests skip, unless
-// PODJANITOR_REQUIRE_HELM is set (make unit sets it, and builds helm first).
-func helmBinary(t *testing.T) string {
+// devtool finds a tool that hack/build-devtools.sh builds into _output/bin
+// (or the one $ENV names). Without it the test skips, unless
+// PODJANITOR_REQUIRE_DEVTOOLS is set: make unit sets it, and builds the tools first.
+func devtool(t *testing.T, name, env string) string {
 	t.Helper()
-	if h := os.Getenv("HELM"); h != "" {
-		return h
+	if p := os.Getenv(env); p != "" {
+		return p
 	}
-	h, err := filepath.Abs("_output/bin/helm")
+	p, err := filepath.Abs("_output/bin/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(h); err != nil {
-		if os.Getenv("PODJANITOR_REQUIRE_HELM") != "" {
-			t.Fatalf("helm is required: %v (hack/build-devtools.sh helm builds it)", err)
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("PODJANITOR_REQUIRE_DEVTOOLS") != "" {
+			t.Fatalf("%s is required: %v (hack/build-devtools.sh %s builds it)", name, err, name)
 		}
-		t.Skipf("no helm at %s; `make unit` builds it (hack/build-devtools.sh helm)", h)
+		t.Skipf("no %s at %s; `make unit` builds it (hack/build-devtools.sh %s)", name, p, name)
 	}
-	return h
+	return p
 }
+
+func helmBinary(t *testing.T) string { return devtool(t, "helm", "HELM") }
 
 // runHelm runs helm with its own cache and config directories.
 func runHelm(t *testing.T, args ...string) (string, error) {
