@@ -69,6 +69,7 @@ type options struct {
 	metricsAddr, healthAddr   string
 	profiling                 bool
 	shutdownTimeout           time.Duration
+	writeTimeout              time.Duration
 	showVersion               bool
 	loggingFormat             string
 	verbosity                 int    // klog's -v, for --logging-format=json
@@ -116,6 +117,7 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz; 0 disables them.")
 	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's pprof profiles under /debug/pprof/ on the metrics address.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "On SIGTERM, how long to wait for removals in flight.")
+	fs.DurationVar(&o.writeTimeout, "write-timeout", 15*time.Second, "Timeout of each removal call to the API server, its retries included; a call that times out is retried with backoff.")
 	return fs
 }
 
@@ -188,6 +190,8 @@ func (o *options) validate(plan bool) error {
 		return bad("logging-format", "%q: want %s or %s", o.loggingFormat, loggingText, loggingJSON)
 	case o.shutdownTimeout <= 0:
 		return bad("shutdown-timeout", "%v: must be positive", o.shutdownTimeout)
+	case o.writeTimeout <= 0:
+		return bad("write-timeout", "%v: must be positive", o.writeTimeout)
 	case o.leaderElect && o.leaseDuration <= o.renewDeadline:
 		return bad("leader-elect-lease-duration", "%v must be greater than --leader-elect-renew-deadline (%v)", o.leaseDuration, o.renewDeadline)
 	case o.leaderElect && o.renewDeadline <= o.retryPeriod:
@@ -314,6 +318,19 @@ func daemon(ctx context.Context, o *options) error {
 	metrics := NewMetrics(version, commit)
 	metrics.RegisterClientMetrics()
 	leaderelection.SetProvider(metrics.LeaderElectionProvider())
+	clk, err := processClock(logger)
+	if err != nil {
+		return err
+	}
+	var offsetChanged atomic.Pointer[func()] // set once the controller exists
+	apiClk := newAPIClock(clk, func(offset time.Duration) {
+		metrics.setClockOffset(offset)
+		if f := offsetChanged.Load(); f != nil {
+			(*f)()
+		}
+	})
+	cfg.Wrap(apiClk.wrap)
+	cfg.Wrap(withoutDisruptionBudgetRetryAfter)
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("creating clientset: %w", err)
@@ -341,18 +358,22 @@ func daemon(ctx context.Context, o *options) error {
 
 	factory := informerFactory(client, o)
 	podInformer := factory.Core().V1().Pods()
-	controller, err := NewController(ctx, podInformer, client, recorder, clock.RealClock{}, Options{
+	controller, err := NewController(ctx, podInformer, client, recorder, clk, Options{
 		Evaluator:            evaluator,
 		DryRun:               o.dryRun,
 		NoRemovalEvents:      !o.removalEvents,
 		MaxRemovalsPerSecond: o.maxDeletionsPerSecond,
 		RemovalBurst:         o.deletionBurst,
 		ShutdownTimeout:      o.shutdownTimeout,
+		WriteTimeout:         o.writeTimeout,
+		ClockOffset:          apiClk.Offset,
 		Metrics:              metrics,
 	})
 	if err != nil {
 		return err
 	}
+	onOffset := controller.ClockOffsetChanged
+	offsetChanged.Store(&onOffset)
 	if o.configFile != "" {
 		go watchPolicyFile(ctx, o, controller)
 	}
@@ -366,6 +387,9 @@ func daemon(ctx context.Context, o *options) error {
 		return err
 	}
 
+	go apiClk.runCalibration(ctx, func(ctx context.Context) error {
+		return client.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error()
+	})
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	go releaseSyncMemory(ctx, podInformer.Informer().HasSynced, controller.Pending)
@@ -386,6 +410,21 @@ func daemon(ctx context.Context, o *options) error {
 	return runAsLeader(runCtx, o, client, metrics, watchdog, func(ctx context.Context) error {
 		return controller.Run(ctx, o.workers)
 	})
+}
+
+// processClock is the real clock, or, for tests of clock skew, one that reads
+// PODJANITOR_TESTING_CLOCK_OFFSET (a duration) ahead of it.
+func processClock(logger klog.Logger) (clock.WithTicker, error) {
+	value := os.Getenv("PODJANITOR_TESTING_CLOCK_OFFSET")
+	if value == "" {
+		return clock.RealClock{}, nil
+	}
+	offset, err := time.ParseDuration(value)
+	if err != nil {
+		return nil, fmt.Errorf("PODJANITOR_TESTING_CLOCK_OFFSET=%q: %w", value, err)
+	}
+	logger.Info("Warning: testing clock in use, reading ahead of the real clock", "offset", offset)
+	return shiftedClock{offset: offset}, nil
 }
 
 // runAsLeader runs work only while this process holds the lease. On ctx

@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/podjanitor/podjanitor/policy"
@@ -50,8 +49,9 @@ func exportedMetrics(t *testing.T) []string {
 	t.Helper()
 	m := NewMetrics("test", "test")
 	m.removed(policy.Decision{Action: policy.ActionDelete, Reason: policy.ReasonTTL}, false, time.Millisecond)
-	m.removalFailed(policy.ActionEvict)
-	m.scheduled(cache.ObjectName{Namespace: "default", Name: "web-1"})
+	m.removalFailed(policy.ActionEvict, "disruption_budget")
+	m.setScheduled(1)
+	m.setClockOffset(time.Millisecond)
 	m.reconciled(labelSuccess, false)
 	m.policyReloaded(true)
 	m.SetLeader(true)
@@ -93,7 +93,7 @@ func exportedMetrics(t *testing.T) []string {
 func TestMetricNamesFile(t *testing.T) {
 	got := exportedMetrics(t)
 	for _, want := range []string{"leader_election_master_status gauge name", "podjanitor_pods_removed_total counter action,dry_run,reason",
-		"podjanitor_removal_lateness_seconds histogram", "workqueue_depth gauge name", "rest_client_requests_total counter code,host,method"} {
+		"podjanitor_removal_lateness_seconds histogram", "podjanitor_removal_errors_total counter action,error", "workqueue_depth gauge name", "rest_client_requests_total counter code,host,method"} {
 		if !slices.Contains(got, want) {
 			t.Errorf("exported metrics lack %q: %q", want, got)
 		}
