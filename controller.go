@@ -396,8 +396,8 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 	c.state.markRemoved(key, pod.UID)
 	c.reporter.removed(pod, d)
 	c.metrics.removed(d, false, lateness)
-	logger.V(2).Info("Removed pod", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source,
-		"deadline", d.Deadline, "lateness", lateness)
+	logger.V(2).Info("Removed pod", "pod", klog.KObj(pod), "namespace", pod.Namespace, "uid", pod.UID,
+		"action", d.Action, "reason", d.Reason, "by", d.Source, "deadline", d.Deadline, "lateness", lateness)
 	return Result{}, nil
 }
 

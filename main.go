@@ -13,6 +13,7 @@ import (
 	"os"
 	goruntime "runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,8 @@ type options struct {
 	shutdownTimeout           time.Duration
 	writeTimeout              time.Duration
 	showVersion               bool
+	loggingFormat             string
+	verbosity                 int    // klog's -v, for --logging-format=json
 	output                    string // plan only
 }
 
@@ -93,8 +96,11 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 	if plan {
 		fs.StringVar(&o.output, "o", "table", "Output format: table or json.")
+		fs.StringVar(&o.output, "output", "table", "Output format: table or json (same as -o).")
 		return fs
 	}
+	fs.StringVar(&o.loggingFormat, "logging-format", loggingText,
+		"Log format: text (klog's) or json (Kubernetes components' JSON: ts, caller, msg, v, then the keys).")
 	fs.IntVar(&o.workers, "workers", 4, "Number of pods removed concurrently.")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (logs, WouldRemove events, metrics) but remove nothing.")
 	fs.BoolVar(&o.removalEvents, "removal-events", true,
@@ -136,6 +142,7 @@ func parseFlags(name string, args []string, plan bool) (*options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	o.verbosity, _ = strconv.Atoi(fs.Lookup("v").Value.String())
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
@@ -157,15 +164,18 @@ func (o *options) validate(plan bool) error {
 	if errs := validation.IsDNS1123Subdomain(o.annotationPrefix); len(errs) > 0 {
 		return bad("annotation-prefix", "%q must be a DNS subdomain such as podjanitor.io: %s", o.annotationPrefix, strings.Join(errs, "; "))
 	}
-	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 {
-		return bad("kube-api-qps", "--kube-api-qps and --kube-api-burst must be positive")
+	if o.kubeAPIQPS <= 0 {
+		return bad("kube-api-qps", "%v: must be positive", o.kubeAPIQPS)
+	}
+	if o.kubeAPIBurst <= 0 {
+		return bad("kube-api-burst", "%d: must be positive", o.kubeAPIBurst)
 	}
 	if o.kubeAPIContentType != runtime.ContentTypeProtobuf && o.kubeAPIContentType != runtime.ContentTypeJSON {
 		return bad("kube-api-content-type", "%q: want %s or %s", o.kubeAPIContentType, runtime.ContentTypeProtobuf, runtime.ContentTypeJSON)
 	}
 	if plan {
 		if o.output != "table" && o.output != "json" {
-			return bad("o", "%q: want table or json", o.output)
+			return bad("output", "%q: want table or json", o.output)
 		}
 		return nil
 	}
@@ -176,6 +186,8 @@ func (o *options) validate(plan bool) error {
 		return bad("max-deletions-per-second", "%v: must not be negative", o.maxDeletionsPerSecond)
 	case o.deletionBurst < 1:
 		return bad("deletion-burst", "%d: must be at least 1", o.deletionBurst)
+	case o.loggingFormat != loggingText && o.loggingFormat != loggingJSON:
+		return bad("logging-format", "%q: want %s or %s", o.loggingFormat, loggingText, loggingJSON)
 	case o.shutdownTimeout <= 0:
 		return bad("shutdown-timeout", "%v: must be positive", o.shutdownTimeout)
 	case o.writeTimeout <= 0:
@@ -279,6 +291,9 @@ func runDaemon(args []string) int {
 		fmt.Printf("podjanitor %s (commit %s)\n", version, commit)
 		return 0
 	}
+	if o.loggingFormat == loggingJSON {
+		klog.SetLoggerWithOptions(newJSONLogger(os.Stderr, o.verbosity), klog.ContextualLogger(true))
+	}
 	ctx := signals.SetupSignalHandler()
 	logger := klog.FromContext(ctx)
 	if err := daemon(ctx, o); err != nil {
@@ -302,6 +317,7 @@ func daemon(ctx context.Context, o *options) error {
 	}
 	metrics := NewMetrics(version, commit)
 	metrics.RegisterClientMetrics()
+	leaderelection.SetProvider(metrics.LeaderElectionProvider())
 	clk, err := processClock(logger)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/tools/leaderelection"
 	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/util/workqueue"
 
@@ -44,6 +45,8 @@ type Metrics struct {
 	workqueue          workqueueMetrics
 	restRequestResults *prometheus.CounterVec
 	restLatency        *prometheus.HistogramVec
+	leaderStatus       *prometheus.GaugeVec
+	leaderSlowpath     *prometheus.CounterVec
 }
 
 // NewMetrics creates all series in a new registry, each present at 0.
@@ -120,6 +123,16 @@ func NewMetrics(version, commit string) *Metrics {
 			Help:    "Request latency in seconds, by verb.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}, []string{"verb"}),
+		// client-go's leader-election metrics, as Kubernetes components name them
+		// (k8s.io/component-base/metrics/prometheus/clientgo/leaderelection).
+		leaderStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leader_election_master_status",
+			Help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+		}, []string{"name"}),
+		leaderSlowpath: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leader_election_slowpath_total",
+			Help: "Total number of slow path exercised in renewing leader leases. 'name' is the string used to identify the lease.",
+		}, []string{"name"}),
 	}
 	m.workqueue = newWorkqueueMetrics()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -130,6 +143,7 @@ func NewMetrics(version, commit string) *Metrics {
 	reg.MustRegister(m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics,
 		m.reconcileTime, m.activeWorkers, m.maxConcurrent, m.podsRemoved, m.removalErrors,
 		m.podsScheduled, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, buildInfo, m.restRequestResults, m.restLatency,
+		m.leaderStatus, m.leaderSlowpath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
 
@@ -166,6 +180,19 @@ type restLatency struct{ v *prometheus.HistogramVec }
 func (r restLatency) Observe(_ context.Context, verb string, _ url.URL, latency time.Duration) {
 	r.v.WithLabelValues(verb).Observe(latency.Seconds())
 }
+
+// LeaderElectionProvider feeds client-go's leader-election metrics into the
+// registry (leaderelection.SetProvider; client-go accepts one per process).
+func (m *Metrics) LeaderElectionProvider() leaderelection.MetricsProvider {
+	return leaderMetrics{m}
+}
+
+type leaderMetrics struct{ m *Metrics }
+
+func (l leaderMetrics) NewLeaderMetric() leaderelection.LeaderMetric { return l }
+func (l leaderMetrics) On(name string)                               { l.m.leaderStatus.WithLabelValues(name).Set(1) }
+func (l leaderMetrics) Off(name string)                              { l.m.leaderStatus.WithLabelValues(name).Set(0) }
+func (l leaderMetrics) SlowpathExercised(name string)                { l.m.leaderSlowpath.WithLabelValues(name).Inc() }
 
 // WorkqueueProvider feeds the workqueue's metrics into the registry.
 func (m *Metrics) WorkqueueProvider() workqueue.MetricsProvider {
