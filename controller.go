@@ -274,7 +274,7 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 		c.queue.Forget(key)
 		c.state.unpark(key)
 		c.metrics.reconciled(labelError, true)
-		logger.V(2).Info("Leaving pod alone until it changes", "pod", key, "err", err)
+		logger.V(2).Info("Leaving pod alone until it changes", "pod", key, "err", cutNote(err.Error())) // a bad value can be 256 KiB
 	case errors.As(err, &retry):
 		c.queue.Forget(key)
 		c.state.park(key, retry.after, false)
