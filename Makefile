@@ -10,7 +10,7 @@ BIN     := _output/bin/podjanitor
 include hack/docker.mk
 include hack/bench.mk
 
-.PHONY: help build tools cluster-up cluster-down cluster-status run demo test unit e2e vet fuzz clean
+.PHONY: help build tools devtools helm cluster-up cluster-down cluster-status run demo test unit e2e vet fuzz release clean
 
 help: ## Show the targets.
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -20,6 +20,12 @@ build: ## Build the podjanitor binary into _output/bin/ (static, release flags).
 
 tools: ## Build the local cluster's binaries (etcd, kube-apiserver, kube-controller-manager, kwok).
 	hack/build-tools.sh
+
+devtools: ## Build helm, kustomize and cyclonedx-gomod (hack/devtools/go.mod) into _output/bin/.
+	hack/build-devtools.sh
+
+helm: ## Build helm (chart tests) into _output/bin/.
+	hack/build-devtools.sh helm
 
 cluster-up: tools ## Start the local cluster (kubeconfig: _output/local/kubeconfig).
 	hack/local-cluster.sh up
@@ -41,16 +47,27 @@ test: unit e2e ## All tests: vet, unit tests, end-to-end tests against a fresh l
 vet:
 	go vet ./...
 	go vet -tags e2e ./test/e2e/
+	cd test/promql && go vet ./...
 
-unit: vet ## Unit tests (no cluster needed).
-	go test -race -count=1 ./...
+# The chart and kustomize tests need helm and kustomize (hack/devtools);
+# PODJANITOR_REQUIRE_DEVTOOLS makes them fail, not skip, without them.
+unit: vet ## Unit tests (no cluster needed): Go, chart (helm lint/template), kustomize builds, PromQL of the monitoring kit.
+	hack/build-devtools.sh helm kustomize
+	PODJANITOR_REQUIRE_DEVTOOLS=1 go test -race -count=1 ./...
+	cd test/promql && go test -count=1 ./...
 
-e2e: build tools ## End-to-end tests: brings a local cluster up in _output/e2e and down again.
+e2e: build tools helm ## End-to-end tests: brings a local cluster up in _output/e2e and down again.
 	hack/e2e.sh
 
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	go test -run='^$$' -fuzz=FuzzParseDuration -fuzztime=$${FUZZTIME:-30s} ./policy/
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$${FUZZTIME:-30s} ./policy/
+
+RELEASE_DIR      := _output/release
+RELEASE_PLATFORMS := linux/amd64 linux/arm64
+
+release: ## Static binaries for $(RELEASE_PLATFORMS), SHA-256 checksums and a CycloneDX SBOM in _output/release/.
+	hack/release.sh "$(VERSION)" "$(COMMIT)" "$(RELEASE_DIR)" $(RELEASE_PLATFORMS)
 
 clean: ## Remove build output (stops every local cluster under _output first).
 	@for marker in _output/*/.podjanitor-local-cluster _output/*/*/.podjanitor-local-cluster; do \

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -29,24 +28,14 @@ import (
 
 const controllerName = "podjanitor"
 
-// Event reasons, on the pod.
-const (
-	ReasonExpired           = "Expired"
-	ReasonEvicted           = "Evicted"
-	ReasonWouldRemove       = "WouldRemove"
-	ReasonInvalidAnnotation = "InvalidAnnotation"
-	ReasonEvictionBlocked   = "EvictionBlocked"
-)
-
 // Options configure a Controller. The zero value of a field means its default.
 type Options struct {
 	// Evaluator decides each pod's deadline. Required.
 	Evaluator *policy.Evaluator
 	// DryRun decides and reports but changes nothing.
 	DryRun bool
-	// NoRemovalEvents leaves out the Normal Expired and Evicted events, so that
-	// a removal costs one API write instead of two. Warnings and dry-run
-	// events are recorded regardless.
+	// NoRemovalEvents leaves out the LifetimeExpired events of removals.
+	// Warnings and dry-run events are recorded regardless.
 	NoRemovalEvents bool
 	// MaxRemovalsPerSecond caps removals cluster-wide; 0 means no limit.
 	MaxRemovalsPerSecond float64
@@ -54,6 +43,13 @@ type Options struct {
 	RemovalBurst int
 	// ShutdownTimeout bounds how long Run waits for in-flight removals; default 30s.
 	ShutdownTimeout time.Duration
+	// WriteTimeout bounds each removal call, retries inside client-go included;
+	// default 15s.
+	WriteTimeout time.Duration
+	// ClockOffset returns how far the API server's clock is ahead of this
+	// process's clock; deadlines are compared in the API server's time. nil
+	// means no offset.
+	ClockOffset func() time.Duration
 	// Metrics receives the controller's measurements; nil records nothing.
 	Metrics *Metrics
 }
@@ -64,7 +60,21 @@ type Options struct {
 type Result struct {
 	Requeue      bool
 	RequeueAfter time.Duration
+
+	// scheduled marks a RequeueAfter until the pod's deadline, as opposed to
+	// a wait for a removal token (podjanitor_pods_scheduled counts the former).
+	scheduled bool
 }
+
+// retryAfterError is a failed removal to try again after a wait of its own
+// rather than the workqueue's backoff: refusals that retrying soon cannot fix.
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }
 
 // terminalError marks an error that retrying cannot fix (invalid user input).
 type terminalError struct{ err error }
@@ -92,7 +102,7 @@ func isTerminal(err error) bool {
 // token is parked until one is free, never dropped.
 type Controller struct {
 	client   kubernetes.Interface
-	recorder events.EventRecorder
+	reporter *eventReporter
 	clock    clock.WithTicker
 
 	// pods is the pod informer's store; see podFromCache for what it holds.
@@ -102,20 +112,20 @@ type Controller struct {
 	// evaluator is swapped when the policy file is reloaded.
 	evaluator atomic.Pointer[policy.Evaluator]
 
+	// queue is what the workers read: keys to decide now, and failed keys
+	// waiting for their backoff. Keys parked until a deadline or a removal
+	// token wait in state instead, which drops them with their pod.
 	queue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	state   *podStates
 	limiter *rate.Limiter
 	opts    Options
 	metrics *Metrics
-
-	// Per-pod memory, by key, for pods still in the cache. blocked holds the
-	// pods whose eviction a PodDisruptionBudget refused, so that EvictionBlocked
-	// is reported once per pod, not once per retry; removed holds the pods
-	// already removed, so that an event that was in flight when the removal
-	// happened does not cause a second API call.
-	podsMu  sync.Mutex
-	blocked map[cache.ObjectName]types.UID
-	removed map[cache.ObjectName]types.UID
 }
+
+// transientBackoffMax caps the workqueue's backoff for failed syncs, so that
+// pods that came due while the API server was unreachable go within seconds of
+// its recovery. Refusals that retrying soon cannot fix wait longer (refusalBackoff).
+const transientBackoffMax = 10 * time.Second
 
 // NewController wires the controller to the pod informer. It does not start anything.
 func NewController(ctx context.Context, podInformer coreinformers.PodInformer, client kubernetes.Interface,
@@ -127,6 +137,12 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, c
 	if opts.ShutdownTimeout <= 0 {
 		opts.ShutdownTimeout = 30 * time.Second
 	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 15 * time.Second
+	}
+	if opts.ClockOffset == nil {
+		opts.ClockOffset = func() time.Duration { return 0 }
+	}
 	limit, burst := rate.Inf, opts.RemovalBurst
 	if opts.MaxRemovalsPerSecond > 0 {
 		limit = rate.Limit(opts.MaxRemovalsPerSecond)
@@ -134,21 +150,20 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, c
 	}
 	c := &Controller{
 		client:     client,
-		recorder:   recorder,
+		reporter:   newEventReporter(logger, recorder, clk, opts.DryRun, opts.NoRemovalEvents),
 		clock:      clk,
 		pods:       podInformer.Informer().GetIndexer(),
 		podsSynced: podInformer.Informer().HasSynced,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](10*time.Millisecond, 5*time.Minute),
+			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](10*time.Millisecond, transientBackoffMax),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
 				Name: controllerName, Clock: clk, MetricsProvider: opts.Metrics.WorkqueueProvider()},
 		),
 		limiter: rate.NewLimiter(limit, burst),
 		opts:    opts,
 		metrics: opts.Metrics,
-		blocked: map[cache.ObjectName]types.UID{},
-		removed: map[cache.ObjectName]types.UID{},
 	}
+	c.state = newPodStates(clk, c.now, opts.Metrics.setScheduled)
 	c.evaluator.Store(opts.Evaluator)
 	_, err := podInformer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
@@ -221,6 +236,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.podsSynced) {
 		return errors.New("pod cache did not sync")
 	}
+	wg.Go(func() { c.state.run(ctx, c.queue.Add) })
 	c.metrics.setMaxConcurrency(workers)
 	for range workers {
 		wg.Go(func() {
@@ -252,24 +268,34 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 	c.metrics.workerFinished(c.clock.Since(start))
 
 	logger := klog.FromContext(ctx)
+	var retry *retryAfterError
 	switch {
 	case err != nil && isTerminal(err):
 		c.queue.Forget(key)
+		c.state.unpark(key)
 		c.metrics.reconciled(labelError, true)
-		logger.V(2).Info("Leaving pod alone until it changes", "pod", key, "err", err)
+		logger.V(2).Info("Leaving pod alone until it changes", "pod", key, "err", cutNote(err.Error())) // a bad value can be 256 KiB
+	case errors.As(err, &retry):
+		c.queue.Forget(key)
+		c.state.park(key, retry.after, false)
+		c.metrics.reconciled(labelError, false)
+		utilruntime.HandleErrorWithContext(ctx, err, "Syncing pod failed, will retry", "pod", key, "after", retry.after)
 	case err != nil:
 		c.queue.AddRateLimited(key)
+		c.state.unpark(key)
 		c.metrics.reconciled(labelError, false)
 		utilruntime.HandleErrorWithContext(ctx, err, "Syncing pod failed, will retry", "pod", key, "retries", c.queue.NumRequeues(key))
 	case result.RequeueAfter > 0:
 		c.queue.Forget(key)
-		c.queue.AddAfter(key, result.RequeueAfter)
+		c.state.park(key, result.RequeueAfter, result.scheduled)
 		c.metrics.reconciled(labelRequeueAfter, false)
 	case result.Requeue:
 		c.queue.AddRateLimited(key)
+		c.state.unpark(key)
 		c.metrics.reconciled(labelRequeue, false)
 	default:
 		c.queue.Forget(key)
+		c.state.unpark(key)
 		c.metrics.reconciled(labelSuccess, false)
 	}
 	return true
@@ -284,6 +310,18 @@ func (c *Controller) safeSync(ctx context.Context, key cache.ObjectName) (result
 		}
 	}()
 	return c.syncHandler(ctx, key)
+}
+
+// ClockOffsetChanged tells the controller that Options.ClockOffset returns a
+// new value, so that parked pods wake at their deadlines in the API server's
+// time as now estimated.
+func (c *Controller) ClockOffsetChanged() { c.state.offsetChanged() }
+
+// now is the API server's current time as this process estimates it:
+// creation, finish and transition times are the API server's, so deadlines
+// are compared with its clock, not with this process's.
+func (c *Controller) now() time.Time {
+	return c.clock.Now().Add(c.opts.ClockOffset())
 }
 
 // syncHandler decides what to do with one pod now.
@@ -303,25 +341,22 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 		return Result{}, err
 	}
 
-	if c.wasRemoved(key, pod.UID) {
+	if c.state.wasRemoved(key, pod.UID) {
 		logger.V(4).Info("Pod already removed, waiting for the cache to catch up")
 		return Result{}, nil
 	}
 
-	now := c.clock.Now()
+	now := c.now()
 	decision, err := c.evaluator.Load().Decide(pod, now)
 	if err != nil {
-		c.metrics.unscheduled(key)
 		var invalid *policy.AnnotationError
 		if errors.As(err, &invalid) {
-			c.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonInvalidAnnotation, "Validate",
-				"Not removing pod: %v", invalid)
+			c.reporter.invalidAnnotation(pod, invalid)
 			return Result{}, TerminalError(fmt.Errorf("pod %s: %w", key, err))
 		}
 		return Result{}, fmt.Errorf("pod %s: %w", key, err)
 	}
 	if !decision.HasDeadline() {
-		c.metrics.unscheduled(key)
 		logger.V(4).Info("Pod has no deadline", "skipped", decision.Skipped, "kept", decision.Kept)
 		return Result{}, nil
 	}
@@ -329,135 +364,91 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 		logger.V(2).Info("Pod's finish time lies in the future, counting from now", "deadline", decision.Deadline)
 	}
 	if wait := decision.Deadline.Sub(now); wait > 0 {
-		c.metrics.scheduled(key)
 		logger.V(4).Info("Pod is not due yet", "deadline", decision.Deadline, "wait", wait, "by", decision.Source)
-		return Result{RequeueAfter: wait}, nil
+		return Result{RequeueAfter: wait, scheduled: true}, nil
 	}
-	c.metrics.unscheduled(key)
 
-	if delay := c.reserveRemoval(now); delay > 0 {
-		logger.V(4).Info("Removal rate limit reached, waiting", "delay", delay)
+	if delay := c.state.reserve(key, pod.UID, c.limiter); delay > 0 {
+		logger.V(4).Info("Removal rate limit reached, waiting for the reserved slot", "delay", delay)
 		return Result{RequeueAfter: delay}, nil
 	}
 	return c.removePod(ctx, pod, decision)
 }
 
-// reserveRemoval takes a removal token, or returns how long until one is free.
-func (c *Controller) reserveRemoval(now time.Time) time.Duration {
-	r := c.limiter.ReserveN(now, 1)
-	if !r.OK() {
-		return time.Second
-	}
-	if delay := r.DelayFrom(now); delay > 0 {
-		r.CancelAt(now)
-		return delay
-	}
-	return 0
-}
-
-// removePod deletes or evicts a due pod, guarded by the cached UID and resourceVersion.
+// removePod deletes or evicts a due pod, guarded by the cached UID and
+// resourceVersion, and reports the outcome.
 func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.Decision) (Result, error) {
 	logger := klog.FromContext(ctx)
 	key := cache.MetaObjectToName(pod)
 	if c.opts.DryRun {
 		logger.V(2).Info("Would remove pod (dry run)", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source, "deadline", d.Deadline)
-		c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonWouldRemove, actionVerb(d.Action),
-			"Dry run: would %s pod, its deadline %s (%s) has passed", d.Action, d.Deadline.UTC().Format(time.RFC3339), d.Source)
+		c.reporter.removed(pod, d)
 		c.metrics.removed(d, true, 0)
-		c.markRemoved(key, pod.UID) // report once per pod
+		c.state.markRemoved(key, pod.UID) // report once per pod
 		return Result{}, nil
 	}
 
+	err := c.callRemoval(ctx, pod, d)
+	if err != nil {
+		return c.removalFailed(ctx, pod, d, err)
+	}
+	lateness := c.now().Sub(d.Deadline) // measured once the API server accepted the removal
+	c.state.markRemoved(key, pod.UID)
+	c.reporter.removed(pod, d)
+	c.metrics.removed(d, false, lateness)
+	logger.V(2).Info("Removed pod", "pod", klog.KObj(pod), "namespace", pod.Namespace, "uid", pod.UID,
+		"action", d.Action, "reason", d.Reason, "by", d.Source, "deadline", d.Deadline, "lateness", lateness)
+	return Result{}, nil
+}
+
+// callRemoval makes the one API call that removes the pod, within the write timeout.
+func (c *Controller) callRemoval(ctx context.Context, pod *corev1.Pod, d policy.Decision) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.WriteTimeout)
+	defer cancel()
 	uid, rv := pod.UID, pod.ResourceVersion
 	opts := metav1.DeleteOptions{
 		Preconditions:      &metav1.Preconditions{UID: &uid, ResourceVersion: &rv},
 		GracePeriodSeconds: d.GracePeriodSeconds,
 	}
-	var err error
 	if d.Action == policy.ActionEvict {
-		err = c.client.CoreV1().Pods(pod.Namespace).EvictV1(ctx, &policyv1.Eviction{
+		return c.client.CoreV1().Pods(pod.Namespace).EvictV1(ctx, &policyv1.Eviction{
 			ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
 			DeleteOptions: &opts,
 		})
-	} else {
-		err = c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, opts)
 	}
-	switch {
-	case err == nil:
-	case apierrors.IsNotFound(err):
-		logger.V(4).Info("Pod already gone", "pod", klog.KObj(pod))
-		c.forgetPod(key)
-		return Result{}, nil
-	case apierrors.IsConflict(err):
+	return c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, opts)
+}
+
+// removalFailed sorts a failed removal: a conflict means the pod changed and is
+// decided again; transient failures retry with the workqueue's short backoff;
+// refusals that retrying soon cannot fix wait longer. A 404 is not taken as
+// "gone": only the informer says that a pod is gone, so a 404 from anything
+// else (a proxy, an aggregated path) cannot make a due pod be forgotten.
+func (c *Controller) removalFailed(ctx context.Context, pod *corev1.Pod, d policy.Decision, err error) (Result, error) {
+	logger := klog.FromContext(ctx)
+	key := cache.MetaObjectToName(pod)
+	if apierrors.IsConflict(err) {
 		// The pod changed or was replaced since it was cached: decide again on fresh data.
 		logger.V(2).Info("Pod changed since the decision, deciding again", "pod", klog.KObj(pod), "err", err)
 		return Result{Requeue: true}, nil
-	case d.Action == policy.ActionEvict && apierrors.IsTooManyRequests(err):
-		c.metrics.removalFailed(d.Action)
-		if c.markBlocked(key, pod.UID) {
-			c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonEvictionBlocked, "Evict",
-				"Eviction refused, retrying with backoff: %v", err)
+	}
+	kind := removalErrorKind(err)
+	c.metrics.removalFailed(d.Action, kind)
+	err = fmt.Errorf("removing pod %s (%s): %w", key, d.Action, err)
+	switch kind {
+	case errorDisruptionBudget:
+		if c.state.markBlocked(key, pod.UID) {
+			c.reporter.evictionBlocked(pod, err)
 		}
-		return Result{}, fmt.Errorf("evicting pod %s: %w", key, err)
-	default:
-		c.metrics.removalFailed(d.Action)
-		return Result{}, fmt.Errorf("removing pod %s (%s): %w", key, d.Action, err)
+		return Result{}, &retryAfterError{err: err, after: c.state.refused(key, pod.UID)}
+	case errorRefused:
+		return Result{}, &retryAfterError{err: err, after: c.state.refused(key, pod.UID)}
 	}
-
-	lateness := c.clock.Since(d.Deadline) // measured once the API server accepted the removal
-	c.markRemoved(key, pod.UID)
-	reason, verb := ReasonExpired, "deleted"
-	if d.Action == policy.ActionEvict {
-		reason, verb = ReasonEvicted, "evicted"
-	}
-	if !c.opts.NoRemovalEvents {
-		c.recorder.Eventf(pod, nil, corev1.EventTypeNormal, reason, actionVerb(d.Action),
-			"Pod %s: its deadline %s (%s) has passed", verb, d.Deadline.UTC().Format(time.RFC3339), d.Source)
-	}
-	c.metrics.removed(d, false, lateness)
-	logger.V(2).Info("Removed pod", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source,
-		"deadline", d.Deadline, "lateness", lateness)
-	return Result{}, nil
-}
-
-func actionVerb(a policy.Action) string {
-	if a == policy.ActionEvict {
-		return "Evict"
-	}
-	return "Delete"
-}
-
-// markBlocked records a refused eviction and says whether it is the first for this pod.
-func (c *Controller) markBlocked(key cache.ObjectName, uid types.UID) bool {
-	c.podsMu.Lock()
-	defer c.podsMu.Unlock()
-	if c.blocked[key] == uid {
-		return false
-	}
-	c.blocked[key] = uid
-	return true
-}
-
-// markRemoved records a successful removal.
-func (c *Controller) markRemoved(key cache.ObjectName, uid types.UID) {
-	c.metrics.unscheduled(key)
-	c.podsMu.Lock()
-	defer c.podsMu.Unlock()
-	delete(c.blocked, key)
-	c.removed[key] = uid
-}
-
-func (c *Controller) wasRemoved(key cache.ObjectName, uid types.UID) bool {
-	c.podsMu.Lock()
-	defer c.podsMu.Unlock()
-	return c.removed[key] == uid
+	return Result{}, err
 }
 
 // forgetPod drops what the controller remembers about a pod that is gone.
 func (c *Controller) forgetPod(key cache.ObjectName) {
-	c.metrics.unscheduled(key)
-	c.podsMu.Lock()
-	defer c.podsMu.Unlock()
-	delete(c.blocked, key)
-	delete(c.removed, key)
+	c.state.forget(key)
+	c.reporter.forgetPod(key)
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	goruntime "runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,6 +25,7 @@ import (
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 
@@ -57,7 +60,7 @@ func newFixture(t *testing.T, opts Options, pods ...*corev1.Pod) *fixture {
 		t:        t,
 		ctx:      ctx,
 		client:   fake.NewClientset(objs...),
-		recorder: events.NewFakeRecorder(100),
+		recorder: &events.FakeRecorder{Events: make(chan string, 100), Verbose: true}, // "type reason action note"
 		clock:    testingclock.NewFakeClock(t0),
 		metrics:  NewMetrics("test", "test"),
 	}
@@ -81,7 +84,10 @@ func newFixture(t *testing.T, opts Options, pods ...*corev1.Pod) *fixture {
 		t.Fatal(err)
 	}
 	c.podsSynced = alwaysReady
-	t.Cleanup(c.queue.ShutDown)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); c.state.run(runCtx, c.queue.Add) }()
+	t.Cleanup(func() { cancel(); <-done; c.queue.ShutDown() })
 	f.c = c
 	f.client.ClearActions()
 	return f
@@ -170,7 +176,7 @@ func TestTTLPodIsParkedUntilDeadlineThenDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(Result{RequeueAfter: 50 * time.Minute}, res); diff != "" {
+	if diff := cmp.Diff(Result{RequeueAfter: 50 * time.Minute, scheduled: true}, res, cmp.AllowUnexported(Result{})); diff != "" {
 		t.Errorf("result (-want,+got):\n%s", diff)
 	}
 
@@ -194,8 +200,8 @@ func TestTTLPodIsParkedUntilDeadlineThenDeleted(t *testing.T) {
 	// the cache: no second API call.
 	f.process(keyOf(pod))
 	checkActions(t, []core.Action{deleteAction(pod)}, f.writes())
-	if got := f.events(); len(got) != 1 || !strings.HasPrefix(got[0], "Normal Expired") {
-		t.Errorf("events = %q, want one Normal Expired", got)
+	if got := f.events(); len(got) != 1 || !strings.HasPrefix(got[0], "Normal LifetimeExpired Delete ") {
+		t.Errorf("events = %q, want one Normal LifetimeExpired, action Delete", got)
 	}
 	if got := testutil.ToFloat64(f.metrics.podsScheduled); got != 0 {
 		t.Errorf("pods_scheduled = %v, want 0 after removal", got)
@@ -326,7 +332,7 @@ func TestAPIErrorRetriesWithGrowingBackoff(t *testing.T) {
 	if got := len(f.writes()); got != 5 {
 		t.Errorf("delete calls = %d, want 5", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.removalErrors.WithLabelValues("delete")); got != 5 {
+	if got := testutil.ToFloat64(f.metrics.removalErrors.WithLabelValues("delete", "unavailable")); got != 5 {
 		t.Errorf("removal errors = %v, want 5", got)
 	}
 }
@@ -370,7 +376,7 @@ func TestRunningPodIsEvicted(t *testing.T) {
 		}
 		if blocked < 2 {
 			blocked++
-			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+			return true, nil, pdbRefusal()
 		}
 		return true, nil, nil
 	})
@@ -391,8 +397,8 @@ func TestRunningPodIsEvicted(t *testing.T) {
 	}
 	checkActions(t, []core.Action{evict, evict, evict}, f.writes())
 	got := f.events()
-	if len(got) != 2 || !strings.HasPrefix(got[0], "Normal EvictionBlocked") || !strings.HasPrefix(got[1], "Normal Evicted") {
-		t.Errorf("events = %q, want one EvictionBlocked (not one per retry), then Evicted", got)
+	if len(got) != 2 || !strings.HasPrefix(got[0], "Normal EvictionBlocked") || !strings.HasPrefix(got[1], "Normal LifetimeExpired Evict ") {
+		t.Errorf("events = %q, want one EvictionBlocked (not one per retry), then LifetimeExpired with action Evict", got)
 	}
 }
 
@@ -454,4 +460,239 @@ func (s *slowSink) Create(context.Context, *eventsv1.Event) (*eventsv1.Event, er
 	time.Sleep(s.delay)
 	s.done.Add(1)
 	return nil, nil
+}
+
+// pdbRefusal is the Eviction API's answer when a PodDisruptionBudget forbids the eviction.
+func pdbRefusal() error {
+	err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes,
+		metav1.StatusCause{Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget web-pdb needs 1 healthy pods and has 1 currently"})
+	return err
+}
+
+// A pod parked for a far deadline and then deleted leaves nothing behind:
+// memory follows the pods that exist, not the pods seen.
+func TestDeletedPodsLeaveNoParkedKeys(t *testing.T) {
+	const n = 20000
+	f := newFixture(t, Options{})
+	f.ctx = klog.NewContext(f.ctx, klog.Background()) // the test logger would keep every line
+	indexer := f.c.pods
+	heapInUse := func() uint64 {
+		var m goruntime.MemStats
+		goruntime.GC()
+		goruntime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heapInUse()
+	for i := range n {
+		pod := newPod(fmt.Sprintf("churn-%d", i), t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "7d"})
+		if err := indexer.Add(pod); err != nil {
+			t.Fatal(err)
+		}
+		f.process(keyOf(pod))
+		if err := indexer.Delete(pod); err != nil {
+			t.Fatal(err)
+		}
+		f.c.enqueue(pod) // the informer's DeleteFunc
+		f.next()
+	}
+	after := heapInUse()
+	if got := testutil.ToFloat64(f.metrics.podsScheduled); got != 0 {
+		t.Errorf("pods_scheduled = %v, want 0 with no pods left", got)
+	}
+	// The workqueue's delaying queue kept ~300 B per parked key until its
+	// deadline, whether the pod existed or not: ~6 MB here.
+	if grown := int64(after) - int64(before); grown > n*50 {
+		t.Errorf("heap grew by %d bytes (%d per deleted pod) after %d pods came and went, want no per-pod remains", grown, grown/n, n)
+	}
+	checkActions(t, nil, f.writes())
+}
+
+// After an outage, a due pod is retried within transientBackoffMax however
+// often it failed, so that it goes within seconds of the API server's return.
+func TestTransientErrorsRetryWithinTenSeconds(t *testing.T) {
+	pod := newPod("outage", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	f := newFixture(t, Options{}, pod)
+	down := true
+	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
+		if down {
+			return true, nil, apierrors.NewServiceUnavailable("the API server is shutting down")
+		}
+		return false, nil, nil
+	})
+	f.process(keyOf(pod))
+	for range 30 { // an outage long enough that an uncapped backoff reaches minutes
+		if !f.stepAndCheckReady(transientBackoffMax) {
+			t.Fatalf("after %d failures the pod was not retried within %v", f.c.queue.NumRequeues(keyOf(pod)), transientBackoffMax)
+		}
+		f.next()
+	}
+	down = false
+	if !f.stepAndCheckReady(transientBackoffMax) {
+		t.Fatal("not retried after the API server came back")
+	}
+	f.next()
+	if got := len(f.writes()); got != 32 {
+		t.Errorf("delete calls = %d, want 32", got)
+	}
+	if !f.c.state.wasRemoved(keyOf(pod), pod.UID) {
+		t.Error("pod not removed after recovery")
+	}
+}
+
+// A 404 from a removal call does not make podjanitor forget a pod that its
+// informer still has: the 404 may come from a proxy, not from the pod.
+func TestNotFoundFromTheAPIIsRetriedWhileTheInformerHasThePod(t *testing.T) {
+	pod := newPod("still-there", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	f := newFixture(t, Options{}, pod)
+	notFound := 1
+	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
+		if notFound > 0 {
+			notFound--
+			return true, nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, pod.Name)
+		}
+		return false, nil, nil
+	})
+	f.process(keyOf(pod))
+	if f.c.state.wasRemoved(keyOf(pod), pod.UID) {
+		t.Fatal("a 404 counted as a removal")
+	}
+	if got := f.events(); len(got) != 0 {
+		t.Errorf("events = %q, want none after a 404", got)
+	}
+	if !f.stepAndCheckReady(transientBackoffMax) {
+		t.Fatal("pod was forgotten after a 404 while the informer still has it")
+	}
+	f.next()
+	checkActions(t, []core.Action{deleteAction(pod), deleteAction(pod)}, f.writes())
+	if !f.c.state.wasRemoved(keyOf(pod), pod.UID) {
+		t.Error("pod not removed on the retry")
+	}
+	if got := testutil.ToFloat64(f.metrics.removalErrors.WithLabelValues("delete", "not_found")); got != 1 {
+		t.Errorf(`removal_errors_total{error="not_found"} = %v, want 1`, got)
+	}
+}
+
+// Evictions refused by a PodDisruptionBudget wait 5 s, then longer, up to
+// 5 min: not the transient backoff, which would hammer the API server.
+func TestDisruptionBudgetRefusalsBackOffSlowly(t *testing.T) {
+	pod := newPod("guarded", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
+	f := newFixture(t, Options{}, pod)
+	f.client.PrependReactor("create", "pods", func(a core.Action) (bool, runtime.Object, error) {
+		return a.GetSubresource() == "eviction", nil, pdbRefusal()
+	})
+	f.process(keyOf(pod))
+	for _, wait := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second} {
+		if f.stepAndCheckReady(wait - time.Millisecond) {
+			t.Fatalf("retried before %v", wait)
+		}
+		if !f.stepAndCheckReady(time.Millisecond) {
+			t.Fatalf("not retried after %v", wait)
+		}
+		f.next()
+	}
+	if got := f.events(); len(got) != 1 || !strings.HasPrefix(got[0], "Normal EvictionBlocked") {
+		t.Errorf("events = %q, want one EvictionBlocked", got)
+	}
+	if got := testutil.ToFloat64(f.metrics.removalErrors.WithLabelValues("evict", "disruption_budget")); got != 5 {
+		t.Errorf(`removal_errors_total{error="disruption_budget"} = %v, want 5`, got)
+	}
+}
+
+// Keys over the removal cap wait for the slot reserved for them and wake once:
+// draining a backlog costs work per removal, not per removal and waiting key.
+func TestRemovalCapWakesEachKeyOnce(t *testing.T) {
+	const n = 200
+	var pods []*corev1.Pod
+	for i := range n {
+		pods = append(pods, newPod(fmt.Sprintf("backlog-%d", i), t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"}))
+	}
+	f := newFixture(t, Options{MaxRemovalsPerSecond: 10, RemovalBurst: 1, NoRemovalEvents: true}, pods...)
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	syncs := n
+	for len(f.writes()) < n {
+		if !f.stepAndCheckReady(100 * time.Millisecond) {
+			t.Fatalf("no key came back; %d of %d removed", len(f.writes()), n)
+		}
+		for f.c.queue.Len() > 0 {
+			f.next()
+			syncs++
+		}
+		if elapsed := f.clock.Since(t0); len(f.writes()) > int(elapsed.Seconds()*10)+1 {
+			t.Fatalf("%d removals after %v exceed the cap", len(f.writes()), elapsed)
+		}
+	}
+	if syncs > 2*n {
+		t.Errorf("%d syncs to remove %d pods under the cap, want at most %d (each waiting key woken once)", syncs, n, 2*n)
+	}
+}
+
+// A key waiting for a removal token gives it back when its pod no longer
+// needs it, so the next pod in line does not wait for a slot nobody uses.
+func TestUnusedRemovalTokenIsGivenBack(t *testing.T) {
+	a := newPod("a", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	b := newPod("b", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	f := newFixture(t, Options{MaxRemovalsPerSecond: 1, RemovalBurst: 1}, a, b)
+	f.process(keyOf(a)) // takes the burst
+	f.process(keyOf(b)) // reserves the slot at +1s and waits
+	kept := a.DeepCopy()
+	kept.Name, kept.UID = "b", b.UID
+	kept.Annotations = map[string]string{"podjanitor.io/ttl": "1m", "podjanitor.io/keep": "true"}
+	if err := f.c.pods.Update(kept); err != nil {
+		t.Fatal(err)
+	}
+	f.process(keyOf(b))                   // kept now: gives the slot back
+	if got := f.c.state.len(); got != 1 { // a's removed mark
+		t.Errorf("state entries = %d, want 1", got)
+	}
+	c := newPod("c", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	if err := f.c.pods.Add(c); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Step(time.Second)
+	f.process(keyOf(c))
+	checkActions(t, []core.Action{deleteAction(a), deleteAction(c)}, f.writes())
+}
+
+// Deadlines hold in the API server's time: with this machine's clock 30 s
+// ahead, a pod whose ttl ends in 10 s of API-server time is not removed now.
+func TestDeadlinesHoldInTheAPIServersTime(t *testing.T) {
+	// t0 is this machine's time; the API server's is 30 s behind, so the pod,
+	// created at t0-50s in the API server's time, is 20 s old.
+	pod := newPod("skewed", t0.Add(-50*time.Second), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	f := newFixture(t, Options{ClockOffset: func() time.Duration { return -30 * time.Second }}, pod)
+	f.process(keyOf(pod))
+	checkActions(t, nil, f.writes())
+	if f.stepAndCheckReady(40*time.Second - time.Millisecond) {
+		t.Fatal("pod came due before its deadline in the API server's time")
+	}
+	if !f.stepAndCheckReady(time.Millisecond) {
+		t.Fatal("pod did not come due at its deadline in the API server's time")
+	}
+	f.next()
+	checkActions(t, []core.Action{deleteAction(pod)}, f.writes())
+}
+
+func testutilValue(m *Metrics, action, kind string) float64 {
+	return testutil.ToFloat64(m.removalErrors.WithLabelValues(action, kind))
+}
+
+// A parked pod wakes at its deadline in the API server's time as estimated
+// now, not as estimated when it was parked: the first estimate of the offset
+// can be up to a second below the truth until it is calibrated.
+func TestParkedDeadlinesFollowTheClockOffset(t *testing.T) {
+	var offset atomic.Int64
+	pod := newPod("parked", t0, corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	f := newFixture(t, Options{ClockOffset: func() time.Duration { return time.Duration(offset.Load()) }}, pod)
+	f.process(keyOf(pod))
+	offset.Store(int64(900 * time.Millisecond)) // the server's clock turns out to be 0.9 s ahead
+	f.c.ClockOffsetChanged()
+	if f.stepAndCheckReady(59*time.Second + 100*time.Millisecond - time.Millisecond) {
+		t.Fatal("pod came due before its deadline in the API server's time")
+	}
+	if !f.stepAndCheckReady(time.Millisecond) {
+		t.Fatal("pod did not come due at its deadline in the API server's time as now estimated")
+	}
 }

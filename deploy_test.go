@@ -122,32 +122,40 @@ func loadDeployObjects(t *testing.T) *deployObjects {
 			t.Fatalf("%s: %v", res, err)
 		}
 		for _, obj := range objs {
-			d.all = append(d.all, obj)
-			switch o := obj.(type) {
-			case *corev1.Namespace:
-				d.namespaces = append(d.namespaces, o)
-			case *corev1.ServiceAccount:
-				d.serviceAccounts = append(d.serviceAccounts, o)
-			case *corev1.ConfigMap:
-				d.configMaps = append(d.configMaps, o)
-			case *corev1.Service:
-				d.services = append(d.services, o)
-			case *appsv1.Deployment:
-				d.deployments = append(d.deployments, o)
-			case *rbacv1.ClusterRole:
-				d.clusterRoles = append(d.clusterRoles, o)
-			case *rbacv1.ClusterRoleBinding:
-				d.clusterRoleBindings = append(d.clusterRoleBindings, o)
-			case *rbacv1.Role:
-				d.roles = append(d.roles, o)
-			case *rbacv1.RoleBinding:
-				d.roleBindings = append(d.roleBindings, o)
-			default:
+			if !d.add(obj) {
 				t.Errorf("%s: unexpected kind %T", res, obj)
 			}
 		}
 	}
 	return d
+}
+
+// add files obj under its kind; false for a kind podjanitor's manifests do not have.
+func (d *deployObjects) add(obj runtime.Object) bool {
+	switch o := obj.(type) {
+	case *corev1.Namespace:
+		d.namespaces = append(d.namespaces, o)
+	case *corev1.ServiceAccount:
+		d.serviceAccounts = append(d.serviceAccounts, o)
+	case *corev1.ConfigMap:
+		d.configMaps = append(d.configMaps, o)
+	case *corev1.Service:
+		d.services = append(d.services, o)
+	case *appsv1.Deployment:
+		d.deployments = append(d.deployments, o)
+	case *rbacv1.ClusterRole:
+		d.clusterRoles = append(d.clusterRoles, o)
+	case *rbacv1.ClusterRoleBinding:
+		d.clusterRoleBindings = append(d.clusterRoleBindings, o)
+	case *rbacv1.Role:
+		d.roles = append(d.roles, o)
+	case *rbacv1.RoleBinding:
+		d.roleBindings = append(d.roleBindings, o)
+	default:
+		return false
+	}
+	d.all = append(d.all, obj)
+	return true
 }
 
 // one returns the only element of objs, failing the test otherwise.
@@ -242,6 +250,17 @@ func permissions(t *testing.T, what string, rules []rbacv1.PolicyRule) []string 
 	return slices.Compact(out)
 }
 
+// The permissions podjanitor uses, as permissions() flattens them: on pods
+// (a ClusterRole, or a Role in the watched namespace) and on its Lease.
+var (
+	podPermissions = []string{
+		"/pods delete", "/pods get", "/pods list", "/pods watch",
+		"/pods/eviction create",
+		"events.k8s.io/events create", "events.k8s.io/events patch",
+	}
+	leasePermissions = []string{"coordination.k8s.io/leases create", "coordination.k8s.io/leases get", "coordination.k8s.io/leases update"}
+)
+
 // TestDeployRBACIsLeastPrivilege pins the RBAC to exactly the calls podjanitor
 // makes (see rbac.yaml for why each is needed); a new API call needs a new
 // rule here and there, and the e2e test in test/e2e/rbac_test.go.
@@ -250,16 +269,12 @@ func TestDeployRBACIsLeastPrivilege(t *testing.T) {
 	sa := one(t, "ServiceAccount", d.serviceAccounts)
 
 	cr := one(t, "ClusterRole", d.clusterRoles)
-	want := []string{
-		"/pods delete", "/pods get", "/pods list", "/pods watch",
-		"/pods/eviction create",
-		"events.k8s.io/events create", "events.k8s.io/events patch",
-	}
+	want := podPermissions
 	if got := permissions(t, "ClusterRole", cr.Rules); !slices.Equal(got, want) {
 		t.Errorf("ClusterRole %s grants\n  %q\nwant exactly\n  %q", cr.Name, got, want)
 	}
 	role := one(t, "Role", d.roles)
-	want = []string{"coordination.k8s.io/leases create", "coordination.k8s.io/leases get", "coordination.k8s.io/leases update"}
+	want = leasePermissions
 	if got := permissions(t, "Role", role.Rules); !slices.Equal(got, want) {
 		t.Errorf("Role %s grants\n  %q\nwant exactly\n  %q", role.Name, got, want)
 	}
@@ -290,10 +305,32 @@ func TestDeployRBACIsLeastPrivilege(t *testing.T) {
 func TestDeploymentMatchesFlags(t *testing.T) {
 	d := loadDeployObjects(t)
 	dep := one(t, "Deployment", d.deployments)
-	spec := dep.Spec.Template.Spec
 	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 1 {
 		t.Errorf("replicas = %v, want 1", dep.Spec.Replicas)
 	}
+	o := checkDeployment(t, dep, one(t, "ConfigMap", d.configMaps))
+	if !o.leaderElect {
+		t.Error("the Deployment must run with --leader-elect=true")
+	}
+	if o.dryRun {
+		t.Error("artifacts/deploy must not run with --dry-run")
+	}
+
+	// The image is the one kustomize retags.
+	k := readKustomization(t)
+	name, _, _ := strings.Cut(dep.Spec.Template.Spec.Containers[0].Image, ":")
+	if !slices.ContainsFunc(k.Images, func(i kustomizeImage) bool { return i.Name == name }) {
+		t.Errorf("image %q is not in kustomization.yaml's images, so overlays cannot retag it", name)
+	}
+}
+
+// checkDeployment parses a podjanitor Deployment's args with the daemon's own
+// flag parser and checks that ports, probes, the policy volume (cm, nil when
+// the Deployment runs without --config) and the grace period agree with them,
+// and that the pod runs locked down. It returns the parsed flags.
+func checkDeployment(t *testing.T, dep *appsv1.Deployment, cm *corev1.ConfigMap) *options {
+	t.Helper()
+	spec := dep.Spec.Template.Spec
 	if len(spec.Containers) != 1 {
 		t.Fatalf("%d containers, want 1", len(spec.Containers))
 	}
@@ -306,11 +343,8 @@ func TestDeploymentMatchesFlags(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the Deployment's args %q do not parse: %v", c.Args, err)
 	}
-	if !o.leaderElect {
-		t.Error("the Deployment must run with --leader-elect=true")
-	}
-	if o.kubeconfig != "" || o.master != "" || o.dryRun {
-		t.Errorf("args %q: want in-cluster configuration and no dry run", c.Args)
+	if o.kubeconfig != "" || o.master != "" {
+		t.Errorf("args %q: want in-cluster configuration", c.Args)
 	}
 	if o.leaseNamespace != "" {
 		t.Errorf("--leader-elect-resource-namespace=%s: leave it to POD_NAMESPACE, where the Role is", o.leaseNamespace)
@@ -355,7 +389,26 @@ func TestDeploymentMatchesFlags(t *testing.T) {
 
 	// The policy file is the ConfigMap's key, mounted as a directory (not
 	// subPath, which would never see an update).
-	cm := one(t, "ConfigMap", d.configMaps)
+	checkPolicyMount(t, spec, o, cm)
+
+	// Shutdown: the kubelet's SIGKILL must come after --shutdown-timeout.
+	if g := spec.TerminationGracePeriodSeconds; g == nil || *g <= int64(o.shutdownTimeout.Seconds()) {
+		t.Errorf("terminationGracePeriodSeconds = %s, want more than --shutdown-timeout (%v)", fmtPtr(g), o.shutdownTimeout)
+	}
+	checkLockedDown(t, spec)
+	return o
+}
+
+// checkPolicyMount: --config names a key of cm mounted as a read-only directory.
+func checkPolicyMount(t *testing.T, spec corev1.PodSpec, o *options, cm *corev1.ConfigMap) {
+	t.Helper()
+	c := spec.Containers[0]
+	if cm == nil {
+		if o.configFile != "" || len(c.VolumeMounts) > 0 {
+			t.Errorf("--config=%q and volumeMounts %+v without a policy ConfigMap", o.configFile, c.VolumeMounts)
+		}
+		return
+	}
 	dir, file := filepath.Split(o.configFile)
 	var mount *corev1.VolumeMount
 	for i := range c.VolumeMounts {
@@ -376,13 +429,12 @@ func TestDeploymentMatchesFlags(t *testing.T) {
 	if _, ok := cm.Data[file]; !ok {
 		t.Errorf("--config=%s, but the ConfigMap %s has no key %q", o.configFile, cm.Name, file)
 	}
+}
 
-	// Shutdown: the kubelet's SIGKILL must come after --shutdown-timeout.
-	if g := spec.TerminationGracePeriodSeconds; g == nil || *g <= int64(o.shutdownTimeout.Seconds()) {
-		t.Errorf("terminationGracePeriodSeconds = %s, want more than --shutdown-timeout (%v)", fmtPtr(g), o.shutdownTimeout)
-	}
-
-	// Locked down, as the restricted Pod Security Standard requires.
+// checkLockedDown: the restricted Pod Security Standard, and sized resources.
+func checkLockedDown(t *testing.T, spec corev1.PodSpec) {
+	t.Helper()
+	c := spec.Containers[0]
 	psc, csc := spec.SecurityContext, c.SecurityContext
 	if psc == nil || csc == nil {
 		t.Fatal("want both a pod and a container securityContext")
@@ -425,13 +477,6 @@ func TestDeploymentMatchesFlags(t *testing.T) {
 	if q, ok := lim[corev1.ResourceMemory]; !ok || q.Cmp(req[corev1.ResourceMemory]) < 0 {
 		request := req[corev1.ResourceMemory]
 		t.Errorf("resources.limits.memory = %v, want set and at least the request %v", q.String(), request.String())
-	}
-
-	// The image is the one kustomize retags.
-	k := readKustomization(t)
-	name, _, _ := strings.Cut(c.Image, ":")
-	if !slices.ContainsFunc(k.Images, func(i kustomizeImage) bool { return i.Name == name }) {
-		t.Errorf("image %q is not in kustomization.yaml's images, so overlays cannot retag it", c.Image)
 	}
 }
 

@@ -1,12 +1,28 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/podjanitor/podjanitor/policy"
 )
 
 // drainingSink counts the event writes in flight so that shutdown can wait for
@@ -61,4 +77,415 @@ func (s *drainingSink) drain(quiet, timeout time.Duration) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Event reasons. No core component uses them, so that an alert on one counts
+// podjanitor's actions only: the kubelet reports its node-pressure evictions
+// as "Evicted", and kube-controller-manager's Job controller uses
+// "DeadlineExceeded".
+const (
+	// ReasonLifetimeExpired: pods were removed at their deadlines; the event's
+	// action says how (Delete or Evict).
+	ReasonLifetimeExpired = "LifetimeExpired"
+	// ReasonWouldRemove: --dry-run, pods would have been removed.
+	ReasonWouldRemove = "WouldRemove"
+	// ReasonInvalidAnnotation (Warning): an annotation does not parse.
+	ReasonInvalidAnnotation = "InvalidAnnotation"
+	// ReasonEvictionBlocked: a PodDisruptionBudget refused an eviction.
+	ReasonEvictionBlocked = "EvictionBlocked"
+)
+
+// noteLimit is the most bytes the events API stores in a note (its
+// NoteLengthLimit): it refuses a longer one, so the event would be lost.
+const noteLimit = 1024
+
+// truncated marks a note or value that was cut.
+const truncated = "… (truncated)"
+
+// valueLimit bounds an annotation value quoted in a Warning, so that the name
+// of the annotation and the reason it does not parse fit in the note.
+const valueLimit = 100
+
+// The budget of removal events. A removal is reported by an event on its pod
+// while a token bucket of removalEventRate per second, with a burst of
+// removalEventBurst, has a token: a cleanup of a few dozen pods at once, and
+// up to 5 removals a second over time, are reported pod by pod. Above that,
+// removals are counted per owner (the pod's controller reference, else its
+// first owner; per namespace for pods without one) over summaryInterval from
+// the first of them, and then reported by one event on the owner that names
+// the count, the range of the deadlines and the first pods' names. At most
+// maxOwnerSummaries owners, those with the most removals, get an event of
+// their own per interval; the removals of the others are reported on their
+// namespace. So a drain of any size costs at most 5 event writes a second,
+// plus 2 a second and one per namespace every 10 s, instead of one per pod.
+// Every removal is still logged (-v=2) and counted in the metrics.
+const (
+	removalEventRate  = 5
+	removalEventBurst = 50
+	summaryInterval   = 10 * time.Second
+	maxOwnerSummaries = 20
+	// summaryNames is how many pod names a group keeps for its note.
+	summaryNames = 20
+)
+
+// eventReporter records podjanitor's events. It keeps each Warning about an
+// invalid annotation to once per pod and value, cuts notes to what the API
+// stores, and holds removal events to their budget (see removalEventRate).
+type eventReporter struct {
+	logger   klog.Logger
+	recorder events.EventRecorder
+	clock    clock.Clock
+	// dryRun reports removals as WouldRemove; noRemovalEvents (ignored in a
+	// dry run) reports none.
+	dryRun, noRemovalEvents bool
+
+	budget            *rate.Limiter
+	interval          time.Duration
+	maxOwnerSummaries int
+
+	mu sync.Mutex
+	// warned holds, per pod with an invalid annotation, a hash of its UID and
+	// the annotation's key and value that it was warned about: ~60 bytes per
+	// such pod in the cache, dropped by forgetPod when the pod is gone.
+	warned map[cache.ObjectName]uint64
+	// groups are the removals over the budget in the current interval;
+	// windowEnd closes that interval, nil when none is open.
+	groups    map[groupKey]*removalGroup
+	windowEnd chan struct{}
+	// flushing serialises flushes, so that flush returns only once every
+	// group pending at its call has been recorded.
+	flushing sync.Mutex
+}
+
+func newEventReporter(logger klog.Logger, recorder events.EventRecorder, clk clock.Clock, dryRun, noRemovalEvents bool) *eventReporter {
+	return &eventReporter{
+		logger:            logger,
+		recorder:          recorder,
+		clock:             clk,
+		dryRun:            dryRun,
+		noRemovalEvents:   noRemovalEvents,
+		budget:            rate.NewLimiter(removalEventRate, removalEventBurst),
+		interval:          summaryInterval,
+		maxOwnerSummaries: maxOwnerSummaries,
+		warned:            map[cache.ObjectName]uint64{},
+		groups:            map[groupKey]*removalGroup{},
+	}
+}
+
+// eventf records an event with the note cut to what the API stores.
+func (r *eventReporter) eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	r.recorder.Eventf(regarding, related, eventtype, reason, action, "%s", cutNote(fmt.Sprintf(note, args...)))
+}
+
+// invalidAnnotation warns that an annotation does not parse, once per pod and
+// bad value while the process runs.
+func (r *eventReporter) invalidAnnotation(pod *corev1.Pod, e *policy.AnnotationError) {
+	key := cache.MetaObjectToName(pod)
+	h := fnv.New64a()
+	for _, s := range []string{string(pod.UID), e.Key, e.Value} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	sum := h.Sum64()
+	r.mu.Lock()
+	seen := r.warned[key] == sum
+	r.warned[key] = sum
+	r.mu.Unlock()
+	if !seen {
+		r.eventf(pod, nil, corev1.EventTypeWarning, ReasonInvalidAnnotation, "Validate", "Not removing pod: %s", annotationErrorNote(e))
+	}
+}
+
+// annotationErrorNote is the error with a long value shortened, in the
+// annotation's value and wherever the parser quoted it.
+func annotationErrorNote(e *policy.AnnotationError) string {
+	if len(e.Value) <= valueLimit {
+		return e.Error()
+	}
+	short := cutPrefix(e.Value, valueLimit)
+	why := strings.ReplaceAll(e.Err.Error(), e.Value, short+"…")
+	return fmt.Sprintf("annotation %s=%q… (%d bytes): %s", e.Key, short, len(e.Value), why)
+}
+
+// evictionBlocked reports an eviction that a PodDisruptionBudget refused.
+func (r *eventReporter) evictionBlocked(pod *corev1.Pod, err error) {
+	r.eventf(pod, nil, corev1.EventTypeNormal, ReasonEvictionBlocked, "Evict", "Eviction refused, retrying with backoff: %v", err)
+}
+
+// removed reports a removal, or in a dry run one that would have happened:
+// on the pod within the budget, else in its owner's group.
+func (r *eventReporter) removed(pod *corev1.Pod, d policy.Decision) {
+	if r.noRemovalEvents && !r.dryRun {
+		return
+	}
+	if r.budget.AllowN(r.clock.Now(), 1) {
+		deadline := d.Deadline.UTC().Format(time.RFC3339)
+		if r.dryRun {
+			r.eventf(pod, nil, corev1.EventTypeNormal, ReasonWouldRemove, actionVerb(d.Action),
+				"Dry run: would %s pod, its deadline %s (%s) has passed", d.Action, deadline, d.Source)
+		} else {
+			r.eventf(pod, nil, corev1.EventTypeNormal, ReasonLifetimeExpired, actionVerb(d.Action),
+				"Pod %s: its deadline %s (%s) has passed", pastTense(d.Action), deadline, d.Source)
+		}
+		return
+	}
+	key, regarding := ownerOf(pod, d.Action)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.groups[key]
+	if g == nil {
+		g = &removalGroup{action: d.Action, regarding: regarding, related: podReference(pod)}
+		r.groups[key] = g
+	}
+	g.add(pod.Name, d)
+	if r.windowEnd == nil {
+		r.openWindow()
+	}
+}
+
+// openWindow starts an interval at whose end the groups are reported. r.mu is held.
+func (r *eventReporter) openWindow() {
+	end := make(chan struct{})
+	r.windowEnd = end
+	timer := r.clock.NewTimer(r.interval)
+	go func() {
+		defer timer.Stop()
+		select {
+		case <-timer.C():
+			r.flushWindow(end)
+		case <-end:
+		}
+	}()
+}
+
+// flush reports every pending group now; on shutdown, so that none is lost.
+func (r *eventReporter) flush() { r.flushWindow(nil) }
+
+// flushWindow reports the pending groups and closes the window: the one that
+// end belongs to, or with end nil whichever is open.
+func (r *eventReporter) flushWindow(end chan struct{}) {
+	r.flushing.Lock()
+	defer r.flushing.Unlock()
+	r.mu.Lock()
+	if end != nil && r.windowEnd != end {
+		r.mu.Unlock()
+		return // that window was flushed already
+	}
+	groups := r.groups
+	r.groups = map[groupKey]*removalGroup{}
+	if r.windowEnd != nil {
+		close(r.windowEnd)
+		r.windowEnd = nil
+	}
+	r.mu.Unlock()
+	for _, g := range summaries(groups, r.maxOwnerSummaries) {
+		// related is the group's first pod: the events library merges events
+		// with the same regarding, related, reason and action into a series
+		// that keeps the first note, and each summary's note is news.
+		r.eventf(&g.regarding, &g.related, corev1.EventTypeNormal, r.removalReason(), actionVerb(g.action), "%s", g.note(r.dryRun))
+		r.logger.V(2).Info("Reported removals in bulk", "regarding", g.regarding.Kind+" "+g.regarding.Namespace+"/"+g.regarding.Name,
+			"action", g.action, "count", g.count)
+	}
+}
+
+func (r *eventReporter) removalReason() string {
+	if r.dryRun {
+		return ReasonWouldRemove
+	}
+	return ReasonLifetimeExpired
+}
+
+// forgetPod drops what the reporter remembers about a pod that is gone.
+func (r *eventReporter) forgetPod(key cache.ObjectName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.warned, key)
+}
+
+// groupKey identifies the removals reported together: those of one owner
+// (ownerUID "" for a namespace's) by one action.
+type groupKey struct {
+	namespace string
+	ownerUID  types.UID
+	action    policy.Action
+}
+
+// ownerOf returns the group of a pod's removal and the object its summary
+// regards: the pod's controller, else its first owner, else its namespace.
+func ownerOf(pod *corev1.Pod, action policy.Action) (groupKey, corev1.ObjectReference) {
+	refs := pod.OwnerReferences
+	if len(refs) == 0 {
+		return namespaceGroup(pod.Namespace, action)
+	}
+	owner := refs[0]
+	if c := metav1.GetControllerOfNoCopy(pod); c != nil {
+		owner = *c
+	}
+	return groupKey{namespace: pod.Namespace, ownerUID: owner.UID, action: action}, corev1.ObjectReference{
+		APIVersion: owner.APIVersion, Kind: owner.Kind, Name: owner.Name, UID: owner.UID, Namespace: pod.Namespace}
+}
+
+// namespaceGroup is the group of a namespace's removals. Its summary regards
+// the Namespace and is stored in it, where the namespace's users read events.
+func namespaceGroup(ns string, action policy.Action) (groupKey, corev1.ObjectReference) {
+	return groupKey{namespace: ns, action: action}, corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: ns, Namespace: ns}
+}
+
+func podReference(pod *corev1.Pod) corev1.ObjectReference {
+	return corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+}
+
+// removalGroup counts removals reported by one summary event.
+type removalGroup struct {
+	action    policy.Action
+	regarding corev1.ObjectReference
+	related   corev1.ObjectReference
+	count     int
+	// earliest and latest deadline, the deadlines' sources (at most 3) and
+	// the first pods' names (at most summaryNames).
+	earliest, latest time.Time
+	sources          []string
+	names            []string
+}
+
+func (g *removalGroup) add(name string, d policy.Decision) {
+	g.merge(&removalGroup{count: 1, earliest: d.Deadline, latest: d.Deadline, sources: []string{d.Source}, names: []string{name}})
+}
+
+func (g *removalGroup) merge(o *removalGroup) {
+	if g.count == 0 || o.earliest.Before(g.earliest) {
+		g.earliest = o.earliest
+	}
+	if o.latest.After(g.latest) {
+		g.latest = o.latest
+	}
+	g.count += o.count
+	for _, s := range o.sources {
+		if len(g.sources) < 3 && !slices.Contains(g.sources, s) {
+			g.sources = append(g.sources, s)
+		}
+	}
+	g.names = append(g.names, o.names[:min(len(o.names), summaryNames-len(g.names))]...)
+}
+
+// note says what happened to the group's pods, with as many of their names
+// as fit in the note.
+func (g *removalGroup) note(dryRun bool) string {
+	pods, their := "pods", "their deadlines "+g.earliest.UTC().Format(time.RFC3339)+" to "+g.latest.UTC().Format(time.RFC3339)
+	if g.count == 1 {
+		pods = "pod"
+	}
+	if g.latest.Equal(g.earliest) {
+		their = "their deadline " + g.earliest.UTC().Format(time.RFC3339)
+		if g.count == 1 {
+			their = "its deadline " + g.earliest.UTC().Format(time.RFC3339)
+		}
+	}
+	sources := strings.Join(g.sources, ", ")
+	head := fmt.Sprintf("%s %d %s at %s (%s)", capitalize(pastTense(g.action)), g.count, pods, their, sources)
+	if dryRun {
+		head = fmt.Sprintf("Dry run: would %s %d %s, %s (%s) passed", g.action, g.count, pods, their, sources)
+	}
+	more := func(n int) string {
+		if n == 0 {
+			return ""
+		}
+		return fmt.Sprintf(" and %d more", n)
+	}
+	length, shown := len(head)+1, 0 // ":"
+	for _, name := range g.names {
+		if length+2+len(name)+len(more(g.count-shown-1)) > noteLimit {
+			break
+		}
+		length += 2 + len(name) // " name" or ", name"
+		shown++
+	}
+	if shown == 0 {
+		return head
+	}
+	return head + ": " + strings.Join(g.names[:shown], ", ") + more(g.count-shown)
+}
+
+// summaries orders the groups for reporting: the maxOwners owners with the
+// most removals first, each on its own; the other owners' removals are
+// reported with their namespace's.
+func summaries(groups map[groupKey]*removalGroup, maxOwners int) []*removalGroup {
+	var owners []*removalGroup
+	namespaces := map[groupKey]*removalGroup{}
+	for key, g := range groups {
+		if key.ownerUID == "" {
+			namespaces[key] = g
+		} else {
+			owners = append(owners, g)
+		}
+	}
+	byCountThenName := func(a, b *removalGroup) int {
+		return cmp.Or(cmp.Compare(b.count, a.count), cmp.Compare(a.regarding.Namespace, b.regarding.Namespace),
+			cmp.Compare(a.regarding.Name, b.regarding.Name), cmp.Compare(a.regarding.UID, b.regarding.UID), cmp.Compare(a.action, b.action))
+	}
+	slices.SortFunc(owners, byCountThenName)
+	if len(owners) > maxOwners {
+		for _, g := range owners[maxOwners:] {
+			key, regarding := namespaceGroup(g.regarding.Namespace, g.action)
+			ns := namespaces[key]
+			if ns == nil {
+				ns = &removalGroup{action: g.action, regarding: regarding, related: g.related}
+				namespaces[key] = ns
+			}
+			ns.merge(g)
+		}
+		owners = owners[:maxOwners]
+	}
+	rest := make([]*removalGroup, 0, len(namespaces))
+	for _, g := range namespaces {
+		rest = append(rest, g)
+	}
+	slices.SortFunc(rest, byCountThenName)
+	return append(owners, rest...)
+}
+
+func actionVerb(a policy.Action) string {
+	if a == policy.ActionEvict {
+		return "Evict"
+	}
+	return "Delete"
+}
+
+func pastTense(a policy.Action) string {
+	if a == policy.ActionEvict {
+		return "evicted"
+	}
+	return "deleted"
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// cutNote cuts a note to what the events API stores.
+func cutNote(s string) string { return cutString(s, noteLimit) }
+
+// cutString cuts s to at most limit bytes, at a UTF-8 character boundary,
+// ending in the truncated marker.
+func cutString(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	return cutPrefix(s, limit-len(truncated)) + truncated
+}
+
+// cutPrefix returns the longest prefix of s of at most limit bytes that ends
+// at a UTF-8 character boundary.
+func cutPrefix(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	n := max(limit, 0)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -31,7 +31,7 @@ func (nopSink) Patch(_ context.Context, e *eventsv1.Event, _ []byte) (*eventsv1.
 	return e, nil
 }
 
-// BenchmarkEventRecording is podjanitor's own cost of an Expired event, up to
+// BenchmarkEventRecording is podjanitor's own cost of a LifetimeExpired event, up to
 // the API call: the recorder, the broadcaster and the draining sink, with a
 // sink that makes no request. Run it with
 //
@@ -48,7 +48,7 @@ func BenchmarkEventRecording(b *testing.B) {
 	for b.Loop() {
 		i++
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("pod-", i), Namespace: "default", UID: "uid", ResourceVersion: "1"}}
-		recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonExpired, "Delete",
+		recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonLifetimeExpired, "Delete",
 			"Pod %s: its deadline %s (%s) has passed", "deleted", time.Now().UTC().Format(time.RFC3339), "ttl")
 	}
 }
@@ -98,7 +98,7 @@ func BenchmarkAPIWrite(b *testing.B) {
 				ObjectMeta:          metav1.ObjectMeta{Name: "checkout-0.17c2f8a1b2c3d4e5", Namespace: "bench"},
 				EventTime:           metav1.NowMicro(),
 				ReportingController: controllerName, ReportingInstance: controllerName + "-host",
-				Action: "Delete", Reason: ReasonExpired, Type: corev1.EventTypeNormal,
+				Action: "Delete", Reason: ReasonLifetimeExpired, Type: corev1.EventTypeNormal,
 				Regarding: corev1.ObjectReference{Kind: "Pod", Namespace: "bench", Name: "checkout-0", UID: "0b1c", APIVersion: "v1", ResourceVersion: "12345"},
 				Note:      "Pod deleted: its deadline 2026-11-29T22:00:00Z (ttl) has passed",
 			}

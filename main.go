@@ -13,6 +13,7 @@ import (
 	"os"
 	goruntime "runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -68,7 +69,10 @@ type options struct {
 	metricsAddr, healthAddr   string
 	profiling                 bool
 	shutdownTimeout           time.Duration
+	writeTimeout              time.Duration
 	showVersion               bool
+	loggingFormat             string
+	verbosity                 int    // klog's -v, for --logging-format=json
 	output                    string // plan only
 }
 
@@ -92,12 +96,15 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 	if plan {
 		fs.StringVar(&o.output, "o", "table", "Output format: table or json.")
+		fs.StringVar(&o.output, "output", "table", "Output format: table or json (same as -o).")
 		return fs
 	}
+	fs.StringVar(&o.loggingFormat, "logging-format", loggingText,
+		"Log format: text (klog's) or json (Kubernetes components' JSON: ts, caller, msg, v, then the keys).")
 	fs.IntVar(&o.workers, "workers", 4, "Number of pods removed concurrently.")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (logs, WouldRemove events, metrics) but remove nothing.")
 	fs.BoolVar(&o.removalEvents, "removal-events", true,
-		"Record an Expired or Evicted event on each removed pod. false makes a removal one API write instead of two; warnings are recorded regardless.")
+		"Record LifetimeExpired events of removals: on each pod, and in bulk one per owner and 10 s. false records none; warnings and dry-run events are recorded regardless.")
 	fs.Float64Var(&o.maxDeletionsPerSecond, "max-deletions-per-second", 50, "Cluster-wide cap on removals per second; 0 means no cap. Removals over the cap wait, they are never dropped.")
 	fs.IntVar(&o.deletionBurst, "deletion-burst", 100, "Removals allowed at once above --max-deletions-per-second.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader on a Lease before acting; only the leader removes pods.")
@@ -110,6 +117,7 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz; 0 disables them.")
 	fs.BoolVar(&o.profiling, "profiling", false, "Serve Go's pprof profiles under /debug/pprof/ on the metrics address.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "On SIGTERM, how long to wait for removals in flight.")
+	fs.DurationVar(&o.writeTimeout, "write-timeout", 15*time.Second, "Timeout of each removal call to the API server, its retries included; a call that times out is retried with backoff.")
 	return fs
 }
 
@@ -134,6 +142,7 @@ func parseFlags(name string, args []string, plan bool) (*options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	o.verbosity, _ = strconv.Atoi(fs.Lookup("v").Value.String())
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
@@ -155,15 +164,18 @@ func (o *options) validate(plan bool) error {
 	if errs := validation.IsDNS1123Subdomain(o.annotationPrefix); len(errs) > 0 {
 		return bad("annotation-prefix", "%q must be a DNS subdomain such as podjanitor.io: %s", o.annotationPrefix, strings.Join(errs, "; "))
 	}
-	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst <= 0 {
-		return bad("kube-api-qps", "--kube-api-qps and --kube-api-burst must be positive")
+	if o.kubeAPIQPS <= 0 {
+		return bad("kube-api-qps", "%v: must be positive", o.kubeAPIQPS)
+	}
+	if o.kubeAPIBurst <= 0 {
+		return bad("kube-api-burst", "%d: must be positive", o.kubeAPIBurst)
 	}
 	if o.kubeAPIContentType != runtime.ContentTypeProtobuf && o.kubeAPIContentType != runtime.ContentTypeJSON {
 		return bad("kube-api-content-type", "%q: want %s or %s", o.kubeAPIContentType, runtime.ContentTypeProtobuf, runtime.ContentTypeJSON)
 	}
 	if plan {
 		if o.output != "table" && o.output != "json" {
-			return bad("o", "%q: want table or json", o.output)
+			return bad("output", "%q: want table or json", o.output)
 		}
 		return nil
 	}
@@ -174,8 +186,12 @@ func (o *options) validate(plan bool) error {
 		return bad("max-deletions-per-second", "%v: must not be negative", o.maxDeletionsPerSecond)
 	case o.deletionBurst < 1:
 		return bad("deletion-burst", "%d: must be at least 1", o.deletionBurst)
+	case o.loggingFormat != loggingText && o.loggingFormat != loggingJSON:
+		return bad("logging-format", "%q: want %s or %s", o.loggingFormat, loggingText, loggingJSON)
 	case o.shutdownTimeout <= 0:
 		return bad("shutdown-timeout", "%v: must be positive", o.shutdownTimeout)
+	case o.writeTimeout <= 0:
+		return bad("write-timeout", "%v: must be positive", o.writeTimeout)
 	case o.leaderElect && o.leaseDuration <= o.renewDeadline:
 		return bad("leader-elect-lease-duration", "%v must be greater than --leader-elect-renew-deadline (%v)", o.leaseDuration, o.renewDeadline)
 	case o.leaderElect && o.renewDeadline <= o.retryPeriod:
@@ -275,6 +291,9 @@ func runDaemon(args []string) int {
 		fmt.Printf("podjanitor %s (commit %s)\n", version, commit)
 		return 0
 	}
+	if o.loggingFormat == loggingJSON {
+		klog.SetLoggerWithOptions(newJSONLogger(os.Stderr, o.verbosity), klog.ContextualLogger(true))
+	}
 	ctx := signals.SetupSignalHandler()
 	logger := klog.FromContext(ctx)
 	if err := daemon(ctx, o); err != nil {
@@ -298,6 +317,20 @@ func daemon(ctx context.Context, o *options) error {
 	}
 	metrics := NewMetrics(version, commit)
 	metrics.RegisterClientMetrics()
+	leaderelection.SetProvider(metrics.LeaderElectionProvider())
+	clk, err := processClock(logger)
+	if err != nil {
+		return err
+	}
+	var offsetChanged atomic.Pointer[func()] // set once the controller exists
+	apiClk := newAPIClock(clk, func(offset time.Duration) {
+		metrics.setClockOffset(offset)
+		if f := offsetChanged.Load(); f != nil {
+			(*f)()
+		}
+	})
+	cfg.Wrap(apiClk.wrap)
+	cfg.Wrap(withoutDisruptionBudgetRetryAfter)
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("creating clientset: %w", err)
@@ -325,18 +358,26 @@ func daemon(ctx context.Context, o *options) error {
 
 	factory := informerFactory(client, o)
 	podInformer := factory.Core().V1().Pods()
-	controller, err := NewController(ctx, podInformer, client, recorder, clock.RealClock{}, Options{
+	controller, err := NewController(ctx, podInformer, client, recorder, clk, Options{
 		Evaluator:            evaluator,
 		DryRun:               o.dryRun,
 		NoRemovalEvents:      !o.removalEvents,
 		MaxRemovalsPerSecond: o.maxDeletionsPerSecond,
 		RemovalBurst:         o.deletionBurst,
 		ShutdownTimeout:      o.shutdownTimeout,
+		WriteTimeout:         o.writeTimeout,
+		ClockOffset:          apiClk.Offset,
 		Metrics:              metrics,
 	})
 	if err != nil {
 		return err
 	}
+	onOffset := controller.ClockOffsetChanged
+	offsetChanged.Store(&onOffset)
+	defer func() { // before the broadcaster shuts down: removals reported in bulk, and time for them to be queued
+		controller.reporter.flush()
+		sink.drain(100*time.Millisecond, 5*time.Second)
+	}()
 	if o.configFile != "" {
 		go watchPolicyFile(ctx, o, controller)
 	}
@@ -350,6 +391,9 @@ func daemon(ctx context.Context, o *options) error {
 		return err
 	}
 
+	go apiClk.runCalibration(ctx, func(ctx context.Context) error {
+		return client.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error()
+	})
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	go releaseSyncMemory(ctx, podInformer.Informer().HasSynced, controller.Pending)
@@ -370,6 +414,21 @@ func daemon(ctx context.Context, o *options) error {
 	return runAsLeader(runCtx, o, client, metrics, watchdog, func(ctx context.Context) error {
 		return controller.Run(ctx, o.workers)
 	})
+}
+
+// processClock is the real clock, or, for tests of clock skew, one that reads
+// PODJANITOR_TESTING_CLOCK_OFFSET (a duration) ahead of it.
+func processClock(logger klog.Logger) (clock.WithTicker, error) {
+	value := os.Getenv("PODJANITOR_TESTING_CLOCK_OFFSET")
+	if value == "" {
+		return clock.RealClock{}, nil
+	}
+	offset, err := time.ParseDuration(value)
+	if err != nil {
+		return nil, fmt.Errorf("PODJANITOR_TESTING_CLOCK_OFFSET=%q: %w", value, err)
+	}
+	logger.Info("Warning: testing clock in use, reading ahead of the real clock", "offset", offset)
+	return shiftedClock{offset: offset}, nil
 }
 
 // runAsLeader runs work only while this process holds the lease. On ctx

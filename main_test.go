@@ -28,6 +28,10 @@ func TestFlagValidation(t *testing.T) {
 		"klog verbosity passes": {args: []string{"-v=4"}},
 		"json content type":     {args: []string{"--kube-api-content-type", "application/json"}},
 		"bad content type":      {args: []string{"--kube-api-content-type", "yaml"}, wantErr: "--kube-api-content-type"},
+		"zero qps":              {args: []string{"--kube-api-qps", "0"}, wantErr: "--kube-api-qps"},
+		"zero burst":            {args: []string{"--kube-api-burst", "0"}, wantErr: "--kube-api-burst"},
+		"json logs":             {args: []string{"--logging-format", "json"}},
+		"bad logging format":    {args: []string{"--logging-format", "yaml"}, wantErr: "--logging-format"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -42,6 +46,20 @@ func TestFlagValidation(t *testing.T) {
 	}
 	if _, err := parseFlags("podjanitor plan", []string{"-o", "yaml"}, true); err == nil {
 		t.Error("plan -o yaml accepted, want table or json only")
+	}
+	for _, args := range [][]string{{"-o", "json"}, {"--output", "json"}, {"--output=json"}} {
+		o, err := parseFlags("podjanitor plan", args, true)
+		if err != nil {
+			t.Errorf("plan %q: %v", args, err)
+		} else if o.output != "json" {
+			t.Errorf("plan %q: output %q, want json", args, o.output)
+		}
+	}
+	if _, err := parseFlags("podjanitor plan", []string{"--output", "yaml"}, true); err == nil || !strings.Contains(err.Error(), "--output") {
+		t.Errorf("plan --output yaml: err = %v, want an error naming --output", err)
+	}
+	if _, err := parseFlags("podjanitor", []string{"--kube-api-burst", "-1"}, false); err == nil || strings.Contains(err.Error(), "--kube-api-qps") {
+		t.Errorf("--kube-api-burst -1: err = %v, want it to name --kube-api-burst alone", err)
 	}
 	var usage usageError
 	if _, err := parseFlags("podjanitor", []string{"--workers", "0"}, false); !errors.As(err, &usage) || exitCode(err) != 2 {

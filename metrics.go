@@ -3,12 +3,11 @@ package main
 import (
 	"context"
 	"net/url"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
 	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/util/workqueue"
 
@@ -39,14 +38,15 @@ type Metrics struct {
 	podsRemoved        *prometheus.CounterVec
 	removalErrors      *prometheus.CounterVec
 	podsScheduled      prometheus.Gauge
+	clockOffset        prometheus.Gauge
 	removalLateness    prometheus.Histogram
 	leader             prometheus.Gauge
 	policyReloads      *prometheus.CounterVec
 	workqueue          workqueueMetrics
-	scheduledMu        sync.Mutex
-	scheduledPods      map[cache.ObjectName]struct{}
 	restRequestResults *prometheus.CounterVec
 	restLatency        *prometheus.HistogramVec
+	leaderStatus       *prometheus.GaugeVec
+	leaderSlowpath     *prometheus.CounterVec
 }
 
 // NewMetrics creates all series in a new registry, each present at 0.
@@ -90,11 +90,16 @@ func NewMetrics(version, commit string) *Metrics {
 		}, []string{"action", "reason", "dry_run"}),
 		removalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "podjanitor_removal_errors_total",
-			Help: "Failed removal API calls (including evictions refused by a PodDisruptionBudget), by action.",
-		}, []string{"action"}),
+			Help: "Failed removal API calls (including evictions refused by a PodDisruptionBudget), by action and kind of error: " +
+				"timeout, unavailable, throttled, not_found, disruption_budget, refused, other.",
+		}, []string{"action", "error"}),
 		podsScheduled: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "podjanitor_pods_scheduled",
-			Help: "Pods waiting in the queue for a future deadline.",
+			Help: "Pods parked until a future deadline.",
+		}),
+		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "podjanitor_clock_offset_seconds",
+			Help: "How far the API server's clock is ahead of this process's (negative: behind), estimated from the Date header of API responses; deadlines are compared in the API server's time.",
 		}),
 		removalLateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "podjanitor_removal_lateness_seconds",
@@ -109,7 +114,6 @@ func NewMetrics(version, commit string) *Metrics {
 			Name: "podjanitor_policy_reloads_total",
 			Help: "Policy file reloads, by result (success, or error when the new file was rejected).",
 		}, []string{"result"}),
-		scheduledPods: map[cache.ObjectName]struct{}{},
 		restRequestResults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rest_client_requests_total",
 			Help: "Number of HTTP requests to the API server, by status code, method and host.",
@@ -119,6 +123,16 @@ func NewMetrics(version, commit string) *Metrics {
 			Help:    "Request latency in seconds, by verb.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
 		}, []string{"verb"}),
+		// client-go's leader-election metrics, as Kubernetes components name them
+		// (k8s.io/component-base/metrics/prometheus/clientgo/leaderelection).
+		leaderStatus: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "leader_election_master_status",
+			Help: "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+		}, []string{"name"}),
+		leaderSlowpath: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leader_election_slowpath_total",
+			Help: "Total number of slow path exercised in renewing leader leases. 'name' is the string used to identify the lease.",
+		}, []string{"name"}),
 	}
 	m.workqueue = newWorkqueueMetrics()
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -128,7 +142,8 @@ func NewMetrics(version, commit string) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics,
 		m.reconcileTime, m.activeWorkers, m.maxConcurrent, m.podsRemoved, m.removalErrors,
-		m.podsScheduled, m.removalLateness, m.leader, m.policyReloads, buildInfo, m.restRequestResults, m.restLatency,
+		m.podsScheduled, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, buildInfo, m.restRequestResults, m.restLatency,
+		m.leaderStatus, m.leaderSlowpath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
 
@@ -136,7 +151,9 @@ func NewMetrics(version, commit string) *Metrics {
 		m.reconcileTotal.WithLabelValues(r)
 	}
 	for _, a := range []policy.Action{policy.ActionDelete, policy.ActionEvict} {
-		m.removalErrors.WithLabelValues(string(a))
+		for _, kind := range removalErrorKinds {
+			m.removalErrors.WithLabelValues(string(a), kind)
+		}
 	}
 	m.policyReloads.WithLabelValues(labelSuccess)
 	m.policyReloads.WithLabelValues(labelError)
@@ -163,6 +180,19 @@ type restLatency struct{ v *prometheus.HistogramVec }
 func (r restLatency) Observe(_ context.Context, verb string, _ url.URL, latency time.Duration) {
 	r.v.WithLabelValues(verb).Observe(latency.Seconds())
 }
+
+// LeaderElectionProvider feeds client-go's leader-election metrics into the
+// registry (leaderelection.SetProvider; client-go accepts one per process).
+func (m *Metrics) LeaderElectionProvider() leaderelection.MetricsProvider {
+	return leaderMetrics{m}
+}
+
+type leaderMetrics struct{ m *Metrics }
+
+func (l leaderMetrics) NewLeaderMetric() leaderelection.LeaderMetric { return l }
+func (l leaderMetrics) On(name string)                               { l.m.leaderStatus.WithLabelValues(name).Set(1) }
+func (l leaderMetrics) Off(name string)                              { l.m.leaderStatus.WithLabelValues(name).Set(0) }
+func (l leaderMetrics) SlowpathExercised(name string)                { l.m.leaderSlowpath.WithLabelValues(name).Inc() }
 
 // WorkqueueProvider feeds the workqueue's metrics into the registry.
 func (m *Metrics) WorkqueueProvider() workqueue.MetricsProvider {
@@ -235,9 +265,9 @@ func (m *Metrics) policyReloaded(ok bool) {
 	m.policyReloads.WithLabelValues(result).Inc()
 }
 
-func (m *Metrics) removalFailed(a policy.Action) {
+func (m *Metrics) removalFailed(a policy.Action, kind string) {
 	if m != nil {
-		m.removalErrors.WithLabelValues(string(a)).Inc()
+		m.removalErrors.WithLabelValues(string(a), kind).Inc()
 	}
 }
 
@@ -253,27 +283,17 @@ func (m *Metrics) SetLeader(leading bool) {
 	m.leader.Set(v)
 }
 
-// scheduled and unscheduled keep podjanitor_pods_scheduled equal to the number of
-// pods parked for a future deadline.
-func (m *Metrics) scheduled(key cache.ObjectName) {
-	if m == nil {
-		return
+// setScheduled sets podjanitor_pods_scheduled, the number of pods parked
+// until a future deadline.
+func (m *Metrics) setScheduled(n int) {
+	if m != nil {
+		m.podsScheduled.Set(float64(n))
 	}
-	m.scheduledMu.Lock()
-	defer m.scheduledMu.Unlock()
-	m.scheduledPods[key] = struct{}{}
-	m.podsScheduled.Set(float64(len(m.scheduledPods)))
 }
 
-func (m *Metrics) unscheduled(key cache.ObjectName) {
-	if m == nil {
-		return
-	}
-	m.scheduledMu.Lock()
-	defer m.scheduledMu.Unlock()
-	if _, ok := m.scheduledPods[key]; ok {
-		delete(m.scheduledPods, key)
-		m.podsScheduled.Set(float64(len(m.scheduledPods)))
+func (m *Metrics) setClockOffset(d time.Duration) {
+	if m != nil {
+		m.clockOffset.Set(d.Seconds())
 	}
 }
 

@@ -33,12 +33,15 @@ func podTransform(prefix string) cache.TransformFunc {
 //     (DisruptionTarget, Ready, PodScheduled: type, status, reason,
 //     lastTransitionTime), and for each waiting or terminated (init) container:
 //     name, restartCount, state.waiting.reason, state.terminated.reason and
-//     finishedAt.
+//     finishedAt. Of a Pending pod, every (init) container's status, running
+//     (without startedAt) or without a state included: they tell a pod making
+//     progress from one stuck Pending.
 //
 // Dropped: managedFields, every other annotation, the whole spec, other
-// conditions, running containers' statuses, and the rest of the status
-// (messages, IPs, images, resources, lastTerminationState, ...).
+// conditions, the statuses of running containers of pods not Pending, and the
+// rest of the status (messages, IPs, images, resources, lastTerminationState, ...).
 func leanPod(pod *corev1.Pod, annotationPrefix string) *corev1.Pod {
+	pending := pod.Status.Phase == corev1.PodPending
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:              pod.Name,
@@ -56,8 +59,8 @@ func leanPod(pod *corev1.Pod, annotationPrefix string) *corev1.Pod {
 			Reason:                pod.Status.Reason,
 			StartTime:             pod.Status.StartTime,
 			Conditions:            leanConditions(pod.Status.Conditions),
-			ContainerStatuses:     leanContainerStatuses(pod.Status.ContainerStatuses),
-			InitContainerStatuses: leanContainerStatuses(pod.Status.InitContainerStatuses),
+			ContainerStatuses:     leanContainerStatuses(pod.Status.ContainerStatuses, pending),
+			InitContainerStatuses: leanContainerStatuses(pod.Status.InitContainerStatuses, pending),
 		},
 	}
 }
@@ -100,8 +103,11 @@ func leanConditions(conds []corev1.PodCondition) []corev1.PodCondition {
 }
 
 // leanContainerStatuses keeps the statuses of waiting and terminated
-// containers; the policy reads nothing of a running one.
-func leanContainerStatuses(statuses []corev1.ContainerStatus) []corev1.ContainerStatus {
+// containers, and with all, those of running containers and of containers
+// without a state. The policy reads that a container runs (or has no state
+// yet) only of Pending pods; the statuses of the other pods' running
+// containers, most of the cache, are dropped.
+func leanContainerStatuses(statuses []corev1.ContainerStatus, all bool) []corev1.ContainerStatus {
 	var out []corev1.ContainerStatus
 	for _, s := range statuses {
 		lean := corev1.ContainerStatus{Name: s.Name, RestartCount: s.RestartCount}
@@ -111,7 +117,10 @@ func leanContainerStatuses(statuses []corev1.ContainerStatus) []corev1.Container
 		if t := s.State.Terminated; t != nil {
 			lean.State.Terminated = &corev1.ContainerStateTerminated{Reason: t.Reason, FinishedAt: t.FinishedAt}
 		}
-		if lean.State.Waiting != nil || lean.State.Terminated != nil {
+		if all && s.State.Running != nil {
+			lean.State.Running = &corev1.ContainerStateRunning{}
+		}
+		if all || lean.State.Waiting != nil || lean.State.Terminated != nil {
 			out = append(out, lean)
 		}
 	}

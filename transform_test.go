@@ -77,6 +77,51 @@ func TestLeanPodKeepsDecisions(t *testing.T) {
 	}
 }
 
+// TestLeanPodKeepsProgress proves that the cache keeps the signs of progress
+// of a Pending pod: a Job pod whose init container runs while another
+// container shows ImagePullBackOff is not stuck, and a Pending pod with a
+// container the kubelet has not given a state yet is not stuck either; on the
+// full pod and on the cached one alike.
+func TestLeanPodKeepsProgress(t *testing.T) {
+	examplePolicy, err := policy.LoadFile("artifacts/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &policy.Evaluator{Policy: examplePolicy}
+	created := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	pod := func(init []corev1.ContainerStatus, containers ...corev1.ContainerStatus) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "job-x", Namespace: "batch", UID: "uid-x", CreationTimestamp: metav1.NewTime(created),
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "job", UID: "job", Controller: ptrTo(true)}}},
+			Status: corev1.PodStatus{Phase: corev1.PodPending,
+				Conditions:            []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(created)}},
+				InitContainerStatuses: init, ContainerStatuses: containers},
+		}
+	}
+	running := corev1.ContainerStatus{Name: "init", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(created)}}}
+	pullBackOff := corev1.ContainerStatus{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}}}
+	noState := corev1.ContainerStatus{Name: "sidecar"}
+	for name, full := range map[string]*corev1.Pod{
+		"init container running, a container in ImagePullBackOff":  pod([]corev1.ContainerStatus{running}, pullBackOff),
+		"a container without a state, another in ImagePullBackOff": pod(nil, pullBackOff, noState),
+	} {
+		obj, err := podTransform("podjanitor.io")(full.DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lean, err := podFromCache(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []*corev1.Pod{full, lean} {
+			d, err := e.Decide(p, created.Add(40*time.Minute))
+			if err != nil || d.HasDeadline() {
+				t.Errorf("%s: Decide() = %+v, %v; want no deadline", name, d, err)
+			}
+		}
+	}
+}
+
 func TestLeanPodDropsWhatIsNotRead(t *testing.T) {
 	full := generatePod(rand.New(rand.NewPCG(3, 4)), 0, time.Now())
 	full.Annotations = map[string]string{"podjanitor.io/ttl": "1h", "kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 4000)}
@@ -224,7 +269,7 @@ func generatePod(rng *rand.Rand, i int, base time.Time) *corev1.Pod {
 			{APIVersion: "tekton.dev/v1", Kind: "TaskRun", Name: "tr", UID: "tr", BlockOwnerDeletion: ptrTo(true)}}
 	}
 	conditionTypes := []corev1.PodConditionType{corev1.PodScheduled, corev1.PodReady, corev1.ContainersReady, corev1.DisruptionTarget, corev1.PodInitialized}
-	reasons := []string{"", "Unschedulable", "PodCompleted", "PodFailed", "ContainersNotReady", "TerminationByKubelet", "EvictionByEvictionAPI"}
+	reasons := []string{"", "Unschedulable", "SchedulingGated", "PodCompleted", "PodFailed", "ContainersNotReady", "TerminationByKubelet", "EvictionByEvictionAPI"}
 	for _, ct := range conditionTypes {
 		if pick(2) == 0 {
 			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
@@ -240,7 +285,8 @@ func generatePod(rng *rand.Rand, i int, base time.Time) *corev1.Pod {
 		case 0:
 			s.State.Running = &corev1.ContainerStateRunning{StartedAt: at()}
 		case 1:
-			s.State.Waiting = &corev1.ContainerStateWaiting{Reason: []string{"CrashLoopBackOff", "ImagePullBackOff", "ContainerCreating"}[pick(3)], Message: "back-off"}
+			waiting := []string{"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", "ContainerCreating", "PodInitializing"}
+			s.State.Waiting = &corev1.ContainerStateWaiting{Reason: waiting[pick(len(waiting))], Message: "back-off"}
 		case 2:
 			s.State.Terminated = &corev1.ContainerStateTerminated{Reason: []string{"Completed", "Error", "OOMKilled"}[pick(3)],
 				ExitCode: int32(pick(3)), StartedAt: at(), FinishedAt: at(), Message: "done", ContainerID: "containerd://x"}
@@ -253,8 +299,11 @@ func generatePod(rng *rand.Rand, i int, base time.Time) *corev1.Pod {
 	for range pick(3) {
 		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, status(fmt.Sprintf("c%d", len(pod.Status.ContainerStatuses))))
 	}
-	if pick(3) == 0 {
+	switch pick(4) {
+	case 0:
 		pod.Status.InitContainerStatuses = []corev1.ContainerStatus{status("init")}
+	case 1:
+		pod.Status.InitContainerStatuses = []corev1.ContainerStatus{status("init-0"), status("init-1")}
 	}
 	prefix := prefixes[pick(len(prefixes))]
 	switch pick(9) {

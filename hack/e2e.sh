@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the end-to-end tests against a fresh local cluster of their own
 # (_output/e2e, ports 27400+), so a `make run` cluster can stay up meanwhile.
-# Expects `make build tools` to have run. Extra arguments go to `go test`.
+# Expects `make build tools helm` to have run. Extra arguments go to `go test`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -25,4 +25,5 @@ hack/local-cluster.sh up
 # E2E_CLUSTER_DIR lets the fault tests stop and restart the cluster's kube-apiserver
 # and reach its etcd (hack/local-cluster.sh stop-apiserver/start-apiserver).
 E2E_KUBECONFIG="$root/_output/e2e/kubeconfig" E2E_CLUSTER_DIR="$root/_output/e2e" PODJANITOR_BIN="$root/_output/bin/podjanitor" \
+  HELM_BIN="${HELM_BIN:-$root/_output/bin/helm}" \
   go test -tags e2e -count=1 -timeout 30m -v ./test/e2e/ "$@"

@@ -155,11 +155,18 @@ func (e *Evaluator) keep(pod *corev1.Pod) (bool, error) {
 // annotated is true when the pod carries any deadline annotation, even one that
 // gives no deadline yet (ttl-after-finished on a running pod): the policy's
 // rules are then not consulted.
+//
+// Deadlines are combined with a flag of their own, not by reading a zero
+// Deadline as "none": no deadline ever cancels another. (None is zero anyway:
+// ParseExpiresAt refuses instants before 1970, and a pod without a
+// creationTimestamp gets no ttl deadline.)
 func (e *Evaluator) decideByAnnotations(pod *corev1.Pod, now time.Time) (decision Decision, annotated bool, err error) {
+	found := false
 	consider := func(deadline time.Time, key, reason string) {
-		if decision.HasDeadline() && !deadline.Before(decision.Deadline) {
+		if found && !deadline.Before(decision.Deadline) {
 			return
 		}
+		found = true
 		decision.Deadline, decision.Source, decision.Reason = deadline, key, reason
 	}
 
@@ -169,7 +176,9 @@ func (e *Evaluator) decideByAnnotations(pod *corev1.Pod, now time.Time) (decisio
 		if err != nil {
 			return Decision{}, true, &AnnotationError{Key: key, Value: value, Err: err}
 		}
-		consider(pod.CreationTimestamp.Add(ttl), key, ReasonTTL)
+		if created, ok := createdAt(pod); ok {
+			consider(created.Add(ttl), key, ReasonTTL)
+		}
 	}
 	if key, value, ok := e.annotation(pod, AnnotationExpiresAt); ok {
 		annotated = true
@@ -192,7 +201,7 @@ func (e *Evaluator) decideByAnnotations(pod *corev1.Pod, now time.Time) (decisio
 			decision.ClockSkew = skewed && decision.Source == key
 		}
 	}
-	if decision.HasDeadline() {
+	if found {
 		decision.Action = DefaultAction(pod)
 	}
 	return decision, annotated, nil

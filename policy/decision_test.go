@@ -70,6 +70,23 @@ func TestDecideAnnotations(t *testing.T) {
 			want: Decision{Deadline: created.Add(31 * time.Minute), Action: ActionDelete, Source: keyTTLAfterFinished, Reason: ReasonTTLAfterFinished},
 		},
 		{
+			name: "ttl-after-finished counts from the last container finish, not an earlier Ready transition",
+			pod: newPod(inPhase(corev1.PodSucceeded), annotated(keyTTLAfterFinished, "1h"),
+				withCondition(corev1.PodReady, corev1.ConditionFalse, "PodCompleted", created.Add(10*time.Minute)),
+				withContainers(terminatedContainer("Completed", created.Add(5*time.Hour)))),
+			want: Decision{Deadline: created.Add(6 * time.Hour), Action: ActionDelete, Source: keyTTLAfterFinished, Reason: ReasonTTLAfterFinished},
+		},
+		{
+			name: "ttl on a pod without creationTimestamp gives no deadline",
+			pod:  newPod(notCreated(), annotated(keyTTL, "1h")),
+			want: Decision{},
+		},
+		{
+			name: "expires-at on the Unix epoch is due, with a ttl",
+			pod:  newPod(annotated(keyTTL, "1h", keyExpiresAt, "1970-01-01")),
+			want: Decision{Deadline: time.Unix(0, 0).UTC(), Action: ActionDelete, Source: keyExpiresAt, Reason: ReasonExpiresAt},
+		},
+		{
 			name: "ttl-after-finished on a running pod gives no deadline yet",
 			pod:  newPod(inPhase(corev1.PodRunning), annotated(keyTTLAfterFinished, "1h")),
 			want: Decision{},
@@ -217,6 +234,16 @@ func TestDecideInvalidAnnotations(t *testing.T) {
 			name:    "expires-at not a time",
 			pod:     newPod(annotated(keyExpiresAt, "tomorrow")),
 			wantErr: `annotation podjanitor.io/expires-at="tomorrow": want RFC 3339 with an offset ("2026-12-01T10:00:00+01:00") or a date ("2026-12-01")`,
+		},
+		{
+			name:    "expires-at in the year 1 does not cancel a ttl",
+			pod:     newPod(annotated(keyTTL, "1h", keyExpiresAt, "0001-01-01")),
+			wantErr: `annotation podjanitor.io/expires-at="0001-01-01": before 1970-01-01: a date in the past is due at once, but not one before any pod existed`,
+		},
+		{
+			name:    "expires-at as Go's zero time",
+			pod:     newPod(annotated(keyExpiresAt, "0001-01-01T00:00:00Z")),
+			wantErr: `annotation podjanitor.io/expires-at="0001-01-01T00:00:00Z": before 1970-01-01: a date in the past is due at once, but not one before any pod existed`,
 		},
 		{
 			name:    "ttl-after-finished invalid on a running pod",

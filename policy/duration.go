@@ -181,17 +181,27 @@ func FormatDuration(d time.Duration) string {
 
 const expiresAtDateLayout = "2006-01-02"
 
+// earliestExpiresAt is the earliest instant ParseExpiresAt accepts.
+var earliestExpiresAt = time.Unix(0, 0)
+
 // ParseExpiresAt parses an instant: RFC 3339 with an offset
 // ("2026-12-01T10:00:00+01:00", "2026-12-01T09:00:00Z") or a date
-// ("2026-12-01", midnight UTC).
+// ("2026-12-01", midnight UTC). An instant in the past is valid (due at
+// once) back to 1970-01-01T00:00:00Z; one before that is refused. No pod
+// existed then, so such a value is a typo ("0206-12-01") or a placeholder
+// ("0001-01-01", Go's zero time, which would also read as "no deadline").
 func ParseExpiresAt(s string) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, errors.New("empty time")
 	}
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t, nil
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		t, err = time.Parse(expiresAtDateLayout, s)
 	}
-	if t, err := time.Parse(expiresAtDateLayout, s); err == nil {
+	if err == nil {
+		if t.Before(earliestExpiresAt) {
+			return time.Time{}, errors.New("before 1970-01-01: a date in the past is due at once, but not one before any pod existed")
+		}
 		return t, nil
 	}
 	if _, err := time.Parse("2006-01-02T15:04:05", s); err == nil {

@@ -102,6 +102,13 @@ func TestParseExpiresAt(t *testing.T) {
 		{in: "2026-13-01", wantErr: "want RFC 3339"},
 		{in: "2026-12-01 10:00:00Z", wantErr: "want RFC 3339"},
 		{in: " 2026-12-01", wantErr: "want RFC 3339"},
+		{in: "1970-01-01", want: time.Unix(0, 0)},
+		{in: "1970-01-01T01:00:00+01:00", want: time.Unix(0, 0)},
+		{in: "1969-12-31T23:59:59Z", wantErr: "before 1970-01-01"},
+		{in: "1970-01-01T00:30:00+01:00", wantErr: "before 1970-01-01"},
+		{in: "0001-01-01", wantErr: "before 1970-01-01"},
+		{in: "0001-01-01T00:00:00Z", wantErr: "before 1970-01-01"},
+		{in: "0202-12-01", wantErr: "before 1970-01-01"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,53 +38,163 @@ func DefaultAction(pod *corev1.Pod) Action {
 }
 
 // FinishTime is when a Succeeded or Failed pod finished; ok is false for any
-// other phase. It is the first of: the DisruptionTarget=True condition's
-// transition (evictions, preemption, PodGC); the Ready condition's transition
-// when its reason is PodCompleted or PodFailed; the latest terminated
-// finishedAt of any container or init container; status.startTime;
-// creationTimestamp. Evicted pods often have no container statuses, so there
-// is always an answer.
+// other phase, and for a pod without any time (not even a creationTimestamp).
+//
+// It is the latest of: every (init) container's terminated finishedAt, the
+// DisruptionTarget=True transition (evictions, preemption, PodGC) and the
+// Ready transition when its reason is PodCompleted or PodFailed; when the pod
+// has none of these, status.startTime, else creationTimestamp. Each of these
+// lies at or before the real end, so the latest is the closest to it and
+// never early. A condition's time can lie far before the end, because the
+// kubelet moves lastTransitionTime only when the condition's status changes:
+// a pod that went not-ready at T1 and finished at T2 keeps T1. So conditions
+// can only move the finish time later than the containers' finishedAt, never
+// earlier. Evicted pods often have no container statuses; the
+// DisruptionTarget transition, startTime or creationTimestamp still give them
+// a finish time.
 func FinishTime(pod *corev1.Pod) (t time.Time, ok bool) {
 	if !isTerminal(pod) {
 		return time.Time{}, false
 	}
-	if c := condition(pod, corev1.DisruptionTarget); c != nil && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
-		return c.LastTransitionTime.Time, true
+	finished := latestContainerFinish(pod)
+	if c := condition(pod, corev1.DisruptionTarget); c != nil && c.Status == corev1.ConditionTrue {
+		finished = latest(finished, c.LastTransitionTime.Time)
 	}
-	if c := condition(pod, corev1.PodReady); c != nil && (c.Reason == reasonPodCompleted || c.Reason == reasonPodFailed) && !c.LastTransitionTime.IsZero() {
-		return c.LastTransitionTime.Time, true
+	if c := condition(pod, corev1.PodReady); c != nil && (c.Reason == reasonPodCompleted || c.Reason == reasonPodFailed) {
+		finished = latest(finished, c.LastTransitionTime.Time)
 	}
-	if t := latestContainerFinish(pod); !t.IsZero() {
-		return t, true
+	if finished.IsZero() && pod.Status.StartTime != nil {
+		finished = pod.Status.StartTime.Time
 	}
-	if pod.Status.StartTime != nil && !pod.Status.StartTime.IsZero() {
-		return pod.Status.StartTime.Time, true
+	if finished.IsZero() {
+		return createdAt(pod)
 	}
-	return pod.CreationTimestamp.Time, true
+	return finished, true
 }
 
+// latestContainerFinish is the latest terminated finishedAt of the pod's
+// (init) containers, or zero.
 func latestContainerFinish(pod *corev1.Pod) time.Time {
-	var latest time.Time
+	var t time.Time
 	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
 		for _, s := range statuses {
-			if s.State.Terminated != nil && s.State.Terminated.FinishedAt.After(latest) {
-				latest = s.State.Terminated.FinishedAt.Time
+			if s.State.Terminated != nil {
+				t = latest(t, s.State.Terminated.FinishedAt.Time)
 			}
 		}
 	}
-	return latest
+	return t
 }
 
-// pendingSince is when a Pending pod became unschedulable (the PodScheduled=False
-// transition), else its creation; ok is false for pods not Pending.
+// createdAt is the pod's creationTimestamp; ok is false when it is unset. The
+// API server always sets it, but a zero time would read as the year 1 and
+// make every deadline counted from it due at once: a pod without it has no
+// known age, and nothing that counts from its creation applies.
+func createdAt(pod *corev1.Pod) (time.Time, bool) {
+	return pod.CreationTimestamp.Time, !pod.CreationTimestamp.IsZero()
+}
+
+// latest returns the latest of a and b; a zero time never wins over another.
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// stuckReasons are the waiting reasons of a container the kubelet cannot get
+// past by itself: its image cannot be pulled, or it cannot be created or
+// started. The list is closed: any other reason (ContainerCreating,
+// PodInitializing, CrashLoopBackOff, a reason added by a later kubelet) is
+// never stuck.
+var stuckReasons = []string{
+	"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "ImageInspectError",
+	"CreateContainerConfigError", "CreateContainerError", "PreCreateHookError", "PreStartHookError", "RunContainerError",
+}
+
+// pendingSince is when a Pending pod got stuck; ok is false for a pod that is
+// not Pending, or not stuck. A Pending pod is stuck when it is:
+//
+//   - unschedulable (PodScheduled is False or Unknown): from that condition's
+//     transition — except when its reason is SchedulingGated, a pod held on
+//     purpose until its scheduling gates are removed, which is never stuck;
+//   - never scheduled (no PodScheduled condition, no container statuses): from
+//     creation;
+//   - scheduled (PodScheduled=True, or the kubelet reported container
+//     statuses) but stuck: no (init) container is running, and the containers
+//     the kubelet is working on — the first init container that has not
+//     terminated, else every container that has not terminated — all wait
+//     for a reason in stuckReasons. It counts from the last progress the
+//     status shows: the latest of the PodScheduled=True transition, any
+//     (init) container's finishedAt, and creation. A scheduled pod making
+//     progress (a container running or being created, an init container
+//     running) is never stuck, nor is one whose kubelet has not reported yet.
+//
+// A time earlier than creation (a zero transition time) counts from
+// creation; a pod without a creationTimestamp is never stuck.
 func pendingSince(pod *corev1.Pod) (t time.Time, ok bool) {
 	if pod.Status.Phase != corev1.PodPending {
 		return time.Time{}, false
 	}
-	if c := condition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && !c.LastTransitionTime.IsZero() {
-		return c.LastTransitionTime.Time, true
+	created, ok := createdAt(pod)
+	if !ok {
+		return time.Time{}, false
 	}
-	return pod.CreationTimestamp.Time, true
+	scheduled := condition(pod, corev1.PodScheduled)
+	switch {
+	case scheduled != nil && scheduled.Status == corev1.ConditionTrue,
+		len(pod.Status.InitContainerStatuses)+len(pod.Status.ContainerStatuses) > 0:
+		if !containersStuck(pod) {
+			return time.Time{}, false
+		}
+		since := latest(created, latestContainerFinish(pod))
+		if scheduled != nil && scheduled.Status == corev1.ConditionTrue {
+			since = latest(since, scheduled.LastTransitionTime.Time)
+		}
+		return since, true
+	case scheduled != nil:
+		if scheduled.Reason == corev1.PodReasonSchedulingGated {
+			return time.Time{}, false
+		}
+		return latest(created, scheduled.LastTransitionTime.Time), true
+	}
+	return created, true
+}
+
+// containersStuck reports whether no (init) container of the pod runs and
+// the containers the kubelet is working on all wait for a stuck reason. Init
+// containers run one at a time, in order, so the first that has not
+// terminated is the one being worked on (the others wait, PodInitializing,
+// for their turn); once all have terminated, it is every container that has
+// not terminated.
+func containersStuck(pod *corev1.Pod) bool {
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, s := range statuses {
+			if s.State.Running != nil {
+				return false
+			}
+		}
+	}
+	for _, s := range pod.Status.InitContainerStatuses {
+		if s.State.Terminated == nil {
+			return waitsStuck(s)
+		}
+	}
+	stuck := false
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.State.Terminated != nil {
+			continue
+		}
+		if !waitsStuck(s) {
+			return false
+		}
+		stuck = true
+	}
+	return stuck
+}
+
+func waitsStuck(s corev1.ContainerStatus) bool {
+	return s.State.Waiting != nil && slices.Contains(stuckReasons, s.State.Waiting.Reason)
 }
 
 // crashLoopingSince is when a pod with a container or init container waiting in
@@ -97,7 +208,7 @@ func crashLoopingSince(pod *corev1.Pod, minRestarts int32) (t time.Time, ok bool
 	if c := condition(pod, corev1.PodReady); c != nil && c.Status == corev1.ConditionFalse && !c.LastTransitionTime.IsZero() {
 		return c.LastTransitionTime.Time, true
 	}
-	return pod.CreationTimestamp.Time, true
+	return createdAt(pod)
 }
 
 func hasCrashLoopingContainer(pod *corev1.Pod, minRestarts int32) bool {

@@ -29,8 +29,10 @@ type Clock string
 const (
 	// ClockFinished counts from the finish time of Succeeded and Failed pods (FinishTime).
 	ClockFinished Clock = "finished"
-	// ClockPending counts, for Pending pods, from the PodScheduled=False
-	// transition, else from creation.
+	// ClockPending counts, for pods stuck Pending, from when they got stuck:
+	// unschedulable or never scheduled, or scheduled but stuck on a waiting
+	// reason the kubelet cannot get past (see pendingSince). A pod making
+	// progress is never stuck.
 	ClockPending Clock = "pending"
 	// ClockCrashLooping counts, for pods with a container or init container
 	// waiting in CrashLoopBackOff, from the Ready=False transition, else from creation.
@@ -66,7 +68,8 @@ type Rule struct {
 	MinRestarts int32
 	// Action is how the pod is removed; "" means DefaultAction.
 	Action Action
-	// GracePeriodSeconds overrides the pod's termination grace period.
+	// GracePeriodSeconds overrides the pod's termination grace period; nil
+	// keeps the pod's own. At least 1: 0 would force-delete the pod.
 	GracePeriodSeconds *int64
 }
 
@@ -275,8 +278,13 @@ func validateRule(rule Rule) error {
 	default:
 		return fmt.Errorf("action: unknown action %q, want %q or %q", rule.Action, ActionDelete, ActionEvict)
 	}
-	if rule.GracePeriodSeconds != nil && *rule.GracePeriodSeconds < 0 {
-		return fmt.Errorf("gracePeriodSeconds: %d is negative", *rule.GracePeriodSeconds)
+	if g := rule.GracePeriodSeconds; g != nil {
+		switch {
+		case *g < 0:
+			return fmt.Errorf("gracePeriodSeconds: %d is negative", *g)
+		case *g == 0:
+			return errors.New("gracePeriodSeconds: 0 would force-delete the pod while its containers may still run; use at least 1, or leave it out for the pod's own grace period")
+		}
 	}
 	return nil
 }

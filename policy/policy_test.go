@@ -32,7 +32,7 @@ rules:
   minRestarts: 3
   after: 1w1d
   action: delete
-  gracePeriodSeconds: 0
+  gracePeriodSeconds: 1
 - name: defaults
   clock: created
   after: "0"
@@ -54,7 +54,7 @@ rules:
 			MinRestarts:        3,
 			After:              8 * 24 * time.Hour,
 			Action:             ActionDelete,
-			GracePeriodSeconds: ptr[int64](0),
+			GracePeriodSeconds: ptr[int64](1),
 		},
 		{Name: "defaults", Clock: ClockCreated},
 	}
@@ -110,6 +110,7 @@ func TestParseErrors(t *testing.T) {
 		{"minRestarts not an integer", rule("name: crash", "clock: crashLooping", "after: 1h", "minRestarts: 1.5"), `rule "crash" (rules[0]): minRestarts: want an integer, got number 1.5`},
 		{"unknown action", rule("name: evicted", "clock: finished", "after: 1h", "action: kill"), `rule "evicted" (rules[0]): action: unknown action "kill", want "delete" or "evict"`},
 		{"negative grace period", rule("name: evicted", "clock: finished", "after: 1h", "gracePeriodSeconds: -5"), `rule "evicted" (rules[0]): gracePeriodSeconds: -5 is negative`},
+		{"zero grace period", rule("name: evicted", "clock: finished", "after: 1h", "gracePeriodSeconds: 0"), `rule "evicted" (rules[0]): gracePeriodSeconds: 0 would force-delete the pod while its containers may still run; use at least 1, or leave it out for the pod's own grace period`},
 
 		// Match.
 		{"bad namespace glob", rule("name: ci", "clock: created", "after: 1h", "match: {namespaces: {include: ['ci-[']}}"), `rule "ci" (rules[0]): match.namespaces.include[0]: bad pattern "ci-["`},
@@ -151,6 +152,8 @@ func TestNewPolicyErrors(t *testing.T) {
 		{"minRestarts on another clock", []Rule{{Name: "a", Clock: ClockCreated, MinRestarts: 2}}, `rule "a" (rules[0]): minRestarts: only allowed with clock "crashLooping", not "created"`},
 		{"bad selector", []Rule{{Name: "a", Clock: ClockCreated, Match: Match{LabelSelector: "!"}}}, `rule "a" (rules[0]): match.labelSelector: `},
 		{"duplicate", []Rule{{Name: "a", Clock: ClockCreated}, {Name: "a", Clock: ClockPending}}, `rule "a" (rules[1]): name: duplicate of rules[0]`},
+		{"zero grace period", []Rule{{Name: "a", Clock: ClockCreated}, {Name: "b", Clock: ClockCreated, GracePeriodSeconds: ptr[int64](0)}}, `rule "b" (rules[1]): gracePeriodSeconds: 0 would force-delete the pod`},
+		{"negative grace period", []Rule{{Name: "a", Clock: ClockCreated, GracePeriodSeconds: ptr[int64](-1)}}, `rule "a" (rules[0]): gracePeriodSeconds: -1 is negative`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -181,7 +184,7 @@ func TestLoadExamplePolicy(t *testing.T) {
 			After: 24 * time.Hour,
 		},
 		{
-			Name:  "unschedulable",
+			Name:  "stuck-pending",
 			Match: Match{OwnerKinds: IncludeExclude{Exclude: []string{"DaemonSet"}}},
 			Clock: ClockPending,
 			After: 30 * time.Minute,
@@ -222,7 +225,9 @@ func TestLoadExamplePolicy(t *testing.T) {
 		{"evicted in kube-system", newPod(inNamespace("kube-system"), inPhase(corev1.PodFailed), withReason("Evicted")), Decision{}},
 		{"completed bare pod", newPod(inPhase(corev1.PodSucceeded), startedAt(at(5))), ruleDecision("completed-bare-pods", ClockFinished, ActionDelete, at(5+24*60))},
 		{"completed Job pod", newPod(inPhase(corev1.PodSucceeded), ownedBy("Job")), Decision{}},
-		{"unschedulable", newPod(withCondition(corev1.PodScheduled, corev1.ConditionFalse, "Unschedulable", at(1))), ruleDecision("unschedulable", ClockPending, ActionDelete, at(31))},
+		{"unschedulable", newPod(withCondition(corev1.PodScheduled, corev1.ConditionFalse, "Unschedulable", at(1))), ruleDecision("stuck-pending", ClockPending, ActionDelete, at(31))},
+		{"scheduled Job pod whose init container still runs", newPod(ownedBy("Job"), withCondition(corev1.PodScheduled, corev1.ConditionTrue, "", at(1)),
+			withInitContainers(runningContainer()), withContainers(waitingContainer("PodInitializing", 0))), Decision{}},
 		{"crash-looping Deployment pod", newPod(crashLooping...), func() Decision {
 			d := ruleDecision("crash-looping-deployments", ClockCrashLooping, ActionEvict, at(30))
 			d.GracePeriodSeconds = ptr[int64](30)
@@ -237,6 +242,62 @@ func TestLoadExamplePolicy(t *testing.T) {
 	for _, tt := range decisions {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := e.Decide(tt.pod, now)
+			if err != nil {
+				t.Fatalf("Decide() error: %v", err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Decide() (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestExampleStuckPendingRule follows the example policy's stuck-pending rule
+// (30 minutes) through the life of a Job pod whose init container runs for 40
+// minutes: it is not removed while the init container runs, and it counts only
+// once it is stuck. An unschedulable pod and a pod in ImagePullBackOff from the
+// start are removed at 30 minutes.
+func TestExampleStuckPendingRule(t *testing.T) {
+	p, err := LoadFile("../artifacts/policy.yaml")
+	if err != nil {
+		t.Fatalf("LoadFile: %v", err)
+	}
+	e := &Evaluator{Policy: p}
+	at := func(minutes int) time.Time { return created.Add(time.Duration(minutes) * time.Minute) }
+	scheduled := withCondition(corev1.PodScheduled, corev1.ConditionTrue, "", at(0))
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		now  time.Time
+		want Decision
+	}{
+		{"init container running for 30 minutes",
+			newPod(ownedBy("Job"), scheduled, withInitContainers(runningContainer()), withContainers(waitingContainer("PodInitializing", 0))),
+			at(30), Decision{}},
+		{"init container running for 39 minutes",
+			newPod(ownedBy("Job"), scheduled, withInitContainers(runningContainer()), withContainers(waitingContainer("PodInitializing", 0))),
+			at(39), Decision{}},
+		{"init container done after 40 minutes, main container being created",
+			newPod(ownedBy("Job"), scheduled, withInitContainers(terminatedContainer("Completed", at(40))), withContainers(waitingContainer("PodInitializing", 0))),
+			at(41), Decision{}},
+		{"init container done after 40 minutes, main container in ImagePullBackOff",
+			newPod(ownedBy("Job"), scheduled, withInitContainers(terminatedContainer("Completed", at(40))), withContainers(waitingContainer("ImagePullBackOff", 0))),
+			at(41), ruleDecision("stuck-pending", ClockPending, ActionDelete, at(70))},
+		{"ImagePullBackOff from the start",
+			newPod(ownedBy("Job"), scheduled, withContainers(waitingContainer("ImagePullBackOff", 0))),
+			at(30), ruleDecision("stuck-pending", ClockPending, ActionDelete, at(30))},
+		{"unschedulable",
+			newPod(ownedBy("Job"), withCondition(corev1.PodScheduled, corev1.ConditionFalse, "Unschedulable", at(0))),
+			at(30), ruleDecision("stuck-pending", ClockPending, ActionDelete, at(30))},
+		{"never scheduled",
+			newPod(), at(30), ruleDecision("stuck-pending", ClockPending, ActionDelete, at(30))},
+		{"unschedulable DaemonSet pod",
+			newPod(ownedBy("DaemonSet"), withCondition(corev1.PodScheduled, corev1.ConditionFalse, "Unschedulable", at(0))),
+			at(30), Decision{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := e.Decide(tt.pod, tt.now)
 			if err != nil {
 				t.Fatalf("Decide() error: %v", err)
 			}

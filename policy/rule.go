@@ -35,11 +35,22 @@ func (p *Policy) decide(pod *corev1.Pod, now time.Time) Decision {
 			Source:             "rule/" + rule.Name,
 			Reason:             clockReasons[rule.Clock],
 			Rule:               rule.Name,
-			GracePeriodSeconds: rule.GracePeriodSeconds,
+			GracePeriodSeconds: gracePeriod(rule.GracePeriodSeconds),
 			ClockSkew:          skewed,
 		}
 	}
 	return Decision{}
+}
+
+// gracePeriod passes a rule's grace period on only when it is at least one
+// second: 0 would force-delete the pod while its containers may still run.
+// Validation refuses such rules; a Policy built without it gets the pod's own
+// grace period (nil) instead.
+func gracePeriod(seconds *int64) *int64 {
+	if seconds == nil || *seconds < 1 {
+		return nil
+	}
+	return seconds
 }
 
 // selector is rule i's parsed label selector; a Policy built without
@@ -75,7 +86,7 @@ func (r *Rule) clockStart(pod *corev1.Pod) (start time.Time, ok bool) {
 	case ClockCrashLooping:
 		return crashLoopingSince(pod, r.MinRestarts)
 	case ClockCreated:
-		return pod.CreationTimestamp.Time, true
+		return createdAt(pod)
 	}
 	return time.Time{}, false
 }

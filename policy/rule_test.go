@@ -53,11 +53,11 @@ func TestDecideRules(t *testing.T) {
 			want:  ruleDecision("unschedulable", ClockPending, ActionDelete, at(35)),
 		},
 		{
-			name:  "pending: scheduled but never started counts from creation",
+			name:  "pending: scheduled and stuck in ImagePullBackOff counts from the PodScheduled=True transition",
 			rules: []Rule{{Name: "unschedulable", Clock: ClockPending, After: 30 * time.Minute}},
 			pod: newPod(withCondition(corev1.PodScheduled, corev1.ConditionTrue, "", at(5)),
 				withContainers(waitingContainer("ImagePullBackOff", 0))),
-			want: ruleDecision("unschedulable", ClockPending, ActionDelete, at(30)),
+			want: ruleDecision("unschedulable", ClockPending, ActionDelete, at(35)),
 		},
 		{
 			name:  "pending: does not apply to a running pod",
@@ -106,6 +106,18 @@ func TestDecideRules(t *testing.T) {
 			name:  "crashLooping: restarts without a crash loop",
 			rules: []Rule{{Name: "crash", Clock: ClockCrashLooping, After: 20 * time.Minute}},
 			pod:   newPod(inPhase(corev1.PodRunning), withContainers(corev1.ContainerStatus{Name: "c", RestartCount: 9})),
+			want:  Decision{},
+		},
+		{
+			name:  "created: a pod without creationTimestamp has no age",
+			rules: []Rule{{Name: "max-age", Clock: ClockCreated, After: 0}},
+			pod:   newPod(inPhase(corev1.PodRunning), notCreated()),
+			want:  Decision{},
+		},
+		{
+			name:  "crashLooping: without a Ready=False condition or creationTimestamp does not apply",
+			rules: []Rule{{Name: "crash", Clock: ClockCrashLooping, After: 20 * time.Minute}},
+			pod:   newPod(inPhase(corev1.PodRunning), notCreated(), withContainers(waitingContainer("CrashLoopBackOff", 3))),
 			want:  Decision{},
 		},
 		{
@@ -378,5 +390,23 @@ func TestDecidePolicyLiteral(t *testing.T) {
 	}
 	if diff := cmp.Diff(ruleDecision("web", ClockCreated, ActionDelete, created.Add(time.Hour)), got); diff != "" {
 		t.Errorf("Decide() (-want,+got):\n%s", diff)
+	}
+}
+
+// TestDecideNeverForces proves that no Decision asks for a grace period below
+// one second, even from a Policy built without validation: the pod's own
+// grace period applies instead.
+func TestDecideNeverForces(t *testing.T) {
+	for _, seconds := range []int64{0, -1, -30} {
+		e := &Evaluator{Policy: &Policy{Rules: []Rule{
+			{Name: "force", Clock: ClockCreated, After: time.Hour, Action: ActionDelete, GracePeriodSeconds: ptr(seconds)},
+		}}}
+		got, err := e.Decide(newPod(inPhase(corev1.PodRunning)), now)
+		if err != nil {
+			t.Fatalf("Decide() error: %v", err)
+		}
+		if !got.HasDeadline() || got.GracePeriodSeconds != nil {
+			t.Errorf("gracePeriodSeconds %d: Decide() = %+v, want a deadline and the pod's own grace period (nil)", seconds, got)
+		}
 	}
 }

@@ -83,6 +83,11 @@ func withCondition(t corev1.PodConditionType, status corev1.ConditionStatus, rea
 	}
 }
 
+// notCreated clears the creationTimestamp, which the API server always sets.
+func notCreated() podOption {
+	return func(p *corev1.Pod) { p.CreationTimestamp = metav1.Time{} }
+}
+
 func startedAt(t time.Time) podOption {
 	return func(p *corev1.Pod) { st := metav1.NewTime(t); p.Status.StartTime = &st }
 }

@@ -23,8 +23,8 @@ func TestTTLPodGoesAtItsDeadlineNotBefore(t *testing.T) {
 
 	r.checkOnTime(t, pending, created(pending).Add(6*time.Second))
 	r.checkOnTime(t, running, created(running).Add(7*time.Second))
-	waitEvent(t, pending, "Expired", 10*time.Second)
-	waitEvent(t, running, "Evicted", 10*time.Second) // a Running pod goes through the Eviction API
+	waitRemovalEvent(t, pending, "Delete")
+	waitRemovalEvent(t, running, "Evict") // a Running pod goes through the Eviction API
 	r.checkNotRemoved(t, keeper)
 }
 

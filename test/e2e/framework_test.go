@@ -354,6 +354,12 @@ func startDaemon(t *testing.T, args ...string) *daemon {
 
 func startDaemonWaiting(t *testing.T, waitFor string, args ...string) *daemon {
 	t.Helper()
+	return startDaemonEnv(t, nil, waitFor, args...)
+}
+
+// startDaemonEnv is startDaemonWaiting with extra environment variables (NAME=value).
+func startDaemonEnv(t *testing.T, env []string, waitFor string, args ...string) *daemon {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), fmt.Sprintf("podjanitor-%d.log", time.Now().UnixNano()))
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -362,6 +368,7 @@ func startDaemonWaiting(t *testing.T, waitFor string, args ...string) *daemon {
 	all := append([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0", "-v=4"}, args...)
 	cmd := exec.Command(binary, all...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

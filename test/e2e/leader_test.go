@@ -74,8 +74,8 @@ func TestLeaderElection(t *testing.T) {
 		t.Logf("pod %s: deadline %s, removed %v late", p.Name, due.Format(time.RFC3339), at.Sub(due))
 	}
 	for _, p := range append(first, second...) {
-		if n := countEvents(t, p, "Expired"); n != 1 {
-			t.Errorf("pod %s: %d Expired events, want exactly 1", p.Name, n)
+		if n := countEvents(t, p, reasonRemoved); n != 1 {
+			t.Errorf("pod %s: %d %s events, want exactly 1", p.Name, n, reasonRemoved)
 		}
 	}
 	if n := strings.Count(follower.log()+leader.log(), "Removed pod"); n != len(first)+len(second) {

@@ -64,7 +64,7 @@ func TestOperations(t *testing.T) {
 		`podjanitor_pods_removed_total{action="delete",dry_run="false",reason="ttl"} 1`,
 		`podjanitor_pods_scheduled 1`,
 		`podjanitor_removal_lateness_seconds_count 1`,
-		`podjanitor_removal_errors_total{action="evict"} 0`,
+		`podjanitor_removal_errors_total{action="evict",error="timeout"} 0`,
 		`podjanitor_leader 1`,
 		`podjanitor_build_info{`,
 		`controller_runtime_reconcile_total{controller="podjanitor",result="requeue"} 0`,

@@ -72,7 +72,7 @@ func TestPolicyRules(t *testing.T) {
 		return len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Waiting != nil
 	})
 	r.checkOnTime(t, crashing, condition(c, corev1.PodReady).LastTransitionTime.Add(3*time.Second))
-	waitEvent(t, crashing, "Evicted", 10*time.Second) // Running pods are evicted by default
+	waitRemovalEvent(t, crashing, "Evict") // Running pods are evicted by default
 	r.checkOnTime(t, pending, created(pending).Add(5*time.Second))
 
 	time.Sleep(2 * time.Second)
@@ -125,7 +125,7 @@ func TestPodDisruptionBudgetBlocksEviction(t *testing.T) {
 	raised := time.Now()
 	at := r.waitRemoved(t, pod, 60*time.Second)
 	t.Logf("evicted %v after the budget was raised", at.Sub(raised))
-	waitEvent(t, pod, "Evicted", 10*time.Second)
+	waitRemovalEvent(t, pod, "Evict")
 }
 
 func TestKubeSystemIsExcludedUnlessNamed(t *testing.T) {

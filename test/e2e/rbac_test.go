@@ -88,11 +88,11 @@ func TestRBACIsSufficient(t *testing.T) {
 
 	// Annotations: a Pending pod past its ttl is deleted.
 	r.checkOnTime(t, ttlPod, created(ttlPod).Add(4*time.Second))
-	checkReportedEvent(t, ttlPod, "Expired", prefix+"ttl")
+	checkReportedEvent(t, ttlPod, "Delete", prefix+"ttl")
 
 	// Rules: a finished pod is deleted by the policy file's rule.
 	r.waitRemoved(t, finished, 30*time.Second)
-	checkReportedEvent(t, finished, "Expired", "rule/finished")
+	checkReportedEvent(t, finished, "Delete", "rule/finished")
 
 	// Eviction: a Running pod past its ttl is evicted (pods/eviction create).
 	waitPod(t, running, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
@@ -100,7 +100,7 @@ func TestRBACIsSufficient(t *testing.T) {
 		t.Fatalf("pod %s became Running only after its deadline; eviction is not exercised", running.Name)
 	}
 	r.checkOnTime(t, running, created(running).Add(runningTTL))
-	checkReportedEvent(t, running, "Evicted", prefix+"ttl")
+	checkReportedEvent(t, running, "Evict", prefix+"ttl")
 
 	r.checkNotRemoved(t, bystander)
 	for _, msg := range []string{"forbidden", "Forbidden"} {
@@ -257,14 +257,14 @@ func leaderIdentity(t *testing.T, d *daemon) string {
 
 // checkReportedEvent waits for the event and checks that podjanitor reported
 // it, naming the annotation or rule that decided.
-func checkReportedEvent(t *testing.T, pod *corev1.Pod, reason, source string) {
+func checkReportedEvent(t *testing.T, pod *corev1.Pod, action, source string) {
 	t.Helper()
-	ev := waitEvent(t, pod, reason, 10*time.Second)
+	ev := waitRemovalEvent(t, pod, action)
 	if ev.ReportingController != "podjanitor" {
-		t.Errorf("%s event on %s reported by %q, want podjanitor", reason, pod.Name, ev.ReportingController)
+		t.Errorf("%s event on %s reported by %q, want podjanitor", ev.Reason, pod.Name, ev.ReportingController)
 	}
 	if !strings.Contains(ev.Note, "("+source+")") {
-		t.Errorf("%s event on %s: %q, want it to name %s", reason, pod.Name, ev.Note, source)
+		t.Errorf("%s event on %s: %q, want it to name %s", ev.Reason, pod.Name, ev.Note, source)
 	}
 }
 

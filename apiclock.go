@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// apiClock estimates how far the API server's clock is ahead of this
+// process's (the offset), so that deadlines, which count from the API
+// server's timestamps, are compared in the API server's time.
+//
+// Every API response carries a Date header: the server's time, cut to the
+// whole second, at some instant between sending the request (local time s)
+// and receiving the headers (local time r). So each response bounds the
+// offset: Date−r ≤ offset < Date+1s−s. The bounds of recent responses
+// (offsetWindow) intersect to an interval [lower, upper]; podjanitor uses
+// lower, the earliest the server's clock can be, so that no pod goes before
+// its deadline in the API server's time, at the price of being late by at
+// most the interval's width. calibrate times a few requests to land on the
+// server's second boundaries, which narrows the interval to a few round
+// trips: milliseconds, not the header's one second.
+type apiClock struct {
+	clock clock.PassiveClock
+	// onOffset receives every new estimate (the podjanitor_clock_offset_seconds gauge).
+	onOffset func(time.Duration)
+
+	mu      sync.Mutex
+	samples []offsetSample // newest last, at most maxOffsetSamples, none older than offsetWindow
+	lower   time.Duration
+	upper   time.Duration
+	rtt     time.Duration // of the latest sample
+	warned  time.Duration // the offset last warned about
+}
+
+type offsetSample struct {
+	at           time.Time // local time the response arrived
+	lower, upper time.Duration
+}
+
+const (
+	offsetWindow      = 10 * time.Minute
+	maxOffsetSamples  = 64
+	offsetWarning     = time.Second
+	calibrationTarget = 2 * time.Millisecond
+	calibrationProbes = 16
+	calibrationPeriod = 10 * time.Minute
+)
+
+func newAPIClock(clk clock.PassiveClock, onOffset func(time.Duration)) *apiClock {
+	if onOffset == nil {
+		onOffset = func(time.Duration) {}
+	}
+	return &apiClock{clock: clk, onOffset: onOffset}
+}
+
+// Offset is the estimated offset: how far the API server's clock is ahead of
+// this process's (negative when behind). It is never more than the true
+// offset, as far as the responses seen can tell; 0 before the first response.
+func (a *apiClock) Offset() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lower
+}
+
+// bounds returns the current interval of the offset and whether there is one.
+func (a *apiClock) bounds() (lower, upper time.Duration, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lower, a.upper, len(a.samples) > 0
+}
+
+// observe records one response: sent at local time sent, headers received
+// at local time received, with the server's Date header date.
+func (a *apiClock) observe(ctx context.Context, sent, received time.Time, date time.Time) {
+	if date.IsZero() || received.Before(sent) {
+		return
+	}
+	s := offsetSample{at: received, lower: date.Sub(received), upper: date.Add(time.Second).Sub(sent)}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.rtt = received.Sub(sent)
+	keep := a.samples[:0]
+	for _, old := range a.samples {
+		if received.Sub(old.at) <= offsetWindow {
+			keep = append(keep, old)
+		}
+	}
+	a.samples = append(keep, s)
+	if len(a.samples) > maxOffsetSamples {
+		a.samples = append(a.samples[:0], a.samples[len(a.samples)-maxOffsetSamples:]...)
+	}
+	lower, upper := s.lower, s.upper
+	for _, old := range a.samples {
+		lower, upper = max(lower, old.lower), min(upper, old.upper)
+	}
+	if lower > upper {
+		// The samples disagree: one of the clocks was stepped. Start again
+		// from this response.
+		klog.FromContext(ctx).Info("API server clock offset changed; measuring it again",
+			"previousLower", a.lower, "previousUpper", a.upper)
+		a.samples = append(a.samples[:0], s)
+		lower, upper = s.lower, s.upper
+	}
+	changed := lower != a.lower
+	a.lower, a.upper = lower, upper
+	if changed {
+		a.onOffset(lower)
+	}
+	if abs(lower-a.warned) >= offsetWarning && (abs(lower) >= offsetWarning || abs(a.warned) >= offsetWarning) {
+		a.warned = lower
+		if abs(lower) >= offsetWarning {
+			klog.FromContext(ctx).Info("Warning: this machine's clock differs from the API server's; deadlines are compared in the API server's time",
+				"offset", lower, "uncertainty", upper-lower)
+		} else {
+			klog.FromContext(ctx).Info("This machine's clock agrees with the API server's again", "offset", lower)
+		}
+	}
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// wrap returns a RoundTripper that feeds the Date header of every response into a.
+func (a *apiClock) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		sent := a.clock.Now()
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			return resp, err
+		}
+		received := a.clock.Now()
+		if date, perr := http.ParseTime(resp.Header.Get("Date")); perr == nil {
+			a.observe(req.Context(), sent, received, date)
+		}
+		return resp, err
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// calibrate narrows the offset's interval with a few requests (probe, e.g. a
+// GET /version) timed so that the API server handles each at what would be a
+// whole second of its clock if the offset were the interval's midpoint: the
+// Date it answers then halves the interval. It stops at calibrationTarget or
+// after calibrationProbes requests.
+func (a *apiClock) calibrate(ctx context.Context, probe func(context.Context) error, sleep func(context.Context, time.Duration) bool) {
+	logger := klog.FromContext(ctx)
+	for range calibrationProbes {
+		lower, upper, ok := a.bounds()
+		if ok && upper-lower <= calibrationTarget {
+			break
+		}
+		if ok {
+			a.mu.Lock()
+			rtt := a.rtt
+			a.mu.Unlock()
+			// The local time t at which the server's clock would read a whole
+			// second, were the offset the midpoint: t + mid ≡ 0 (mod 1s).
+			mid := lower + (upper-lower)/2
+			now := a.clock.Now()
+			server := now.Add(mid)
+			next := server.Truncate(time.Second).Add(time.Second)
+			wait := next.Sub(server) - rtt/2
+			if wait < 0 {
+				wait += time.Second
+			}
+			if !sleep(ctx, wait) {
+				return
+			}
+		}
+		if err := probe(ctx); err != nil {
+			logger.V(2).Info("Clock offset probe failed", "err", err)
+			return
+		}
+	}
+	lower, upper, _ := a.bounds()
+	logger.V(2).Info("Measured the API server's clock offset", "offset", lower, "uncertainty", upper-lower)
+}
+
+// runCalibration calibrates now and every calibrationPeriod until ctx ends.
+func (a *apiClock) runCalibration(ctx context.Context, probe func(context.Context) error) {
+	sleep := func(ctx context.Context, d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	for {
+		a.calibrate(ctx, probe, sleep)
+		if !sleep(ctx, calibrationPeriod) {
+			return
+		}
+	}
+}
+
+// shiftedClock is a clock that reads offset ahead of the real one, for
+// testing how podjanitor behaves on a machine whose clock is wrong
+// (PODJANITOR_TESTING_CLOCK_OFFSET).
+type shiftedClock struct {
+	clock.RealClock
+	offset time.Duration
+}
+
+func (c shiftedClock) Now() time.Time                  { return c.RealClock.Now().Add(c.offset) }
+func (c shiftedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+func (c shiftedClock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// simulatedServer answers probes with the Date header of a server whose clock
+// is offset ahead of clk, and which takes half of rtt to hear a request and
+// half to answer.
+type simulatedServer struct {
+	clk    *testingclock.FakeClock
+	a      *apiClock
+	offset time.Duration
+	rtt    time.Duration
+	probes int
+}
+
+func (s *simulatedServer) probe(ctx context.Context) error {
+	s.probes++
+	sent := s.clk.Now()
+	s.clk.Step(s.rtt / 2)
+	date := s.clk.Now().Add(s.offset).Truncate(time.Second)
+	s.clk.Step(s.rtt / 2)
+	s.a.observe(ctx, sent, s.clk.Now(), date)
+	return nil
+}
+
+func (s *simulatedServer) sleep(_ context.Context, d time.Duration) bool {
+	s.clk.Step(d)
+	return true
+}
+
+func TestAPIClockOffsetIsNeverAheadOfTheServer(t *testing.T) {
+	for _, offset := range []time.Duration{
+		0, 250 * time.Millisecond, -30 * time.Second, 30 * time.Second, -1234567 * time.Microsecond, 17*time.Hour + 3*time.Millisecond,
+	} {
+		t.Run(offset.String(), func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			clk := testingclock.NewFakeClock(t0.Add(123 * time.Millisecond))
+			var gauge time.Duration
+			a := newAPIClock(clk, func(d time.Duration) { gauge = d })
+			srv := &simulatedServer{clk: clk, a: a, offset: offset, rtt: 2 * time.Millisecond}
+			a.calibrate(ctx, srv.probe, srv.sleep)
+
+			lower, upper, ok := a.bounds()
+			if !ok {
+				t.Fatal("no measurement")
+			}
+			if got := a.Offset(); got > offset {
+				t.Errorf("Offset() = %v, ahead of the server's true offset %v: pods would go early", got, offset)
+			}
+			if lower > offset || upper < offset {
+				t.Errorf("interval [%v, %v] does not hold the true offset %v", lower, upper, offset)
+			}
+			if width := upper - lower; width > calibrationTarget+srv.rtt {
+				t.Errorf("after %d probes the interval is %v wide, want at most %v", srv.probes, width, calibrationTarget+srv.rtt)
+			}
+			if gauge != a.Offset() {
+				t.Errorf("gauge = %v, want %v", gauge, a.Offset())
+			}
+		})
+	}
+}
+
+func TestAPIClockStartsAgainWhenTheClockIsStepped(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	clk := testingclock.NewFakeClock(t0)
+	a := newAPIClock(clk, nil)
+	srv := &simulatedServer{clk: clk, a: a, offset: 0, rtt: time.Millisecond}
+	a.calibrate(ctx, srv.probe, srv.sleep)
+	if got := a.Offset(); got > 0 || got < -calibrationTarget-srv.rtt {
+		t.Fatalf("Offset() = %v, want just below 0", got)
+	}
+	srv.offset = -time.Hour // this machine's clock was set an hour ahead
+	if err := srv.probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Offset(); got > -time.Hour || got < -time.Hour-time.Second {
+		t.Errorf("Offset() after the step = %v, want about -1h and never above it", got)
+	}
+}
+
+func TestAPIClockReadsTheDateHeader(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	serverAhead := 42 * time.Second
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Date", time.Now().Add(serverAhead).UTC().Format(http.TimeFormat))
+	}))
+	defer srv.Close()
+	a := newAPIClock(clock.RealClock{}, nil)
+	client := &http.Client{Transport: a.wrap(http.DefaultTransport)}
+	probe := func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Offset(); got > serverAhead || got < serverAhead-2*time.Second {
+		t.Errorf("Offset() = %v after one response, want in (%v, %v]", got, serverAhead-2*time.Second, serverAhead)
+	}
+}

@@ -1,0 +1,666 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// These tests render charts/podjanitor with helm (built by
+// hack/build-devtools.sh into _output/bin, or $HELM) and check the objects as
+// deploy_test.go checks artifacts/deploy: the same RBAC, flags that parse,
+// probes, ports, security context. artifacts/monitoring and
+// artifacts/admission are the chart's templates rendered; TestChartArtifacts
+// keeps them so. test/e2e/chart_test.go installs the chart into a cluster.
+
+const chartDir = "charts/podjanitor"
+
+var updateArtifacts = flag.Bool("update-artifacts", false, "rewrite artifacts/monitoring and artifacts/admission from the chart")
+
+// devtool finds a tool that hack/build-devtools.sh builds into _output/bin
+// (or the one $ENV names). Without it the test skips, unless
+// PODJANITOR_REQUIRE_DEVTOOLS is set: make unit sets it, and builds the tools first.
+func devtool(t *testing.T, name, env string) string {
+	t.Helper()
+	if p := os.Getenv(env); p != "" {
+		return p
+	}
+	p, err := filepath.Abs("_output/bin/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("PODJANITOR_REQUIRE_DEVTOOLS") != "" {
+			t.Fatalf("%s is required: %v (hack/build-devtools.sh %s builds it)", name, err, name)
+		}
+		t.Skipf("no %s at %s; `make unit` builds it (hack/build-devtools.sh %s)", name, p, name)
+	}
+	return p
+}
+
+func helmBinary(t *testing.T) string { return devtool(t, "helm", "HELM") }
+
+// runHelm runs helm with its own cache and config directories.
+func runHelm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(helmBinary(t), args...)
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// chartRender is what `helm template` produced: typed objects for the kinds
+// client-go knows, the rest (prometheus-operator's) as unstructured.
+type chartRender struct {
+	deployObjects
+	others []*unstructured.Unstructured
+}
+
+func (r *chartRender) other(kind string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, u := range r.others {
+		if u.GetKind() == kind {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// renderChart renders the chart as release "podjanitor" in namespace
+// "podjanitor" with the given --set values.
+func renderChart(t *testing.T, set ...string) *chartRender {
+	t.Helper()
+	out, err := helmTemplate(t, set...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeRender(t, out)
+}
+
+// setFlags turns values into --set flags; "json:k=v" into --set-json.
+func setFlags(set []string) []string {
+	var out []string
+	for _, s := range set {
+		if v, ok := strings.CutPrefix(s, "json:"); ok {
+			out = append(out, "--set-json", v)
+		} else {
+			out = append(out, "--set", s)
+		}
+	}
+	return out
+}
+
+func helmTemplate(t *testing.T, set ...string) (string, error) {
+	t.Helper()
+	args := []string{"template", "podjanitor", chartDir, "--namespace", deployNamespace}
+	return runHelm(t, append(args, setFlags(set)...)...)
+}
+
+func decodeRender(t *testing.T, manifest string) *chartRender {
+	t.Helper()
+	r := &chartRender{}
+	for i, doc := range strings.Split(manifest, "\n---") {
+		j, err := yaml.YAMLToJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("document %d: %v", i, err)
+		}
+		if s := string(bytes.TrimSpace(j)); s == "null" || s == "" {
+			continue
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(j); err != nil {
+			t.Fatalf("document %d: %v\n%s", i, err, doc)
+		}
+		if u.GetAPIVersion() == "monitoring.coreos.com/v1" {
+			r.others = append(r.others, u)
+			continue
+		}
+		objs, err := decodeManifests([]byte(doc))
+		if err != nil {
+			t.Fatalf("document %d (%s): %v", i, u.GetKind(), err)
+		}
+		for _, obj := range objs {
+			if !r.add(obj) {
+				r.others = append(r.others, u)
+			}
+		}
+	}
+	return r
+}
+
+// policyConfigMap is the ConfigMap the Deployment mounts, or nil.
+func (r *chartRender) policyConfigMap() *corev1.ConfigMap {
+	for _, cm := range r.configMaps {
+		if strings.HasSuffix(cm.Name, "-policy") {
+			return cm
+		}
+	}
+	return nil
+}
+
+func TestHelmLint(t *testing.T) {
+	for _, set := range [][]string{
+		nil,
+		{"scope=namespace", "replicas=2", "podMonitor.enabled=true", "serviceMonitor.enabled=true",
+			"prometheusRule.enabled=true", "grafanaDashboard.enabled=true", "admissionPolicy.enabled=true"},
+	} {
+		args := []string{"lint", "--strict", chartDir}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		if out, err := runHelm(t, args...); err != nil {
+			t.Errorf("%v\n%s", err, out)
+		}
+	}
+}
+
+// checkRoleBinding: binding names role, for the chart's ServiceAccount.
+func checkRoleBinding(t *testing.T, what string, ref rbacv1.RoleRef, subjects []rbacv1.Subject, kind, role string, sa *corev1.ServiceAccount) {
+	t.Helper()
+	if ref != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: role}) {
+		t.Errorf("%s roleRef = %+v, want %s %s", what, ref, kind, role)
+	}
+	want := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}
+	if !slices.Equal(subjects, want) {
+		t.Errorf("%s subjects = %+v, want %+v", what, subjects, want)
+	}
+}
+
+// TestChartDefaults: the default install is artifacts/deploy's: cluster-wide
+// RBAC of exactly podjanitor's calls, a Lease Role, a Deployment whose args
+// parse and agree with its ports, probes and policy volume, locked down.
+func TestChartDefaults(t *testing.T) {
+	r := renderChart(t)
+	sa := one(t, "ServiceAccount", r.serviceAccounts)
+	if sa.Name != "podjanitor" || sa.Namespace != deployNamespace {
+		t.Errorf("ServiceAccount %s/%s, want %s/podjanitor", sa.Namespace, sa.Name, deployNamespace)
+	}
+	cr := one(t, "ClusterRole", r.clusterRoles)
+	if got := permissions(t, "ClusterRole", cr.Rules); !slices.Equal(got, podPermissions) {
+		t.Errorf("ClusterRole grants %q, want exactly %q", got, podPermissions)
+	}
+	crb := one(t, "ClusterRoleBinding", r.clusterRoleBindings)
+	checkRoleBinding(t, "ClusterRoleBinding", crb.RoleRef, crb.Subjects, "ClusterRole", cr.Name, sa)
+	role := one(t, "Role", r.roles)
+	if got := permissions(t, "Role", role.Rules); !slices.Equal(got, leasePermissions) || role.Namespace != deployNamespace {
+		t.Errorf("Role %s/%s grants %q, want exactly %q in %s", role.Namespace, role.Name, got, leasePermissions, deployNamespace)
+	}
+	rb := one(t, "RoleBinding", r.roleBindings)
+	checkRoleBinding(t, "RoleBinding", rb.RoleRef, rb.Subjects, "Role", role.Name, sa)
+
+	dep := one(t, "Deployment", r.deployments)
+	if dep.Spec.Template.Spec.ServiceAccountName != sa.Name {
+		t.Errorf("Deployment runs as %q, want the ServiceAccount %q", dep.Spec.Template.Spec.ServiceAccountName, sa.Name)
+	}
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 1 {
+		t.Errorf("replicas = %v, want 1", dep.Spec.Replicas)
+	}
+	o := checkDeployment(t, dep, r.policyConfigMap())
+	if !o.leaderElect || o.dryRun || o.namespace != "" || o.configFile == "" {
+		t.Errorf("args %q: want leader election, no dry run, all namespaces, a policy file", dep.Spec.Template.Spec.Containers[0].Args)
+	}
+	if img := dep.Spec.Template.Spec.Containers[0].Image; img != "podjanitor:v0.1.0" {
+		t.Errorf("image %q, want podjanitor:v0.1.0 (the chart's appVersion)", img)
+	}
+	for _, kind := range []string{"PodMonitor", "ServiceMonitor", "PrometheusRule", "ValidatingAdmissionPolicy"} {
+		if len(r.other(kind)) > 0 {
+			t.Errorf("the default install renders a %s; it must be opt-in", kind)
+		}
+	}
+	svc := one(t, "Service", r.services)
+	if sel := labels.SelectorFromSet(svc.Spec.Selector); svc.Spec.Selector == nil || !sel.Matches(labels.Set(dep.Spec.Template.Labels)) {
+		t.Errorf("Service selector %v does not select the pods %v", svc.Spec.Selector, dep.Spec.Template.Labels)
+	}
+	for _, obj := range r.all {
+		m, _ := metaOf(obj)
+		if m.GetLabels()["app.kubernetes.io/name"] != "podjanitor" {
+			t.Errorf("%T %s lacks app.kubernetes.io/name=podjanitor", obj, m.GetName())
+		}
+	}
+}
+
+// TestChartDefaultPolicyIsConservative: the policy a user gets without
+// reading must never remove a healthy pod: every rule is on the finished clock
+// (terminal pods only) with a generous delay, and running, pending or
+// crash-looping pods of any owner get no deadline.
+func TestChartDefaultPolicyIsConservative(t *testing.T) {
+	cm := renderChart(t).policyConfigMap()
+	if cm == nil {
+		t.Fatal("no policy ConfigMap")
+	}
+	p, err := policy.Parse([]byte(cm.Data["policy.yaml"]))
+	if err != nil {
+		t.Fatalf("the chart's default policy does not validate: %v", err)
+	}
+	var raw struct {
+		Rules []struct {
+			Name  string `json:"name"`
+			Clock string `json:"clock"`
+			After string `json:"after"`
+			Match struct {
+				Phases []corev1.PodPhase `json:"phases"`
+			} `json:"match"`
+		} `json:"rules"`
+	}
+	if err := yaml.Unmarshal([]byte(cm.Data["policy.yaml"]), &raw); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, rule := range raw.Rules {
+		names = append(names, rule.Name)
+		after, err := policy.ParseDuration(rule.After)
+		switch {
+		case rule.Clock != "finished":
+			t.Errorf("rule %s: clock %s, want finished (terminal pods only)", rule.Name, rule.Clock)
+		case err != nil || after < 12*time.Hour:
+			t.Errorf("rule %s: after %s, want at least 12h", rule.Name, rule.After)
+		case len(rule.Match.Phases) == 0 || slices.ContainsFunc(rule.Match.Phases, func(ph corev1.PodPhase) bool {
+			return ph != corev1.PodSucceeded && ph != corev1.PodFailed
+		}):
+			t.Errorf("rule %s: phases %v, want Succeeded or Failed only", rule.Name, rule.Match.Phases)
+		}
+	}
+	if !slices.Equal(names, []string{"evicted", "finished-bare-pods"}) {
+		t.Errorf("default rules %q, want evicted and finished-bare-pods", names)
+	}
+
+	e := &policy.Evaluator{Policy: p}
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	old := now.Add(-365 * 24 * time.Hour)
+	owned := func(kind string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.OwnerReferences = []metav1.OwnerReference{{Kind: kind, Name: "owner", APIVersion: "apps/v1", UID: "u"}}
+		}
+	}
+	crashLooping := func(p *corev1.Pod) {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", RestartCount: 100,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}}
+	}
+	unschedulable := func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable"}}
+	}
+	for _, phase := range []corev1.PodPhase{corev1.PodRunning, corev1.PodPending} {
+		for _, shape := range []struct {
+			name string
+			opts []func(*corev1.Pod)
+		}{
+			{"bare", nil}, {"ReplicaSet", []func(*corev1.Pod){owned("ReplicaSet")}},
+			{"DaemonSet", []func(*corev1.Pod){owned("DaemonSet")}}, {"Job", []func(*corev1.Pod){owned("Job")}},
+			{"bare crash-looping", []func(*corev1.Pod){crashLooping}},
+			{"ReplicaSet crash-looping", []func(*corev1.Pod){owned("ReplicaSet"), crashLooping}},
+			{"bare unschedulable", []func(*corev1.Pod){unschedulable}},
+		} {
+			pod := newPod("healthy", old, phase, nil)
+			pod.Status.StartTime = &metav1.Time{Time: old}
+			for _, o := range shape.opts {
+				o(pod)
+			}
+			d, err := e.Decide(pod, now)
+			if err != nil || d.HasDeadline() {
+				t.Errorf("%s %s pod a year old: decision %+v, err %v; the default policy must leave it alone", phase, shape.name, d, err)
+			}
+		}
+	}
+	// What it is for: an evicted pod and a finished bare pod do go.
+	evicted := newPod("evicted", old, corev1.PodFailed, nil)
+	evicted.Status.Reason = "Evicted"
+	owned("ReplicaSet")(evicted)
+	for _, pod := range []*corev1.Pod{evicted, newPod("done", old, corev1.PodSucceeded, nil)} {
+		if d, err := e.Decide(pod, now); err != nil || !d.HasDeadline() {
+			t.Errorf("%s pod: decision %+v, err %v; want a deadline", pod.Name, d, err)
+		}
+	}
+}
+
+// TestChartScopeNamespace: scope namespace is a Role in the watched
+// namespace (no cluster-wide grant at all) and --namespace.
+func TestChartScopeNamespace(t *testing.T) {
+	r := renderChart(t, "scope=namespace", "watchNamespace=apps")
+	if len(r.clusterRoles)+len(r.clusterRoleBindings) > 0 {
+		t.Errorf("scope namespace renders %d ClusterRoles and %d ClusterRoleBindings, want none", len(r.clusterRoles), len(r.clusterRoleBindings))
+	}
+	sa := one(t, "ServiceAccount", r.serviceAccounts)
+	roles := map[string]*rbacv1.Role{}
+	for _, role := range r.roles {
+		roles[role.Namespace] = role
+	}
+	if pods := roles["apps"]; pods == nil {
+		t.Errorf("no Role in the watched namespace apps: %v", r.roles)
+	} else if got := permissions(t, "Role", pods.Rules); !slices.Equal(got, podPermissions) {
+		t.Errorf("Role apps/%s grants %q, want exactly %q", pods.Name, got, podPermissions)
+	}
+	if lease := roles[deployNamespace]; lease == nil {
+		t.Errorf("no leader-election Role in %s", deployNamespace)
+	} else if got := permissions(t, "Role", lease.Rules); !slices.Equal(got, leasePermissions) {
+		t.Errorf("Role %s/%s grants %q, want exactly %q", lease.Namespace, lease.Name, got, leasePermissions)
+	}
+	for _, rb := range r.roleBindings {
+		role := roles[rb.Namespace]
+		if role == nil {
+			t.Errorf("RoleBinding %s/%s in a namespace without a Role", rb.Namespace, rb.Name)
+			continue
+		}
+		checkRoleBinding(t, "RoleBinding "+rb.Namespace+"/"+rb.Name, rb.RoleRef, rb.Subjects, "Role", role.Name, sa)
+	}
+	o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
+	if o.namespace != "apps" {
+		t.Errorf("--namespace=%q, want apps", o.namespace)
+	}
+	// watchNamespace defaults to the release's namespace.
+	r = renderChart(t, "scope=namespace")
+	o = checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
+	if o.namespace != deployNamespace {
+		t.Errorf("scope namespace without watchNamespace: --namespace=%q, want %s", o.namespace, deployNamespace)
+	}
+}
+
+// TestChartLeaderElection: more than one replica always elects a leader; a
+// single replica without election is never rolled with two pods at once.
+func TestChartLeaderElection(t *testing.T) {
+	for _, tc := range []struct {
+		set            []string
+		wantElect      bool
+		wantRecreate   bool
+		wantLeaseRoles int
+	}{
+		{set: []string{"replicas=2"}, wantElect: true, wantLeaseRoles: 1},
+		{set: []string{"replicas=2", "leaderElection.enabled=false"}, wantElect: true, wantLeaseRoles: 1},
+		{set: []string{"replicas=1", "leaderElection.enabled=false"}, wantElect: false, wantRecreate: true},
+	} {
+		r := renderChart(t, tc.set...)
+		dep := one(t, "Deployment", r.deployments)
+		o := checkDeployment(t, dep, r.policyConfigMap())
+		if o.leaderElect != tc.wantElect {
+			t.Errorf("%v: --leader-elect=%v, want %v", tc.set, o.leaderElect, tc.wantElect)
+		}
+		if got := dep.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType; got != tc.wantRecreate {
+			t.Errorf("%v: strategy %q, want Recreate: %v", tc.set, dep.Spec.Strategy.Type, tc.wantRecreate)
+		}
+		if len(r.roles) != tc.wantLeaseRoles {
+			t.Errorf("%v: %d lease Roles, want %d", tc.set, len(r.roles), tc.wantLeaseRoles)
+		}
+	}
+}
+
+// TestChartValuesReachTheFlags: dryRun, logging, the annotation prefix,
+// extraArgs, scheduling values, and an empty policy.
+func TestChartValuesReachTheFlags(t *testing.T) {
+	r := renderChart(t, "dryRun=true", "logging.format=json", "logging.verbosity=4", "annotationPrefix=janitor.example.com",
+		"extraArgs={--max-deletions-per-second=20,--workers=8}", "priorityClassName=system-cluster-critical",
+		"tolerations[0].operator=Exists", "nodeSelector.pool=infra", "image.tag=v9.9.9", "podAnnotations.team=platform")
+	dep := one(t, "Deployment", r.deployments)
+	o := checkDeployment(t, dep, r.policyConfigMap())
+	if !o.dryRun || o.loggingFormat != loggingJSON || o.verbosity != 4 || o.annotationPrefix != "janitor.example.com" ||
+		o.maxDeletionsPerSecond != 20 || o.workers != 8 {
+		t.Errorf("args %q did not carry the values", dep.Spec.Template.Spec.Containers[0].Args)
+	}
+	spec := dep.Spec.Template.Spec
+	if spec.PriorityClassName != "system-cluster-critical" || len(spec.Tolerations) != 1 || spec.NodeSelector["pool"] != "infra" ||
+		spec.Containers[0].Image != "podjanitor:v9.9.9" || dep.Spec.Template.Annotations["team"] != "platform" {
+		t.Errorf("pod spec did not carry the values: %+v", spec)
+	}
+
+	r = renderChart(t, "json:policy.rules=[]")
+	if r.policyConfigMap() != nil {
+		t.Error("policy.rules=[] still renders a policy ConfigMap")
+	}
+	checkDeployment(t, one(t, "Deployment", r.deployments), nil)
+}
+
+// TestChartSchemaRejectsBadValues: values.schema.json catches typos and
+// values podjanitor would refuse, at install time.
+func TestChartSchemaRejectsBadValues(t *testing.T) {
+	for _, set := range []string{
+		"scope=cluster-wide", "replicas=0", "logging.format=yaml", "replica=2", "dryRun=yes",
+		"policy.rules[0].name=x", "policy.rules[0].clock=sometime", "extraArgs={dry-run}",
+		"admissionPolicy.validationActions={Block}", "podMonitor.interval=often", "annotationPrefix=Not/A/Prefix",
+	} {
+		if _, err := helmTemplate(t, set); err == nil {
+			t.Errorf("helm template --set %s succeeded, want values.schema.json to refuse it", set)
+		}
+	}
+}
+
+// TestChartMonitoring: the PodMonitor selects the pods' metrics port, the
+// ServiceMonitor the Service's, and the rules and dashboard are the chart's files.
+func TestChartMonitoring(t *testing.T) {
+	r := renderChart(t, "podMonitor.enabled=true", "serviceMonitor.enabled=true", "prometheusRule.enabled=true",
+		"grafanaDashboard.enabled=true", "podMonitor.labels.release=prom")
+	dep := one(t, "Deployment", r.deployments)
+	svc := one(t, "Service", r.services)
+
+	pm := one(t, "PodMonitor", r.other("PodMonitor"))
+	sel, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
+	if len(sel) == 0 || !labels.SelectorFromSet(sel).Matches(labels.Set(dep.Spec.Template.Labels)) {
+		t.Errorf("PodMonitor selector %v does not select the pods %v", sel, dep.Spec.Template.Labels)
+	}
+	if pm.GetLabels()["release"] != "prom" {
+		t.Errorf("PodMonitor labels %v lack podMonitor.labels", pm.GetLabels())
+	}
+	eps, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
+	if len(eps) != 1 || eps[0].(map[string]any)["port"] != "metrics" ||
+		!slices.ContainsFunc(dep.Spec.Template.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" }) {
+		t.Errorf("PodMonitor endpoints %v: want the container port metrics", eps)
+	}
+
+	sm := one(t, "ServiceMonitor", r.other("ServiceMonitor"))
+	sel, _, _ = unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	if len(sel) == 0 || !labels.SelectorFromSet(sel).Matches(labels.Set(svc.Labels)) {
+		t.Errorf("ServiceMonitor selector %v does not select the Service %v", sel, svc.Labels)
+	}
+	eps, _, _ = unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	if len(eps) != 1 || eps[0].(map[string]any)["port"] != svc.Spec.Ports[0].Name {
+		t.Errorf("ServiceMonitor endpoints %v: want the Service port %s", eps, svc.Spec.Ports[0].Name)
+	}
+
+	rule := one(t, "PrometheusRule", r.other("PrometheusRule"))
+	var wantSpec map[string]any
+	readYAML(t, filepath.Join(chartDir, "files/prometheus-rules.yaml"), &wantSpec)
+	if !reflect.DeepEqual(rule.Object["spec"], wantSpec) {
+		t.Errorf("PrometheusRule spec differs from files/prometheus-rules.yaml")
+	}
+	var dashboard *corev1.ConfigMap
+	for _, cm := range r.configMaps {
+		if strings.HasSuffix(cm.Name, "-dashboard") {
+			dashboard = cm
+		}
+	}
+	want, err := os.ReadFile(filepath.Join(chartDir, "files/podjanitor-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dashboard == nil || dashboard.Labels["grafana_dashboard"] != "1" ||
+		strings.TrimSpace(dashboard.Data["podjanitor-dashboard.json"]) != strings.TrimSpace(string(want)) {
+		t.Errorf("dashboard ConfigMap %v: want files/podjanitor-dashboard.json, labelled grafana_dashboard=1", dashboard)
+	}
+}
+
+// TestChartAdmissionPolicy: opt-in, bound, and following annotationPrefix.
+func TestChartAdmissionPolicy(t *testing.T) {
+	r := renderChart(t, "admissionPolicy.enabled=true", "annotationPrefix=janitor.example.com")
+	vap := one(t, "ValidatingAdmissionPolicy", r.other("ValidatingAdmissionPolicy"))
+	binding := one(t, "ValidatingAdmissionPolicyBinding", r.other("ValidatingAdmissionPolicyBinding"))
+	if name, _, _ := unstructured.NestedString(binding.Object, "spec", "policyName"); name != vap.GetName() {
+		t.Errorf("binding names policy %q, want %q", name, vap.GetName())
+	}
+	if actions, _, _ := unstructured.NestedStringSlice(binding.Object, "spec", "validationActions"); !slices.Equal(actions, []string{"Deny"}) {
+		t.Errorf("validationActions %q, want [Deny]", actions)
+	}
+	j, err := json.Marshal(vap.Object["spec"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(j, []byte("podjanitor.io")) || !bytes.Contains(j, []byte("janitor.example.com/ttl-after-finished")) {
+		t.Errorf("the policy does not follow annotationPrefix janitor.example.com:\n%s", j)
+	}
+}
+
+func readYAML(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// Labels that only a Helm release has; the kustomize artifacts go without them
+// (artifacts/deploy's pods carry app.kubernetes.io/name alone).
+var helmOnlyLabels = []string{"app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/managed-by", "helm.sh/chart"}
+
+// artifactFromChart renders one template of the chart as the kustomize
+// artifacts have it: release and namespace podjanitor, without Helm's labels
+// (in metadata and selectors) and without helm's "# Source:" lines.
+func artifactFromChart(t *testing.T, template string, set ...string) string {
+	t.Helper()
+	args := []string{"template", "podjanitor", chartDir, "--namespace", deployNamespace, "--show-only", "templates/" + template}
+	out, err := runHelm(t, append(args, setFlags(set)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, line := range strings.Split(strings.TrimPrefix(out, "---\n"), "\n") {
+		key, _, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if slices.Contains(helmOnlyLabels, key) || strings.HasPrefix(line, "# Source: ") {
+			continue
+		}
+		kept = append(kept, line)
+	}
+	return strings.Join(kept, "\n")
+}
+
+// TestChartArtifacts keeps artifacts/monitoring and artifacts/admission equal
+// to the chart's templates; -update-artifacts rewrites them.
+func TestChartArtifacts(t *testing.T) {
+	const header = "# Generated from charts/podjanitor by\n#   go test -run TestChartArtifacts -update-artifacts .\n# Edit the chart, not this file.\n"
+	files := map[string]string{
+		"artifacts/monitoring/podmonitor.yaml":               artifactFromChart(t, "monitoring.yaml", "podMonitor.enabled=true"),
+		"artifacts/monitoring/prometheusrule.yaml":           artifactFromChart(t, "monitoring.yaml", "prometheusRule.enabled=true"),
+		"artifacts/admission/validatingadmissionpolicy.yaml": artifactFromChart(t, "admission-policy.yaml", "admissionPolicy.enabled=true"),
+	}
+	dashboard, err := os.ReadFile(filepath.Join(chartDir, "files/podjanitor-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, content := range files {
+		want := header + content
+		if *updateArtifacts {
+			if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := os.ReadFile(path)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%s differs from the chart; run\n  go test -run TestChartArtifacts -update-artifacts .", path)
+		}
+	}
+	// Without Helm's instance label the PodMonitor selects artifacts/deploy's pods.
+	var pm map[string]any
+	readYAML(t, "artifacts/monitoring/podmonitor.yaml", &pm)
+	sel, _, _ := unstructured.NestedStringMap(pm, "spec", "selector", "matchLabels")
+	dep := one(t, "Deployment", loadDeployObjects(t).deployments)
+	if len(sel) == 0 || !labels.SelectorFromSet(sel).Matches(labels.Set(dep.Spec.Template.Labels)) {
+		t.Errorf("artifacts/monitoring's PodMonitor selects %v, not artifacts/deploy's pods %v", sel, dep.Spec.Template.Labels)
+	}
+
+	const dashboardCopy = "artifacts/monitoring/podjanitor-dashboard.json"
+	if *updateArtifacts {
+		if err := os.WriteFile(dashboardCopy, dashboard, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := os.ReadFile(dashboardCopy); !bytes.Equal(got, dashboard) {
+		t.Errorf("%s differs from %s/files/podjanitor-dashboard.json; run\n  go test -run TestChartArtifacts -update-artifacts .", dashboardCopy, chartDir)
+	}
+}
+
+// TestReleaseVersionsAgree: the chart, the CHANGELOG and the kustomizations'
+// remote references name the same release.
+func TestReleaseVersionsAgree(t *testing.T) {
+	var chart struct {
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	readYAML(t, filepath.Join(chartDir, "Chart.yaml"), &chart)
+	if "v"+chart.Version != chart.AppVersion {
+		t.Errorf("Chart.yaml: version %s, appVersion %s; want them to name one release", chart.Version, chart.AppVersion)
+	}
+	for path, want := range map[string]string{
+		"CHANGELOG.md":                        "\n## " + chart.AppVersion + "\n",
+		"artifacts/deploy/kustomization.yaml": "?ref=" + chart.AppVersion,
+		"README.md":                           "--branch " + chart.AppVersion,
+	} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), want) {
+			t.Errorf("%s does not name the release %s (%q)", path, chart.AppVersion, want)
+		}
+	}
+}
+
+// TestMonitoringComponent: artifacts/monitoring is a kustomize Component
+// whose every file exists and is listed.
+func TestMonitoringComponent(t *testing.T) {
+	var k struct {
+		Kind               string   `json:"kind"`
+		Resources          []string `json:"resources"`
+		ConfigMapGenerator []struct {
+			Name  string   `json:"name"`
+			Files []string `json:"files"`
+		} `json:"configMapGenerator"`
+	}
+	readYAML(t, "artifacts/monitoring/kustomization.yaml", &k)
+	if k.Kind != "Component" {
+		t.Errorf("artifacts/monitoring/kustomization.yaml: kind %q, want Component", k.Kind)
+	}
+	listed := slices.Clone(k.Resources)
+	for _, g := range k.ConfigMapGenerator {
+		listed = append(listed, g.Files...)
+	}
+	files, err := filepath.Glob("artifacts/monitoring/*.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if base := filepath.Base(f); base != "kustomization.yaml" && !slices.Contains(listed, base) {
+			t.Errorf("%s is not in the component", f)
+		}
+	}
+	for _, f := range listed {
+		if _, err := os.Stat(filepath.Join("artifacts/monitoring", f)); err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// kustomizeBuild builds a kustomization as `kubectl apply -k` would
+// (sigs.k8s.io/kustomize/api, hack/devtools/kustomize).
+func kustomizeBuild(t *testing.T, dir string) *chartRender {
+	t.Helper()
+	cmd := exec.Command(devtool(t, "kustomize", "KUSTOMIZE"), "build", dir)
+	out, err := cmd.Output()
+	if err != nil {
+		stderr := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("kustomize build %s: %v\n%s", dir, err, stderr)
+	}
+	return decodeRender(t, string(out))
+}
+
+// TestKustomizeDeployWithMonitoring builds the overlay the README shows:
+// artifacts/deploy with the artifacts/monitoring component.
+func TestKustomizeDeployWithMonitoring(t *testing.T) {
+	base := kustomizeBuild(t, deployDir)
+	if got, want := len(base.all), len(loadDeployObjects(t).all); got != want {
+		t.Errorf("kustomize build %s: %d objects, the files have %d", deployDir, got, want)
+	}
+
+	overlay := t.TempDir()
+	rel := func(dir string) string {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := filepath.Rel(overlay, abs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" +
+		"resources: [" + rel(deployDir) + "]\ncomponents: [" + rel("artifacts/monitoring") + "]\n" +
+		"images: [{name: podjanitor, newName: registry.example.com/podjanitor, newTag: v0.1.0}]\n"
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := kustomizeBuild(t, overlay)
+	dep := one(t, "Deployment", r.deployments)
+	if img := dep.Spec.Template.Spec.Containers[0].Image; img != "registry.example.com/podjanitor:v0.1.0" {
+		t.Errorf("image %q, want the overlay's", img)
+	}
+	pm := one(t, "PodMonitor", r.other("PodMonitor"))
+	sel, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
+	if pm.GetNamespace() != dep.Namespace || len(sel) == 0 || !labels.SelectorFromSet(sel).Matches(labels.Set(dep.Spec.Template.Labels)) {
+		t.Errorf("PodMonitor %s/%s selects %v, not the Deployment's pods %v", pm.GetNamespace(), pm.GetName(), sel, dep.Spec.Template.Labels)
+	}
+	if rules := r.other("PrometheusRule"); len(rules) != 1 || rules[0].GetNamespace() != dep.Namespace {
+		t.Errorf("want one PrometheusRule in %s, got %d", dep.Namespace, len(rules))
+	}
+	found := false
+	for _, cm := range r.configMaps {
+		if cm.Name == "podjanitor-dashboard" && cm.Namespace == dep.Namespace && cm.Labels["grafana_dashboard"] == "1" && len(cm.Data["podjanitor-dashboard.json"]) > 1000 {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("no podjanitor-dashboard ConfigMap with the dashboard, labelled grafana_dashboard=1")
+	}
+}
+
+func TestKustomizeAdmission(t *testing.T) {
+	r := kustomizeBuild(t, "artifacts/admission")
+	vap := one(t, "ValidatingAdmissionPolicy", r.other("ValidatingAdmissionPolicy"))
+	binding := one(t, "ValidatingAdmissionPolicyBinding", r.other("ValidatingAdmissionPolicyBinding"))
+	if name, _, _ := unstructured.NestedString(binding.Object, "spec", "policyName"); name != vap.GetName() {
+		t.Errorf("binding names %q, want %q", name, vap.GetName())
+	}
+}

@@ -1,0 +1,333 @@
+package main
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+)
+
+// podStates is everything the controller remembers about individual pods, by
+// key: when a parked key is to be handed to the workers again, the removal
+// token reserved for a pod that waits for the rate limit, whether the pod was
+// removed already, and how often its removal was refused. Only pods that need
+// one of these have an entry, and forget drops a pod's entry with the pod, so
+// memory follows the pods that exist, not the pods seen.
+//
+// Parked keys wait here rather than in the workqueue's delaying queue, which
+// keeps every key until its time even when the pod is gone. run hands each
+// key to the workqueue (ready) when its time comes.
+type podStates struct {
+	clock clock.WithTicker
+	// now is the API server's time as estimated (Controller.now): wake-up
+	// times are in it, so that parked deadlines follow a corrected estimate
+	// of the clock offset (see offsetChanged).
+	now func() time.Time
+	// onScheduled is called with the number of pods parked for a deadline
+	// that has not come yet, whenever it changes.
+	onScheduled func(int)
+
+	mu        sync.Mutex
+	pods      map[cache.ObjectName]*podState
+	parked    parkedHeap
+	scheduled int           // parked entries with forDeadline set
+	wake      chan struct{} // the earliest wake-up time changed
+}
+
+type podState struct {
+	key cache.ObjectName
+	// uid is the pod that removed, blocked and refusals are about; a new pod
+	// under the same name starts afresh.
+	uid types.UID
+
+	// wakeAt is when the key goes back to the workqueue, in the API server's
+	// time; index is the entry's place in the heap, -1 when not parked.
+	wakeAt      time.Time
+	index       int
+	forDeadline bool // parked because its deadline has not come yet
+
+	// token is a removal reserved from the rate limiter and not yet used.
+	token *rate.Reservation
+
+	removed  bool // removed (or reported removed in dry-run): no second API call
+	blocked  bool // an eviction was refused by a PodDisruptionBudget; reported once
+	refusals int  // removals refused in a row for a reason retrying soon cannot fix
+}
+
+func newPodStates(clk clock.WithTicker, now func() time.Time, onScheduled func(int)) *podStates {
+	if onScheduled == nil {
+		onScheduled = func(int) {}
+	}
+	return &podStates{
+		clock:       clk,
+		now:         now,
+		onScheduled: onScheduled,
+		pods:        map[cache.ObjectName]*podState{},
+		wake:        make(chan struct{}, 1),
+	}
+}
+
+// get returns the entry for key and uid, creating it, or resetting it when it
+// belonged to an earlier pod of the same name. Callers hold s.mu.
+func (s *podStates) get(key cache.ObjectName, uid types.UID) *podState {
+	st := s.pods[key]
+	if st == nil {
+		st = &podState{key: key, uid: uid, index: -1}
+		s.pods[key] = st
+		return st
+	}
+	if st.uid != uid {
+		s.cancelToken(st)
+		st.uid, st.removed, st.blocked, st.refusals = uid, false, false, 0
+	}
+	return st
+}
+
+// dropIfEmpty deletes an entry that no longer holds anything. Callers hold s.mu.
+func (s *podStates) dropIfEmpty(st *podState) {
+	if st.index < 0 && st.token == nil && !st.removed && !st.blocked && st.refusals == 0 {
+		delete(s.pods, st.key)
+	}
+}
+
+// park hands key back to the workqueue after d. forDeadline says that the pod
+// is not due yet (it then counts in podjanitor_pods_scheduled). Parking a
+// parked key moves it.
+func (s *podStates) park(key cache.ObjectName, d time.Duration, forDeadline bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.pods[key]
+	if st == nil {
+		st = &podState{key: key, index: -1}
+		s.pods[key] = st
+	}
+	s.setScheduled(st, forDeadline)
+	st.wakeAt = s.now().Add(d)
+	if st.index >= 0 {
+		heap.Fix(&s.parked, st.index)
+	} else {
+		heap.Push(&s.parked, st)
+	}
+	if st.index == 0 {
+		s.signal()
+	}
+}
+
+// unpark takes key out of the heap, if it is there, and gives back a removal
+// token it holds: the pod was decided again and is neither waiting for its
+// deadline nor for a token.
+func (s *podStates) unpark(key cache.ObjectName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.pods[key]
+	if st == nil {
+		return
+	}
+	s.unparkLocked(st)
+	s.cancelToken(st)
+	s.dropIfEmpty(st)
+}
+
+func (s *podStates) unparkLocked(st *podState) {
+	if st.index >= 0 {
+		heap.Remove(&s.parked, st.index)
+	}
+	s.setScheduled(st, false)
+}
+
+func (s *podStates) setScheduled(st *podState, forDeadline bool) {
+	if st.forDeadline == forDeadline {
+		return
+	}
+	st.forDeadline = forDeadline
+	if forDeadline {
+		s.scheduled++
+	} else {
+		s.scheduled--
+	}
+	s.onScheduled(s.scheduled)
+}
+
+// forget drops everything about a pod that is gone.
+func (s *podStates) forget(key cache.ObjectName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.pods[key]
+	if st == nil {
+		return
+	}
+	s.unparkLocked(st)
+	s.cancelToken(st)
+	delete(s.pods, key)
+}
+
+// reserve takes a removal token for the pod from limiter. It returns 0 when
+// the pod may go now, else how long until the token reserved for it is due;
+// the reservation is kept, so a key that waits is woken once, at its slot.
+func (s *podStates) reserve(key cache.ObjectName, uid types.UID, limiter *rate.Limiter) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.get(key, uid)
+	now := s.clock.Now()
+	if st.token == nil {
+		r := limiter.ReserveN(now, 1)
+		if !r.OK() { // cannot happen with a burst of at least 1
+			s.dropIfEmpty(st)
+			return time.Second
+		}
+		st.token = r
+	}
+	if delay := st.token.DelayFrom(now); delay > 0 {
+		return delay
+	}
+	st.token = nil
+	s.dropIfEmpty(st)
+	return 0
+}
+
+// cancelToken gives an unused reservation back to the limiter. Callers hold s.mu.
+func (s *podStates) cancelToken(st *podState) {
+	if st.token != nil {
+		st.token.CancelAt(s.clock.Now())
+		st.token = nil
+	}
+}
+
+// markRemoved records that the pod was removed (or reported in dry-run).
+func (s *podStates) markRemoved(key cache.ObjectName, uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.get(key, uid)
+	st.removed, st.blocked, st.refusals = true, false, 0
+}
+
+// wasRemoved reports whether this pod (same UID) was removed already.
+func (s *podStates) wasRemoved(key cache.ObjectName, uid types.UID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.pods[key]
+	return st != nil && st.uid == uid && st.removed
+}
+
+// markBlocked records a refused eviction and says whether it is the first for this pod.
+func (s *podStates) markBlocked(key cache.ObjectName, uid types.UID) (first bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.get(key, uid)
+	first = !st.blocked
+	st.blocked = true
+	return first
+}
+
+// refused counts a removal refused for a reason that retrying soon cannot fix
+// (a PodDisruptionBudget, missing permissions, an invalid request) and returns
+// how long to wait before trying again: 5 s, doubling up to 5 min.
+func (s *podStates) refused(key cache.ObjectName, uid types.UID) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.get(key, uid)
+	st.refusals++
+	return refusalBackoff(st.refusals)
+}
+
+const (
+	refusalBackoffBase = 5 * time.Second
+	refusalBackoffMax  = 5 * time.Minute
+)
+
+func refusalBackoff(n int) time.Duration {
+	d := refusalBackoffBase
+	for i := 1; i < n && d < refusalBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, refusalBackoffMax)
+}
+
+// len is the number of pods with an entry (for tests and benchmarks).
+func (s *podStates) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pods)
+}
+
+// offsetChanged wakes run to time its next wake-up again: the estimate of
+// the API server's clock moved, and parked deadlines move with it.
+func (s *podStates) offsetChanged() { s.signal() }
+
+func (s *podStates) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run hands parked keys to ready when their time comes, until ctx ends.
+func (s *podStates) run(ctx context.Context, ready func(cache.ObjectName)) {
+	for {
+		var due []cache.ObjectName
+		var wait time.Duration
+		s.mu.Lock()
+		now := s.now()
+		for s.parked.Len() > 0 {
+			st := s.parked[0]
+			if wait = st.wakeAt.Sub(now); wait > 0 {
+				break
+			}
+			heap.Pop(&s.parked)
+			s.setScheduled(st, false)
+			due = append(due, st.key)
+			s.dropIfEmpty(st)
+		}
+		idle := s.parked.Len() == 0
+		s.mu.Unlock()
+
+		for _, key := range due {
+			ready(key)
+		}
+		if idle {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.wake:
+			}
+			continue
+		}
+		timer := s.clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-s.wake:
+			timer.Stop()
+		case <-timer.C():
+		}
+	}
+}
+
+// parkedHeap orders parked entries by wake-up time.
+type parkedHeap []*podState
+
+func (h parkedHeap) Len() int           { return len(h) }
+func (h parkedHeap) Less(i, j int) bool { return h[i].wakeAt.Before(h[j].wakeAt) }
+func (h parkedHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *parkedHeap) Push(x any) {
+	st := x.(*podState)
+	st.index = len(*h)
+	*h = append(*h, st)
+}
+func (h *parkedHeap) Pop() any {
+	old := *h
+	st := old[len(old)-1]
+	old[len(old)-1] = nil
+	st.index = -1
+	*h = old[:len(old)-1]
+	return st
+}
