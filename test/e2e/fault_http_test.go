@@ -16,11 +16,12 @@ import (
 // TestFaultHTTPErrorsOnRemoval breaks podjanitor's DELETE and eviction
 // requests at the proxy: 500s, 503s with Retry-After, 429s with and without
 // Retry-After (neither from a PodDisruptionBudget), 2 s of latency on every
-// attempt, and one 404 for a pod that still exists. Each fault hits a pod
-// that is deleted and a Running pod that is evicted. Asserted: every pod is
-// removed within 15 s of its deadline and not before, the 404 pods included;
-// no EvictionBlocked event (no budget refused anything); a kept pod stays;
-// one removal event per pod.
+// attempt, one 404 for a pod that still exists, and one call that hangs for a
+// minute (podjanitor runs with --write-timeout=3s). Each fault hits a pod that
+// is deleted and a Running pod that is evicted. Asserted: every pod is removed
+// within 15 s of its deadline and not before, the 404 and hung pods included;
+// the hung calls are counted as timeouts; no EvictionBlocked event (no budget
+// refused anything); a kept pod stays; one removal event per pod.
 func TestFaultHTTPErrorsOnRemoval(t *testing.T) {
 	t.Parallel()
 	const bound = 15 * time.Second
@@ -37,8 +38,10 @@ func TestFaultHTTPErrorsOnRemoval(t *testing.T) {
 		{"err-429", fault{Status: http.StatusTooManyRequests, Times: 3}},
 		{"slow-2s", fault{Delay: 2 * time.Second}},
 		{"phantom-404", fault{Status: http.StatusNotFound, Times: 1}},
+		{"hang", fault{Delay: time.Minute, Times: 1}},
 	}
-	d := startDaemon(t, "--namespace", ns, "--kubeconfig", proxy.kubeconfig(t))
+	d := startDaemon(t, "--namespace", ns, "--kubeconfig", proxy.kubeconfig(t), "--write-timeout", "3s",
+		"--metrics-bind-address", "127.0.0.1:0")
 	due := time.Now().Add(12 * time.Second) // time for the Running pods to start
 	var pods []*corev1.Pod
 	for _, f := range faults {
@@ -72,6 +75,9 @@ func TestFaultHTTPErrorsOnRemoval(t *testing.T) {
 		if !faulted {
 			t.Errorf("pod %s: no request of podjanitor's met its fault; the test did not test it", p.Name)
 		}
+	}
+	if n := d.scrape(t).sum("podjanitor_removal_errors_total", `error="timeout"`); n < 2 {
+		t.Errorf("podjanitor_removal_errors_total{error=\"timeout\"} = %v, want at least the 2 calls that hung", n)
 	}
 	w.checkNotRemoved(t, kept)
 	if blocked := eventsByPod(t, ns, "EvictionBlocked"); len(blocked) > 0 {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -406,8 +407,12 @@ func (m promSeries) sum(name string, filters ...string) float64 {
 
 // ------------------------------------------------------------------- events
 
-// removalReasons are the reasons of the events podjanitor records on a removal.
-var removalReasons = []string{"Expired", "Evicted"}
+// removalReason is the reason of the events that report removals: on the pod,
+// or, above podjanitor's event budget, in a summary on the pod's owner or
+// namespace ("Deleted 120 pods at ...").
+const removalReason = "LifetimeExpired"
+
+var summaryNote = regexp.MustCompile(`^(?:Deleted|Evicted) (\d+) pods? `)
 
 // eventsByPod counts the events with one of reasons on the pods of ns, by pod
 // UID; an event series counts as its count.
@@ -441,7 +446,7 @@ func checkOneRemovalEventEach(t *testing.T, ns string, removed, kept []*corev1.P
 	var got map[types.UID]int
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		got = eventsByPod(t, ns, removalReasons...)
+		got = eventsByPod(t, ns, removalReason)
 		missing := 0
 		for _, p := range removed {
 			if got[p.UID] == 0 {
@@ -462,6 +467,56 @@ func checkOneRemovalEventEach(t *testing.T, ns string, removed, kept []*corev1.P
 	}
 	for _, p := range kept {
 		if n := got[p.UID]; n != 0 {
+			t.Errorf("kept pod %s/%s has %d removal events, want none", p.Namespace, p.Name, n)
+		}
+	}
+}
+
+// checkRemovalsReportedOnce asserts that every removed pod is reported once,
+// by an event of its own or counted in one summary, and no kept pod by an
+// event of its own; it waits up to 30 s for the events (summaries are written
+// every 10 s).
+func checkRemovalsReportedOnce(t *testing.T, ns string, removed, kept []*corev1.Pod) {
+	t.Helper()
+	var own map[types.UID]int
+	summarized := 0
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
+		list, err := client.EventsV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		own, summarized = map[types.UID]int{}, 0
+		total := 0
+		for _, e := range list.Items {
+			if e.Reason != removalReason {
+				continue
+			}
+			if e.Regarding.Kind == "Pod" {
+				own[e.Regarding.UID]++
+				total++
+			} else if m := summaryNote.FindStringSubmatch(e.Note); m != nil {
+				n, _ := strconv.Atoi(m[1])
+				summarized += n
+				total += n
+			}
+		}
+		if total >= len(removed) || time.Now().After(deadline) {
+			t.Logf("%d removals reported by their own event, %d in summaries", total-summarized, summarized)
+			if total != len(removed) {
+				t.Errorf("%d removals reported, want %d", total, len(removed))
+			}
+			break
+		}
+	}
+	bad := 0
+	for _, p := range removed {
+		if n := own[p.UID]; n > 1 && bad < 20 {
+			bad++
+			t.Errorf("pod %s/%s has %d removal events of its own, want at most 1", p.Namespace, p.Name, n)
+		}
+	}
+	for _, p := range kept {
+		if n := own[p.UID]; n != 0 {
 			t.Errorf("kept pod %s/%s has %d removal events, want none", p.Namespace, p.Name, n)
 		}
 	}
