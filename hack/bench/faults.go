@@ -314,12 +314,7 @@ func (b *bench) recovery(ctx context.Context) (*recoveryResult, error) {
 	time.Sleep(time.Second)
 	if m, err := j.scrape(); err == nil {
 		out.Requests = requestsFrom(m)
-		out.Histogram = histQ{
-			Count: m.sum("podjanitor_removal_lateness_seconds_count"),
-			P50:   m.histQuantile("podjanitor_removal_lateness_seconds", 0.50),
-			P90:   m.histQuantile("podjanitor_removal_lateness_seconds", 0.90),
-			P99:   m.histQuantile("podjanitor_removal_lateness_seconds", 0.99),
-		}
+		out.Histogram = latenessHistogram(m)
 	}
 	logf("recovery: kube-apiserver back %.1f s after the stop; last removal %.1f s after that (%d not removed)",
 		out.OutageSeconds, out.LastRemoval, out.NotRemoved)
