@@ -114,6 +114,12 @@ func (f *fixture) next() {
 // waitReady steps the fake clock by d and says whether a key became ready.
 func (f *fixture) stepAndCheckReady(d time.Duration) bool {
 	f.t.Helper()
+	// Step only once the parked keys' timer is armed: a step taken while it
+	// is being armed would delay it by d.
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true,
+		func(context.Context) (bool, error) { return f.c.state.settled(), nil }); err != nil {
+		f.t.Fatal("the parked keys' timer was never armed")
+	}
 	f.clock.Step(d)
 	err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 200*time.Millisecond, true,
 		func(context.Context) (bool, error) { return f.c.queue.Len() > 0, nil })
