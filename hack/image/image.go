@@ -240,8 +240,8 @@ func writeArchive(w io.Writer, img image, name, arch string) (string, error) {
 
 	cfg, err := json.Marshal(imageConfig{
 		Created: epoch, Architecture: arch, OS: "linux",
-		Config: runtimeConfig{User: img.User, Env: img.Env, Entrypoint: img.Entrypoint, WorkingDir: "/"},
-		RootFS: rootFS{Type: "layers", DiffIDs: []string{digestOf(layer)}},
+		Config:  runtimeConfig{User: img.User, Env: img.Env, Entrypoint: img.Entrypoint, WorkingDir: "/"},
+		RootFS:  rootFS{Type: "layers", DiffIDs: []string{digestOf(layer)}},
 		History: []historyEntry{{Created: epoch, CreatedBy: "hack/image"}},
 	})
 	if err != nil {
