@@ -302,15 +302,10 @@ EOF
 
 cmd_up() {
   local start=$SECONDS c
-  load_ports
-  for c in $COMPONENTS; do
-    [ "$c" = containerd ] || [ -x "$BIN_DIR/$c" ] || die "$BIN_DIR/$c not found; build the tools first (hack/build-tools.sh)"
-  done
   for c in curl openssl base64; do
     command -v "$c" >/dev/null 2>&1 || die "'$c' is required (apt-get install -y curl openssl)"
   done
-  [ "$REAL_NODE" != 1 ] || node_check
-
+  load_ports
   if [ -d "$CLUSTER_DIR" ]; then
     if is_up; then
       if [ "$APISERVER_PORT" != "$ENV_APISERVER_PORT" ]; then
@@ -332,6 +327,10 @@ cmd_up() {
     fi
   fi
   load_ports
+  for c in $COMPONENTS; do
+    [ "$c" = containerd ] || [ -x "$BIN_DIR/$c" ] || die "$BIN_DIR/$c not found; build the tools first (hack/build-tools.sh)"
+  done
+  [ "$REAL_NODE" != 1 ] || node_check
   local p ports=("$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT")
   [ "$REAL_NODE" != 1 ] || ports+=("$SCHEDULER_PORT" "$KUBELET_PORT" "$KUBELET_HEALTHZ_PORT" "$CRI_STREAM_PORT")
   for p in "${ports[@]}"; do
@@ -424,6 +423,7 @@ EOF
     --authorization-mode=Node,RBAC \
     --kubelet-client-certificate="$PKI/kubelet-client.crt" \
     --kubelet-client-key="$PKI/kubelet-client.key" \
+    --kubelet-preferred-address-types=InternalIP \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$PKI/sa.pub" \
     --service-account-signing-key-file="$PKI/sa.key" \

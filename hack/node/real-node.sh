@@ -346,7 +346,7 @@ node_leftover_pids() {
   for f in /proc/[0-9]*/cmdline; do
     pid=${f#/proc/}
     pid=${pid%/cmdline}
-    case $(tr '\0' ' ' <"$f" 2>/dev/null) in
+    case $({ tr '\0' ' ' <"$f"; } 2>/dev/null) in
       *containerd-shim*" $CONTAINERD_SOCK "* | *containerd-shim*" $CONTAINERD_SOCK") printf '%s\n' "$pid" ;;
     esac
   done

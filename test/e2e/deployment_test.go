@@ -50,7 +50,7 @@ func TestDeployment(t *testing.T) {
 	docs := renderKustomization(t, kustomize, filepath.Join(clusterDir, "deploy"))
 	checkOnlyOverlayChanges(t, docs, renderKustomization(t, kustomize, rbacDeployDir))
 	dep := deploymentOf(t, docs)
-	digest := archiveDigest(t, archive)
+	img := archiveDigests(t, archive)
 	x := &deployed{t: t, ctr: []string{"ctr", "--address", filepath.Join(clusterDir, "node", "containerd.sock"), "--namespace", "k8s.io"}}
 
 	ctx := ctxFor(t)
@@ -82,18 +82,16 @@ func TestDeployment(t *testing.T) {
 		if pod.Spec.NodeName != realNodeName {
 			t.Errorf("pod %s runs on node %q, want %s", pod.Name, pod.Spec.NodeName, realNodeName)
 		}
-		if id := runningContainer(pod).ImageID; !strings.HasSuffix(id, "@"+digest) {
-			t.Errorf("the container runs image %s, want the archive's %s", id, digest)
+		if id := runningContainer(pod).ImageID; id != img.config && !strings.HasSuffix(id, "@"+img.manifest) {
+			t.Errorf("the container runs image %s, want the archive's (manifest %s, config %s)", id, img.manifest, img.config)
 		}
 		// Without the ClusterRoleBinding the pod cache cannot sync: the
 		// kubelet's readiness probe of /readyz fails, its liveness probe of
 		// /healthz passes (no restart), and the log shows who was refused.
-		ev := waitKubeletEvent(t, pod, "Unhealthy", "Readiness probe failed", time.Minute)
+		ev := waitKubeletEvent(t, pod, "Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 503", time.Minute)
 		t.Logf("kubelet: %s", ev.Message)
-		if !strings.Contains(ev.Message, "503") {
-			t.Errorf("readiness probe failure %q, want /readyz's 503", ev.Message)
-		}
-		x.waitLog(pod, `User "system:serviceaccount:podjanitor:podjanitor" cannot list resource "pods"`, 30*time.Second)
+		// (klog quotes the error, so its quotes are escaped.)
+		x.waitLog(pod, `User \"system:serviceaccount:podjanitor:podjanitor\" cannot list resource \"pods\"`, 30*time.Second)
 		p := x.get(pod)
 		if c := condition(p, corev1.PodReady); c == nil || c.Status != corev1.ConditionFalse {
 			t.Errorf("pod Ready = %v before its cache could sync, want False", c)
@@ -172,19 +170,32 @@ func TestDeployment(t *testing.T) {
 			t.Errorf("supplementary groups %q include root", g)
 		}
 		// Every mount outside /proc, /sys and /dev is read-only, the root
-		// file system first.
+		// file system first, but /etc/hosts: the kubelet mounts its
+		// pod-wide hosts file writable whatever the security context says.
 		upper := ""
 		for _, m := range parseMountinfo(readProc(t, pid, "mountinfo")) {
 			if m.point == "/" {
 				upper = m.option("upperdir")
 			}
-			if m.point == "/proc" || m.point == "/sys" || m.point == "/dev" ||
+			if m.point == "/proc" || m.point == "/sys" || m.point == "/dev" || m.point == "/etc/hosts" ||
 				strings.HasPrefix(m.point, "/proc/") || strings.HasPrefix(m.point, "/sys/") || strings.HasPrefix(m.point, "/dev/") {
 				continue
 			}
 			if !slices.Contains(strings.Split(m.opts, ","), "ro") {
 				t.Errorf("mount %s (%s) is writable in the container", m.point, m.fstype)
 			}
+		}
+		// The writable files the kubelet gives every container are untouched:
+		// /etc/hosts is older than the process, the termination log empty.
+		started, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(fmt.Sprintf("/proc/%d/root/etc/hosts", pid)); err != nil || fi.ModTime().After(started.ModTime()) {
+			t.Errorf("/etc/hosts in the container: %v, modified after the process started (%s)", err, started.ModTime())
+		}
+		if fi, err := os.Stat(fmt.Sprintf("/proc/%d/root/dev/termination-log", pid)); err != nil || fi.Size() != 0 {
+			t.Errorf("/dev/termination-log in the container: %v, want it empty", err)
 		}
 		// Nothing podjanitor did since it started (sync, removals, events)
 		// wrote a file: it has no file open for writing, and the container's
@@ -196,8 +207,8 @@ func TestDeployment(t *testing.T) {
 		}
 		for _, fd := range fds {
 			target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
-			if !strings.HasPrefix(target, "/") {
-				continue // pipes, sockets, anonymous inodes
+			if fi, err := os.Stat(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err != nil || !fi.Mode().IsRegular() || !strings.HasPrefix(target, "/") {
+				continue // pipes, sockets, devices (/dev/null), anonymous inodes
 			}
 			flags := procField(readProc(t, pid, "fdinfo/"+fd.Name()), "flags")
 			if f, err := strconv.ParseInt(flags, 8, 64); err != nil || f&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
@@ -344,10 +355,10 @@ func TestDeployment(t *testing.T) {
 			t.Errorf("both replicas have IP %s; want a network namespace each", pods[0].Status.PodIP)
 		}
 		lease := x.lease()
-		var leader, follower *corev1.Pod
-		for i := range pods {
-			if strings.HasPrefix(deref(lease.Spec.HolderIdentity), pods[i].Name+"_") {
-				leader, follower = pods[i], pods[1-i]
+		var leader *corev1.Pod
+		for _, p := range pods {
+			if strings.HasPrefix(deref(lease.Spec.HolderIdentity), p.Name+"_") {
+				leader = p
 			}
 		}
 		if leader == nil {
@@ -357,10 +368,12 @@ func TestDeployment(t *testing.T) {
 			t.Fatal(err)
 		}
 		deleted := time.Now()
-		x.waitLeader(follower, "", 30*time.Second)
+		// The other replica, warm, or the ReplicaSet's replacement for the
+		// deleted pod, whichever asks first once the leader released the Lease.
+		next := x.waitNewLeader(leader, 30*time.Second)
 		handover := time.Since(deleted)
 		duration := time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
-		t.Logf("the lease went from %s to %s %v after the leader's pod was deleted (lease duration %v)", leader.Name, follower.Name, handover.Round(time.Millisecond), duration)
+		t.Logf("the lease went from %s to %s %v after the leader's pod was deleted (lease duration %v)", leader.Name, next.Name, handover.Round(time.Millisecond), duration)
 		if handover >= duration {
 			t.Errorf("handover took %v: the deleted leader did not release the lease on SIGTERM", handover)
 		}
@@ -372,7 +385,7 @@ func TestDeployment(t *testing.T) {
 		}
 		for _, d := range due {
 			r.checkOnTime(t, d, created(d).Add(ttlOf(t, d)))
-			checkEventFrom(t, d, "Expired", prefix+"ttl", follower)
+			checkEventFrom(t, d, "Expired", prefix+"ttl", next)
 		}
 	})
 }
@@ -545,6 +558,32 @@ func (x *deployed) waitLeaderLease(pod *corev1.Pod, notHolder string, timeout ti
 		x.t.Fatalf("pod %s did not take the Lease within %v (holder %q)", pod.Name, timeout, deref(l.Spec.HolderIdentity))
 	}
 	return l
+}
+
+// waitNewLeader waits until a pod of the Deployment other than old holds the
+// Lease, and returns that pod.
+func (x *deployed) waitNewLeader(old *corev1.Pod, timeout time.Duration) *corev1.Pod {
+	x.t.Helper()
+	var holder string
+	var next *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctxFor(x.t), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		l, err := client.CoordinationV1().Leases(rbacNS).Get(ctx, "podjanitor", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		holder = deref(l.Spec.HolderIdentity)
+		name, _, _ := strings.Cut(holder, "_")
+		if name == "" || name == old.Name {
+			return false, nil
+		}
+		next, err = client.CoreV1().Pods(rbacNS).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && next.DeletionTimestamp == nil && next.Labels["app.kubernetes.io/name"] == "podjanitor", nil
+	})
+	if err != nil {
+		x.dumpPods()
+		x.t.Fatalf("no other pod of the Deployment took the Lease from %s within %v (holder %q)", old.Name, timeout, holder)
+	}
+	return next
 }
 
 func (x *deployed) dumpPods() {
@@ -808,14 +847,19 @@ func checkOnlyOverlayChanges(t *testing.T, overlay, base []doc) {
 	}
 }
 
-// archiveDigest is the manifest digest in an OCI archive's index.json.
-func archiveDigest(t *testing.T, path string) string {
+// imageDigests identify an image: its manifest's digest (a repository
+// digest names it) and its config's (the image ID).
+type imageDigests struct{ manifest, config string }
+
+// archiveDigests reads them from an OCI archive.
+func archiveDigests(t *testing.T, path string) imageDigests {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	files := map[string][]byte{}
 	tr := tar.NewReader(f)
 	for {
 		hdr, err := tr.Next()
@@ -825,21 +869,29 @@ func archiveDigest(t *testing.T, path string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if hdr.Name != "index.json" {
-			continue
+		if hdr.Name == "index.json" || hdr.Size < 1<<20 {
+			files[hdr.Name], _ = io.ReadAll(tr)
 		}
-		var idx struct {
-			Manifests []struct {
-				Digest string `json:"digest"`
-			} `json:"manifests"`
-		}
-		if err := json.NewDecoder(tr).Decode(&idx); err != nil || len(idx.Manifests) == 0 {
-			t.Fatalf("%s: index.json: %v", path, err)
-		}
-		return idx.Manifests[0].Digest
 	}
-	t.Fatalf("%s has no index.json", path)
-	return ""
+	var idx struct {
+		Manifests []struct {
+			Digest string `json:"digest"`
+		} `json:"manifests"`
+	}
+	if err := json.Unmarshal(files["index.json"], &idx); err != nil || len(idx.Manifests) == 0 {
+		t.Fatalf("%s: index.json: %v", path, err)
+	}
+	d := imageDigests{manifest: idx.Manifests[0].Digest}
+	var man struct {
+		Config struct {
+			Digest string `json:"digest"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(files["blobs/sha256/"+strings.TrimPrefix(d.manifest, "sha256:")], &man); err != nil || man.Config.Digest == "" {
+		t.Fatalf("%s: manifest %s: %v", path, d.manifest, err)
+	}
+	d.config = man.Config.Digest
+	return d
 }
 
 // waitNamespaceUsable waits until the podjanitor namespace is not terminating.
