@@ -194,6 +194,7 @@ stop_all() {
   stop_proc kube-scheduler
   [ "$REAL_NODE" != 1 ] || node_stop
   for c in kwok kube-controller-manager kube-apiserver etcd; do stop_proc "$c"; done
+  [ "$REAL_NODE" != 1 ] || node_network_down
 }
 
 # --------------------------------------------------------------- API access

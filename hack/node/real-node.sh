@@ -290,8 +290,9 @@ EOF
 
 # node_stop stops the kubelet and containerd, then whatever they left: the
 # containers' processes (by cgroup), containerd's shims (by socket), mounts
-# under $NODE_DIR (overlay roots, volumes, network namespaces), the cgroups,
-# the bridge and the kubelet's log links; and restores the sysctls.
+# under $NODE_DIR (overlay roots, volumes, network namespaces), the cgroups
+# and the kubelet's log links; and restores the sysctls. The bridge goes
+# last (node_network_down): the control plane listens on its address.
 node_stop() {
   stop_proc kubelet
   stop_proc containerd
@@ -324,14 +325,17 @@ node_stop() {
     done
     [ ! -d "$h/$CGROUP_NAME" ] || warn "could not remove cgroup $h/$CGROUP_NAME"
   done < <(cgroup_hierarchies)
-  if ip link show "$BRIDGE" >/dev/null 2>&1; then
-    ip link del "$BRIDGE" || warn "could not delete bridge $BRIDGE"
-  fi
   find /var/log/containers -maxdepth 1 -type l -lname "$NODE_DIR/*" -delete 2>/dev/null || true
   rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
   if [ -s "$NODE_DIR/sysctl.saved" ]; then
     sysctl -q -w $(cat "$NODE_DIR/sysctl.saved") >/dev/null 2>&1 || warn "could not restore sysctls $(tr '\n' ' ' <"$NODE_DIR/sysctl.saved")"
     rm -f "$NODE_DIR/sysctl.saved"
+  fi
+}
+
+node_network_down() {
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link del "$BRIDGE" || warn "could not delete bridge $BRIDGE"
   fi
 }
 
