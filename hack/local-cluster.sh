@@ -160,7 +160,7 @@ start_proc() { # name env-assignments... -- args...
     [ -s "$pidf" ] && owned_pid "$name" >/dev/null && return 0
     sleep 0.1
   done
-  die "$name did not start; see $log"
+  fail_with_log "$name" "$name did not start"
 }
 
 stop_proc() { # name
