@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The local cluster's real node (REAL_NODE=1), sourced by hack/local-cluster.sh,
 # whose variables and functions it uses. See the README, "Local cluster".
 #
@@ -23,6 +24,7 @@
 # `up` from hack/node/pause.c, and `load-image` imports OCI archives
 # (`make image-archive` writes podjanitor's).
 
+# shellcheck disable=SC2034 # some are used by hack/local-cluster.sh
 REAL_NODE_NAME=real-node-0
 REAL_NODE_TAINT=local-cluster.podjanitor.io/real-node
 KWOK_TAINT_KEY=kwok.x-k8s.io/node
@@ -306,8 +308,8 @@ node_stop() {
   done
   [ -z "$(node_leftover_pids)" ] || warn "processes of the real node still run: $(node_leftover_pids)"
   if [ -d "$NODE_DIR" ]; then
-    local m pass
-    for pass in 1 2 3; do
+    local m
+    for _ in 1 2 3; do
       while read -r m; do
         [ -n "$m" ] || continue
         umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
@@ -328,7 +330,9 @@ node_stop() {
   find /var/log/containers -maxdepth 1 -type l -lname "$NODE_DIR/*" -delete 2>/dev/null || true
   rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
   if [ -s "$NODE_DIR/sysctl.saved" ]; then
-    sysctl -q -w $(cat "$NODE_DIR/sysctl.saved") >/dev/null 2>&1 || warn "could not restore sysctls $(tr '\n' ' ' <"$NODE_DIR/sysctl.saved")"
+    local saved
+    mapfile -t saved <"$NODE_DIR/sysctl.saved"
+    sysctl -q -w "${saved[@]}" >/dev/null 2>&1 || warn "could not restore sysctls ${saved[*]}"
     rm -f "$NODE_DIR/sysctl.saved"
   fi
 }
