@@ -68,6 +68,7 @@ type config struct {
 	metricsPort                    int
 	idleBound, rawEvents           bool
 	nodes                          int
+	podManifests                   string
 }
 
 func main() {
@@ -93,6 +94,7 @@ func main() {
 	flag.StringVar(&cfg.podjanitorAlt, "podjanitor-alt", "", "backlog: also drain a backlog with this second podjanitor binary, optionally followed by extra flags (\"_output/bin/podjanitor --removal-events=false\"), to compare a change")
 	flag.BoolVar(&cfg.rawEvents, "backlog-raw-events", false, "backlog: also run the raw deleter with an Event per deleted pod, as podjanitor records")
 	flag.IntVar(&cfg.nodes, "nodes", 4, "fake nodes for -idle-bound")
+	flag.StringVar(&cfg.podManifests, "pod-manifests", "", "run podjanitor as a pod of the Deployment in this file (artifacts/deploy rendered for the local cluster's real node; hack/bench.sh with BENCH_PODJANITOR=pod), with the driver's flags; -podjanitor still gives its version and extra flags")
 	flag.StringVar(&env, "podjanitor-env", "", "comma-separated NAME=value pairs added to every podjanitor's environment (GOGC=100,GOMEMLIMIT=200MiB)")
 	flag.Parse()
 	if cfg.backlogPods == 0 {
@@ -221,6 +223,16 @@ func run(ctx context.Context, cfg *config) error {
 			return err
 		}
 		b.rest = restCfg
+	}
+	if cfg.podManifests != "" {
+		if cfg.kubeconfig == "" {
+			return fmt.Errorf("-pod-manifests needs a cluster (-kubeconfig)")
+		}
+		var err error
+		if podMode, err = setupPodMode(ctx, b.cs, cfg.podManifests); err != nil {
+			return err
+		}
+		res.Config["podjanitor_as"] = "pod on the local cluster's real node (" + cfg.podManifests + ")"
 	}
 
 	for _, s := range cfg.scenarios {
