@@ -16,15 +16,16 @@ import (
 // uid, resourceVersion and the creation and deletion timestamps, which is all
 // the informer itself reads. Labels and owner references are one protobuf
 // message interned with unique.Make, so the pods of one workload share a
-// single copy; the kept annotations and the status are a protobuf message of
-// their own.
+// single copy; so is the priority class name. The kept annotations and the
+// status are a protobuf message of their own.
 //
 // A cachedPod is not a Pod: the controller reads it with podFromCache, never
 // through a PodLister. It is immutable once stored.
 type cachedPod struct {
 	metav1.ObjectMeta
-	workload unique.Handle[string] // metav1.ObjectMeta{Labels, OwnerReferences}, marshalled
-	rest     string                // corev1.Pod{ObjectMeta{Annotations}, Status}, marshalled
+	workload      unique.Handle[string] // metav1.ObjectMeta{Labels, OwnerReferences}, marshalled
+	priorityClass unique.Handle[string] // spec.priorityClassName
+	rest          string                // corev1.Pod{ObjectMeta{Annotations}, Status}, marshalled
 }
 
 var _ runtime.Object = &cachedPod{}
@@ -43,7 +44,8 @@ func packPod(lean *corev1.Pod) (*cachedPod, error) {
 	}
 	meta := lean.ObjectMeta // what leanPod kept, less the packed fields
 	meta.Labels, meta.Annotations, meta.OwnerReferences = nil, nil, nil
-	return &cachedPod{ObjectMeta: meta, workload: unique.Make(string(workload)), rest: string(rest)}, nil
+	return &cachedPod{ObjectMeta: meta, workload: unique.Make(string(workload)),
+		priorityClass: unique.Make(lean.Spec.PriorityClassName), rest: string(rest)}, nil
 }
 
 // Pod unpacks the lean pod. Each call returns a new Pod the caller may keep.
@@ -59,6 +61,7 @@ func (p *cachedPod) Pod() (*corev1.Pod, error) {
 	annotations := pod.Annotations
 	pod.ObjectMeta = *p.ObjectMeta.DeepCopy()
 	pod.Labels, pod.Annotations, pod.OwnerReferences = workload.Labels, annotations, workload.OwnerReferences
+	pod.Spec.PriorityClassName = p.priorityClass.Value()
 	return pod, nil
 }
 

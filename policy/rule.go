@@ -11,10 +11,10 @@ import (
 )
 
 // decide returns the decision of the first rule whose match and clock apply to pod.
-func (p *Policy) decide(pod *corev1.Pod, now time.Time) Decision {
+func (p *Policy) decide(pod *corev1.Pod, ns *Namespace, now time.Time) Decision {
 	for i := range p.Rules {
 		rule := &p.Rules[i]
-		if !rule.matches(pod, p.selector(i)) {
+		if !rule.matches(pod, ns, p.selector(i), p.nsSelector(i)) {
 			continue
 		}
 		start, ok := rule.clockStart(pod)
@@ -66,9 +66,25 @@ func (p *Policy) selector(i int) labels.Selector {
 	return selector
 }
 
-func (r *Rule) matches(pod *corev1.Pod, selector labels.Selector) bool {
+// nsSelector is rule i's parsed namespace selector, as selector is its label selector.
+func (p *Policy) nsSelector(i int) labels.Selector {
+	if i < len(p.nsSelectors) {
+		return p.nsSelectors[i]
+	}
+	selector, err := labels.Parse(p.Rules[i].Match.NamespaceSelector)
+	if err != nil {
+		return labels.Nothing()
+	}
+	return selector
+}
+
+// matches reports whether the rule's match applies to pod in ns; a rule with
+// a namespace selector never matches a pod whose namespace is not known.
+func (r *Rule) matches(pod *corev1.Pod, ns *Namespace, selector, nsSelector labels.Selector) bool {
 	m := &r.Match
 	return namespaceMatches(m.Namespaces, pod.Namespace) &&
+		(nsSelector.Empty() || ns != nil && nsSelector.Matches(labels.Set(ns.Labels))) &&
+		priorityClassMatches(m.PriorityClassNames, pod.Spec.PriorityClassName) &&
 		selector.Matches(labels.Set(pod.Labels)) &&
 		ownersMatch(m.OwnerKinds, ownerKinds(pod)) &&
 		(len(m.Phases) == 0 || slices.Contains(m.Phases, pod.Status.Phase)) &&
@@ -101,6 +117,23 @@ func namespaceMatches(namespaces IncludeExclude, namespace string) bool {
 		return false
 	}
 	return len(namespaces.Include) == 0 || matchesAnyPattern(namespaces.Include, namespace)
+}
+
+// CriticalPriorityClasses are the built-in priority classes of pods a cluster
+// cannot do without (kube-dns, CNI and CSI node agents, ...). A rule matches
+// their pods only when its priorityClassNames.include names the class exactly.
+var CriticalPriorityClasses = []string{"system-cluster-critical", "system-node-critical"}
+
+// priorityClassMatches applies include/exclude names; the critical classes
+// only match when Include names them exactly.
+func priorityClassMatches(names IncludeExclude, class string) bool {
+	if slices.Contains(CriticalPriorityClasses, class) && !slices.Contains(names.Include, class) {
+		return false
+	}
+	if slices.Contains(names.Exclude, class) {
+		return false
+	}
+	return len(names.Include) == 0 || slices.Contains(names.Include, class)
 }
 
 func matchesAnyPattern(patterns []string, name string) bool {
