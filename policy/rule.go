@@ -53,29 +53,26 @@ func gracePeriod(seconds *int64) *int64 {
 	return seconds
 }
 
-// selector is rule i's parsed label selector; a Policy built without
-// NewPolicy or Parse gets it parsed here, and a bad one matches nothing.
+// selector and nsSelector are rule i's parsed label and namespace selectors.
 func (p *Policy) selector(i int) labels.Selector {
-	if i < len(p.selectors) {
-		return p.selectors[i]
-	}
-	selector, err := labels.Parse(p.Rules[i].Match.LabelSelector)
-	if err != nil {
-		return labels.Nothing()
-	}
-	return selector
+	return parsedSelector(p.selectors, i, p.Rules[i].Match.LabelSelector)
 }
 
-// nsSelector is rule i's parsed namespace selector, as selector is its label selector.
 func (p *Policy) nsSelector(i int) labels.Selector {
-	if i < len(p.nsSelectors) {
-		return p.nsSelectors[i]
+	return parsedSelector(p.nsSelectors, i, p.Rules[i].Match.NamespaceSelector)
+}
+
+// parsedSelector is parsed[i]; a Policy built without NewPolicy or Parse has
+// none, and gets selector parsed here: a bad one matches nothing.
+func parsedSelector(parsed []labels.Selector, i int, selector string) labels.Selector {
+	if i < len(parsed) {
+		return parsed[i]
 	}
-	selector, err := labels.Parse(p.Rules[i].Match.NamespaceSelector)
+	s, err := labels.Parse(selector)
 	if err != nil {
 		return labels.Nothing()
 	}
-	return selector
+	return s
 }
 
 // matches reports whether the rule's match applies to pod in ns; a rule with
