@@ -146,8 +146,8 @@ func TestDeployment(t *testing.T) {
 		waitPod(t, running, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 		r.checkOnTime(t, pending, created(pending).Add(5*time.Second))
 		r.checkOnTime(t, running, created(running).Add(10*time.Second))
-		checkEventFrom(t, pending, "Expired", prefix+"ttl", pod)
-		checkEventFrom(t, running, "Evicted", prefix+"ttl", pod)
+		checkEventFrom(t, pending, "Delete", prefix+"ttl", pod)
+		checkEventFrom(t, running, "Evict", prefix+"ttl", pod)
 		r.checkNotRemoved(t, kept)
 		if after := x.log(pod, false)[readyLog:]; strings.Contains(after, "forbidden") {
 			t.Errorf("a request was forbidden after the pod became Ready (RBAC of artifacts/deploy/rbac.yaml):\n%s", after)
@@ -290,7 +290,7 @@ func TestDeployment(t *testing.T) {
 			if lease.Spec.AcquireTime.Time.Before(deadline) {
 				t.Errorf("the restarted podjanitor took the lease at %s, before pod %s came due", lease.Spec.AcquireTime.Format(time.RFC3339Nano), d.Name)
 			}
-			checkEventFrom(t, d, "Expired", prefix+"ttl", pod)
+			checkEventFrom(t, d, "Delete", prefix+"ttl", pod)
 		}
 	})
 
@@ -325,10 +325,10 @@ func TestDeployment(t *testing.T) {
 		x.waitLogCount(pod, "Reloaded the policy file", reloads+1, 2*time.Minute)
 		t.Logf("the edit reached the pod and was reloaded %v after the update", time.Since(edited).Round(time.Second))
 		r.waitRemoved(t, early, 30*time.Second)
-		checkEventFrom(t, early, "Expired", "rule/e2e-reload", pod)
+		checkEventFrom(t, early, "Delete", "rule/e2e-reload", pod)
 		late := createPod(t, ns, "after-edit", label("e2e.podjanitor.io/reload", run))
 		r.checkOnTime(t, late, created(late).Add(3*time.Second))
-		checkEventFrom(t, late, "Expired", "rule/e2e-reload", pod)
+		checkEventFrom(t, late, "Delete", "rule/e2e-reload", pod)
 		if c := runningContainer(x.get(pod)); c == nil || c.ContainerID != before.ContainerID || c.RestartCount != before.RestartCount {
 			t.Errorf("the container was restarted: before %+v, now %+v", before, c)
 		}
@@ -385,7 +385,7 @@ func TestDeployment(t *testing.T) {
 		}
 		for _, d := range due {
 			r.checkOnTime(t, d, created(d).Add(ttlOf(t, d)))
-			checkEventFrom(t, d, "Expired", prefix+"ttl", next)
+			checkEventFrom(t, d, "Delete", prefix+"ttl", next)
 		}
 	})
 }
@@ -677,12 +677,12 @@ func lastLines(s string, n int) string {
 
 // checkEventFrom checks the removal event and that the pod's podjanitor
 // reported it (events name their reporting instance after the host name).
-func checkEventFrom(t *testing.T, pod *corev1.Pod, reason, source string, from *corev1.Pod) {
+func checkEventFrom(t *testing.T, pod *corev1.Pod, action, source string, from *corev1.Pod) {
 	t.Helper()
-	checkReportedEvent(t, pod, reason, source)
-	ev := waitEvent(t, pod, reason, 10*time.Second)
+	checkReportedEvent(t, pod, action, source)
+	ev := waitRemovalEvent(t, pod, action)
 	if want := "podjanitor-" + from.Name; ev.ReportingInstance != want {
-		t.Errorf("%s event on %s reported by instance %q, want %q", reason, pod.Name, ev.ReportingInstance, want)
+		t.Errorf("%s event on %s reported by instance %q, want %q", ev.Reason, pod.Name, ev.ReportingInstance, want)
 	}
 }
 
