@@ -9,11 +9,15 @@
 #                                   stand-in API server: no cluster, so N is not bounded by its memory
 #   make bench BENCH_PODJANITOR=pod podjanitor as a pod of artifacts/deploy on the local cluster's
 #                                   real node (root), not as a process
-#   make bench-kind                 the same driver against a kind cluster (needs Docker, kind)
+#   make bench BENCH_PODS=1000 BENCH_SCENARIOS=churn,recovery
+#                                   memory under churn (BENCH_ARGS='-churn-pods 100000 -churn-live 1000')
+#                                   and recovery after a 60 s API server outage (-outage)
+#   make bench-kind                 the same driver against a kind cluster (needs Docker, kind;
+#                                   BENCH_SCENARIOS without recovery)
 
 BENCH_PODS         ?= 10000
 BENCH_BACKLOG_PODS ?= 3000
-BENCH_SCENARIOS    ?= idle,backlog,steady
+BENCH_SCENARIOS    ?= idle,backlog,steady,churn,recovery
 BENCH_RUNS         ?= 3
 BENCH_WINDOWS      ?= 5m,1m
 BENCH_WORKERS      ?= 16

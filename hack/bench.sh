@@ -10,8 +10,9 @@
 # Environment (the Makefile passes its BENCH_* variables):
 #   BENCH_PODS          N for the idle and steady scenarios      (default 10000)
 #   BENCH_BACKLOG_PODS  pods per backlog run and per deleter     (default 3000)
-#   BENCH_SCENARIOS     idle,backlog,steady                      (default all three);
-#                       idle-standin alone needs no cluster (pods served by the driver)
+#   BENCH_SCENARIOS     idle,backlog,steady,churn,recovery       (default all five);
+#                       idle-standin alone needs no cluster (pods served by the driver);
+#                       recovery needs the local cluster (not BENCH_KUBECONFIG)
 #   BENCH_RUNS          runs of the short measurements, median   (default 3)
 #   BENCH_WINDOWS       steady: deadline windows, one run each   (default 5m,1m)
 #   BENCH_WORKERS       podjanitor --workers = raw deleter goroutines (default 16)
@@ -36,7 +37,7 @@ args=(
   -out "$out"
   -pods "${BENCH_PODS:-10000}"
   -backlog-pods "${BENCH_BACKLOG_PODS:-3000}"
-  -scenarios "${BENCH_SCENARIOS:-idle,backlog,steady}"
+  -scenarios "${BENCH_SCENARIOS:-idle,backlog,steady,churn,recovery}"
   -runs "${BENCH_RUNS:-3}"
   -windows "${BENCH_WINDOWS:-5m,1m}"
   -workers "${BENCH_WORKERS:-16}"
@@ -87,4 +88,5 @@ if [ "${BENCH_PODJANITOR:-process}" = pod ]; then
   _output/bin/kustomize build "$CLUSTER_DIR/deploy" >"$out/podjanitor-pod.yaml"
   args+=(-pod-manifests "$out/podjanitor-pod.yaml")
 fi
-_output/bin/podjanitor-bench -kubeconfig "$CLUSTER_DIR/kubeconfig" "${args[@]}" "${extra[@]}"
+# -cluster-dir: the recovery scenario stops and starts this cluster's kube-apiserver.
+_output/bin/podjanitor-bench -kubeconfig "$CLUSTER_DIR/kubeconfig" -cluster-dir "$root/$CLUSTER_DIR" "${args[@]}" "${extra[@]}"

@@ -11,6 +11,13 @@
 #   hack/local-cluster.sh env      print `export KUBECONFIG=...`
 #   hack/local-cluster.sh load-image ARCHIVE...
 #                                  import OCI image archives into the real node
+#   hack/local-cluster.sh stop-apiserver
+#                                  stop kube-apiserver alone (an outage; the fault
+#                                  tests use it); the rest keeps running
+#   hack/local-cluster.sh start-apiserver [FLAG...]
+#                                  start it again with the command line `up` gave
+#                                  it, plus FLAGs (e.g. --watch-cache=false), and
+#                                  wait until it is ready
 #
 # Environment (all optional):
 #   CLUSTER_DIR     state dir, relative to the repo root unless absolute
@@ -599,12 +606,48 @@ cmd_load_image() {
   load_images "$@"
 }
 
+# ------------------------------------------------- API server outages
+
+# The command line `up` started kube-apiserver with, one argument per line,
+# saved the first time it is stopped, so that flags added by start-apiserver
+# are not carried into later restarts.
+APISERVER_CMDLINE="$CLUSTER_DIR/kube-apiserver.cmdline"
+
+cmd_stop_apiserver() {
+  [ -f "$MARKER" ] || die "no cluster in $CLUSTER_DIR"
+  local pid
+  pid=$(owned_pid kube-apiserver) || die "kube-apiserver is not running in $CLUSTER_DIR"
+  if [ ! -s "$APISERVER_CMDLINE" ]; then
+    [ -r "/proc/$pid/cmdline" ] || die "cannot read /proc/$pid/cmdline to restart kube-apiserver later"
+    tr '\0' '\n' <"/proc/$pid/cmdline" | tail -n +2 >"$APISERVER_CMDLINE.tmp"
+    mv "$APISERVER_CMDLINE.tmp" "$APISERVER_CMDLINE"
+  fi
+  # It stops listening at once, then waits up to a minute for open watches
+  # to end: give it 5 s before SIGKILL.
+  local STOP_TIMEOUT=5
+  stop_proc kube-apiserver
+}
+
+cmd_start_apiserver() {
+  [ -f "$MARKER" ] || die "no cluster in $CLUSTER_DIR"
+  [ -s "$APISERVER_CMDLINE" ] || die "kube-apiserver was not stopped by stop-apiserver; nothing to restart"
+  ! owned_pid kube-apiserver >/dev/null || die "kube-apiserver is already running"
+  load_ports
+  local args=()
+  mapfile -t args <"$APISERVER_CMDLINE"
+  say "starting kube-apiserver on $APISERVER_URL${*:+ with $*}"
+  start_proc kube-apiserver -- "${args[@]}" "$@"
+  wait_for kube-apiserver "kube-apiserver /readyz ($APISERVER_URL/readyz)" apiserver_ready
+}
+
 case ${1:-} in
   up) cmd_up ;;
   load-image) shift; cmd_load_image "$@" ;;
   down) cmd_down ;;
   status) cmd_status ;;
   env) cmd_env ;;
+  stop-apiserver) cmd_stop_apiserver ;;
+  start-apiserver) shift; cmd_start_apiserver "$@" ;;
   *)
     sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2
     exit 2

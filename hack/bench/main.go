@@ -21,6 +21,12 @@
 //	steady   N pods whose deadlines are spread uniformly over a window, one
 //	         run per -windows entry: lateness (removal seen by a watcher -
 //	         deadline) p50/p90/p99/max and podjanitor's own histogram
+//	churn    -churn-pods pods created and deleted under a 7-day `created`
+//	         rule, -churn-live of them live at a time: heap (after a forced
+//	         GC), heap objects and RSS versus pods seen and versus live pods
+//	recovery kube-apiserver stopped for -outage while N pods come due (the
+//	         local cluster's, through hack/local-cluster.sh; needs
+//	         -cluster-dir): time from its return to the last removal
 //
 // API requests per removed pod are reported for backlog and steady.
 package main
@@ -69,6 +75,10 @@ type config struct {
 	idleBound, rawEvents           bool
 	nodes                          int
 	podManifests                   string
+	churnPods, churnLive           int
+	churnBatch                     int
+	outage                         time.Duration
+	clusterDir                     string
 }
 
 func main() {
@@ -80,7 +90,7 @@ func main() {
 	flag.IntVar(&cfg.pods, "pods", 10000, "N: pods for the idle and steady scenarios")
 	flag.IntVar(&cfg.backlogPods, "backlog-pods", 0, "pods per backlog run (each for podjanitor and for the raw deleter); 0 = -pods")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs of the short measurements (backlog; idle cache sync/heap restarts); the median is reported")
-	flag.StringVar(&scen, "scenarios", "idle,backlog,steady", "scenarios to run: idle, backlog, steady")
+	flag.StringVar(&scen, "scenarios", "idle,backlog,steady", "scenarios to run: idle, idle-standin, backlog, steady, churn, recovery")
 	flag.StringVar(&wins, "windows", "5m,1m", "steady scenario: windows over which the N deadlines are spread, one run each")
 	flag.IntVar(&cfg.workers, "workers", 16, "podjanitor --workers, and the raw deleter's goroutines")
 	flag.Float64Var(&cfg.qps, "qps", 1000, "podjanitor --kube-api-qps, and the raw deleter's client QPS")
@@ -95,6 +105,11 @@ func main() {
 	flag.BoolVar(&cfg.rawEvents, "backlog-raw-events", false, "backlog: also run the raw deleter with an Event per deleted pod, as podjanitor records")
 	flag.IntVar(&cfg.nodes, "nodes", 4, "fake nodes for -idle-bound")
 	flag.StringVar(&cfg.podManifests, "pod-manifests", "", "run podjanitor as a pod of the Deployment in this file (artifacts/deploy rendered for the local cluster's real node; hack/bench.sh with BENCH_PODJANITOR=pod), with the driver's flags; -podjanitor still gives its version and extra flags")
+	flag.IntVar(&cfg.churnPods, "churn-pods", 0, "churn: pods created and deleted; 0 = -pods")
+	flag.IntVar(&cfg.churnLive, "churn-live", 1000, "churn: pods live at a time (a multiple of -churn-batch)")
+	flag.IntVar(&cfg.churnBatch, "churn-batch", 500, "churn: pods created, and later deleted, at once")
+	flag.DurationVar(&cfg.outage, "outage", 60*time.Second, "recovery: how long kube-apiserver is stopped")
+	flag.StringVar(&cfg.clusterDir, "cluster-dir", "", "recovery: the local cluster's CLUSTER_DIR, whose kube-apiserver hack/local-cluster.sh stops and starts")
 	flag.StringVar(&env, "podjanitor-env", "", "comma-separated NAME=value pairs added to every podjanitor's environment (GOGC=100,GOMEMLIMIT=200MiB)")
 	flag.Parse()
 	if cfg.backlogPods == 0 {
@@ -153,6 +168,8 @@ type results struct {
 	Idle     *idleResult     `json:"idle,omitempty"`
 	Backlog  *backlogResult  `json:"backlog,omitempty"`
 	Steady   []*steadyResult `json:"steady,omitempty"`
+	Churn    *churnResult    `json:"churn,omitempty"`
+	Recovery *recoveryResult `json:"recovery,omitempty"`
 }
 
 type machine struct {
@@ -199,7 +216,8 @@ func run(ctx context.Context, cfg *config) error {
 		"pods": cfg.pods, "backlog_pods": cfg.backlogPods, "runs": cfg.runs, "scenarios": cfg.scenarios,
 		"windows": fmtDurations(cfg.windows), "workers": cfg.workers, "kube_api_qps": cfg.qps, "kube_api_burst": cfg.burst,
 		"max_deletions_per_second": cfg.maxDeletions, "create_concurrency": cfg.createConc, "idle": cfg.idle.String(),
-		"idle_bound": cfg.idleBound, "nodes": cfg.nodes,
+		"idle_bound": cfg.idleBound, "nodes": cfg.nodes, "churn_pods": cfg.churnPods, "churn_live": cfg.churnLive,
+		"churn_batch": cfg.churnBatch, "outage": cfg.outage.String(),
 	}}
 	res.Machine = describeMachine()
 	if out, err := exec.Command(strings.Fields(cfg.podjanitor)[0], "--version").Output(); err == nil {
@@ -255,8 +273,12 @@ func run(ctx context.Context, cfg *config) error {
 					break
 				}
 			}
+		case "churn":
+			res.Churn, err = b.churn(ctx)
+		case "recovery":
+			res.Recovery, err = b.recovery(ctx)
 		default:
-			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, steady)", s)
+			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, steady, churn, recovery)", s)
 		}
 		if err != nil {
 			b.write()
@@ -553,6 +575,24 @@ func printReport(w0 *os.File, r *results) {
 				100*s.CPUSeconds/s.WallSeconds, mib(s.PeakRSS))
 			printRequests(w, "Scenario 4 (steady "+s.Window+")", s.Requests)
 		}
+	}
+	if c := r.Churn; c != nil {
+		fmt.Fprintf(w, "\n== Scenario 5: churn — %d pods created and deleted under a 7-day rule, %d live at a time (%.0f pods/s); heap after a forced GC\n", c.Pods, c.Live, c.Rate)
+		fmt.Fprintln(w, "pods seen\tlive\theap in use\theap objects\tRSS\tpods scheduled")
+		for _, p := range append(c.Points, c.Final) {
+			fmt.Fprintf(w, "%d\t%d\t%s\t%.0f\t%s\t%.0f\n", p.Seen, p.Live, mib(p.HeapInuse), p.HeapObjects, mib(p.RSS), p.Scheduled)
+		}
+		fmt.Fprintf(w, "per pod seen:\t\t%.0f B\t%.3f\t%.0f B\t\n", c.PerSeen.HeapBytes, c.PerSeen.Objects, c.PerSeen.RSSBytes)
+		fmt.Fprintf(w, "per live pod:\t\t%.0f B\t%.2f\t%.0f B\t\n", c.PerLive.HeapBytes, c.PerLive.Objects, c.PerLive.RSSBytes)
+		fmt.Fprintf(w, "podjanitor: CPU %.1f s, peak RSS %s\n", c.CPU, mib(c.PeakRSS))
+	}
+	if rc := r.Recovery; rc != nil {
+		fmt.Fprintf(w, "\n== Scenario 6: recovery — %d pods come due while kube-apiserver is stopped (%.1f s from stop to ready again; start took %.1f s)\n",
+			rc.Pods, rc.OutageSeconds, rc.StartSeconds)
+		fmt.Fprintln(w, "removal − API server ready\tp50\tp90\tp99\tlast\tnot removed")
+		a := rc.AfterRecovery
+		fmt.Fprintf(w, "\t%s\t%s\t%s\t%s\t%d\n", ms(a.P50), ms(a.P90), ms(a.P99), ms(a.Max), rc.NotRemoved)
+		printRequests(w, "recovery", rc.Requests)
 	}
 	_ = w.Flush()
 }

@@ -339,7 +339,12 @@ func watchNamespace(ctx context.Context, cs kubernetes.Interface, ns string) (*t
 	if err != nil {
 		return nil, err
 	}
-	rw, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+	return watchFrom(ctx, cs, ns, list.ResourceVersion)
+}
+
+// watchFrom is watchNamespace from a resourceVersion.
+func watchFrom(ctx context.Context, cs kubernetes.Interface, ns, rv string) (*tracker, error) {
+	rw, err := watchtools.NewRetryWatcherWithContext(ctx, rv, &cache.ListWatch{
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.AllowWatchBookmarks = true
 			return cs.CoreV1().Pods(ns).Watch(ctx, o)
