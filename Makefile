@@ -18,7 +18,7 @@ help: ## Show the targets.
 build: ## Build the podjanitor binary into _output/bin/ (static, release flags).
 	CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) .
 
-tools: ## Build the local cluster's binaries (etcd, kube-apiserver, kube-controller-manager, kwok).
+tools: ## Build the local cluster's binaries (etcd, kube-apiserver, kube-controller-manager, kwok; kubelet, kube-scheduler, kustomize).
 	hack/build-tools.sh
 
 devtools: ## Build helm, kustomize and cyclonedx-gomod (hack/devtools/go.mod) into _output/bin/.
@@ -56,7 +56,7 @@ unit: vet ## Unit tests (no cluster needed): Go, chart (helm lint/template), kus
 	PODJANITOR_REQUIRE_DEVTOOLS=1 go test -race -count=1 ./...
 	cd test/promql && go test -count=1 ./...
 
-e2e: build tools helm ## End-to-end tests: brings a local cluster up in _output/e2e and down again.
+e2e: build tools helm image-archive ## End-to-end tests: brings a local cluster with a real node up in _output/e2e and down again (root).
 	hack/e2e.sh
 
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).

@@ -201,8 +201,8 @@ func TestChartDefaults(t *testing.T) {
 		t.Errorf("ServiceAccount %s/%s, want %s/podjanitor", sa.Namespace, sa.Name, deployNamespace)
 	}
 	cr := one(t, "ClusterRole", r.clusterRoles)
-	if got := permissions(t, "ClusterRole", cr.Rules); !slices.Equal(got, podPermissions) {
-		t.Errorf("ClusterRole grants %q, want exactly %q", got, podPermissions)
+	if want := append(slices.Clone(namespacePermissions), podPermissions...); !slices.Equal(permissions(t, "ClusterRole", cr.Rules), want) {
+		t.Errorf("ClusterRole grants %q, want exactly %q", permissions(t, "ClusterRole", cr.Rules), want)
 	}
 	crb := one(t, "ClusterRoleBinding", r.clusterRoleBindings)
 	checkRoleBinding(t, "ClusterRoleBinding", crb.RoleRef, crb.Subjects, "ClusterRole", cr.Name, sa)
@@ -277,8 +277,8 @@ func TestChartDefaultPolicyIsConservative(t *testing.T) {
 		switch {
 		case rule.Clock != "finished":
 			t.Errorf("rule %s: clock %s, want finished (terminal pods only)", rule.Name, rule.Clock)
-		case err != nil || after < 12*time.Hour:
-			t.Errorf("rule %s: after %s, want at least 12h", rule.Name, rule.After)
+		case err != nil || after < time.Hour:
+			t.Errorf("rule %s: after %s, want at least 1h (time to read a finished pod's logs)", rule.Name, rule.After)
 		case len(rule.Match.Phases) == 0 || slices.ContainsFunc(rule.Match.Phases, func(ph corev1.PodPhase) bool {
 			return ph != corev1.PodSucceeded && ph != corev1.PodFailed
 		}):
@@ -320,7 +320,7 @@ func TestChartDefaultPolicyIsConservative(t *testing.T) {
 			for _, o := range shape.opts {
 				o(pod)
 			}
-			d, err := e.Decide(pod, now)
+			d, err := e.Decide(pod, &policy.Namespace{}, now)
 			if err != nil || d.HasDeadline() {
 				t.Errorf("%s %s pod a year old: decision %+v, err %v; the default policy must leave it alone", phase, shape.name, d, err)
 			}
@@ -331,18 +331,24 @@ func TestChartDefaultPolicyIsConservative(t *testing.T) {
 	evicted.Status.Reason = "Evicted"
 	owned("ReplicaSet")(evicted)
 	for _, pod := range []*corev1.Pod{evicted, newPod("done", old, corev1.PodSucceeded, nil)} {
-		if d, err := e.Decide(pod, now); err != nil || !d.HasDeadline() {
+		if d, err := e.Decide(pod, &policy.Namespace{}, now); err != nil || !d.HasDeadline() {
 			t.Errorf("%s pod: decision %+v, err %v; want a deadline", pod.Name, d, err)
 		}
 	}
 }
 
 // TestChartScopeNamespace: scope namespace is a Role in the watched
-// namespace (no cluster-wide grant at all) and --namespace.
+// namespace and --namespace; the only cluster-wide grant is reading that one
+// namespace (namespaces are cluster-scoped: a Role cannot grant them).
 func TestChartScopeNamespace(t *testing.T) {
 	r := renderChart(t, "scope=namespace", "watchNamespace=apps")
-	if len(r.clusterRoles)+len(r.clusterRoleBindings) > 0 {
-		t.Errorf("scope namespace renders %d ClusterRoles and %d ClusterRoleBindings, want none", len(r.clusterRoles), len(r.clusterRoleBindings))
+	if len(r.clusterRoles) != 1 || len(r.clusterRoleBindings) != 1 {
+		t.Fatalf("scope namespace renders %d ClusterRoles and %d ClusterRoleBindings, want one each (the watched namespace)", len(r.clusterRoles), len(r.clusterRoleBindings))
+	}
+	if cr := r.clusterRoles[0]; len(cr.Rules) != 1 || !slices.Equal(cr.Rules[0].Resources, []string{"namespaces"}) ||
+		!slices.Equal(cr.Rules[0].APIGroups, []string{""}) || !slices.Equal(cr.Rules[0].Verbs, []string{"get", "list", "watch"}) ||
+		!slices.Equal(cr.Rules[0].ResourceNames, []string{"apps"}) {
+		t.Errorf("ClusterRole %s grants %+v, want namespaces get, list, watch on apps alone", cr.Name, cr.Rules)
 	}
 	sa := one(t, "ServiceAccount", r.serviceAccounts)
 	roles := map[string]*rbacv1.Role{}

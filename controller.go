@@ -108,6 +108,10 @@ type Controller struct {
 	// pods is the pod informer's store; see podFromCache for what it holds.
 	pods       cache.Indexer
 	podsSynced cache.InformerSynced
+	// namespaces holds the labels and keep annotation of each namespace
+	// (namespaceTransform); a namespace change decides its pods again.
+	namespaces       cache.Indexer
+	namespacesSynced cache.InformerSynced
 
 	// evaluator is swapped when the policy file is reloaded.
 	evaluator atomic.Pointer[policy.Evaluator]
@@ -127,9 +131,10 @@ type Controller struct {
 // its recovery. Refusals that retrying soon cannot fix wait longer (refusalBackoff).
 const transientBackoffMax = 10 * time.Second
 
-// NewController wires the controller to the pod informer. It does not start anything.
-func NewController(ctx context.Context, podInformer coreinformers.PodInformer, client kubernetes.Interface,
-	recorder events.EventRecorder, clk clock.WithTicker, opts Options) (*Controller, error) {
+// NewController wires the controller to the pod informer and the namespace
+// metadata informer. It does not start anything.
+func NewController(ctx context.Context, podInformer coreinformers.PodInformer, namespaceInformer cache.SharedIndexInformer,
+	client kubernetes.Interface, recorder events.EventRecorder, clk clock.WithTicker, opts Options) (*Controller, error) {
 	logger := klog.FromContext(ctx)
 	if opts.Evaluator == nil {
 		return nil, errors.New("options: an Evaluator is required")
@@ -163,6 +168,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, c
 		opts:    opts,
 		metrics: opts.Metrics,
 	}
+	c.namespaces, c.namespacesSynced = namespaceInformer.GetIndexer(), namespaceInformer.HasSynced
 	c.state = newPodStates(clk, c.now, opts.Metrics.setScheduled)
 	c.evaluator.Store(opts.Evaluator)
 	_, err := podInformer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
@@ -178,6 +184,9 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, c
 	}, cache.HandlerOptions{Logger: &logger})
 	if err != nil {
 		return nil, fmt.Errorf("adding pod event handler: %w", err)
+	}
+	if _, err := namespaceInformer.AddEventHandlerWithOptions(c.namespaceEventHandler(), cache.HandlerOptions{Logger: &logger}); err != nil {
+		return nil, fmt.Errorf("adding namespace event handler: %w", err)
 	}
 	return c, nil
 }
@@ -208,7 +217,7 @@ func (c *Controller) SetEvaluator(e *policy.Evaluator) error {
 	return nil
 }
 
-// Run waits for the pod cache, then runs workers until ctx is cancelled. On
+// Run waits for the pod and namespace caches, then runs workers until ctx is cancelled. On
 // cancellation workers stop taking keys and Run waits up to the shutdown timeout
 // for removals in flight; those keep a context of their own until then.
 func (c *Controller) Run(ctx context.Context, workers int) error {
@@ -233,8 +242,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}()
 
 	logger.Info("Starting controller", "workers", workers, "dryRun", c.opts.DryRun)
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.podsSynced) {
-		return errors.New("pod cache did not sync")
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.podsSynced, c.namespacesSynced) {
+		return errors.New("pod and namespace caches did not sync")
 	}
 	wg.Go(func() { c.state.run(ctx, c.queue.Add) })
 	c.metrics.setMaxConcurrency(workers)
@@ -347,7 +356,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	}
 
 	now := c.now()
-	decision, err := c.evaluator.Load().Decide(pod, now)
+	decision, err := c.evaluator.Load().Decide(pod, namespaceInfo(c.namespaces, pod.Namespace), now)
 	if err != nil {
 		var invalid *policy.AnnotationError
 		if errors.As(err, &invalid) {

@@ -48,13 +48,33 @@ type fixture struct {
 }
 
 // newFixture builds a controller over a fake clientset whose informer cache is
-// preloaded with pods, with a fake clock at t0 driving the queue.
+// preloaded with pods, with a fake clock at t0 driving the queue. The pods'
+// namespaces exist, without labels or annotations.
 func newFixture(t *testing.T, opts Options, pods ...*corev1.Pod) *fixture {
 	t.Helper()
+	return newFixtureWithNamespaces(t, opts, nil, pods...)
+}
+
+// newFixtureWithNamespaces is newFixture with exactly the namespaces given;
+// nil means the pods' namespaces. The namespace informer runs on
+// the fake clientset, so that namespace changes reach the controller.
+func newFixtureWithNamespaces(t *testing.T, opts Options, namespaces []*corev1.Namespace, pods ...*corev1.Pod) *fixture {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
-	objs := make([]runtime.Object, len(pods))
-	for i, p := range pods {
-		objs[i] = p
+	objs := make([]runtime.Object, 0, len(pods)+len(namespaces))
+	for _, p := range pods {
+		objs = append(objs, p)
+	}
+	seen := map[string]bool{}
+	for _, ns := range namespaces {
+		objs = append(objs, ns)
+		seen[ns.Name] = true
+	}
+	for _, p := range pods {
+		if namespaces == nil && !seen[p.Namespace] {
+			objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: p.Namespace}})
+			seen[p.Namespace] = true
+		}
 	}
 	f := &fixture{
 		t:        t,
@@ -79,12 +99,19 @@ func newFixture(t *testing.T, opts Options, pods ...*corev1.Pod) *fixture {
 			t.Fatal(err)
 		}
 	}
-	c, err := NewController(ctx, podInformer, f.client, f.recorder, f.clock, opts)
+	nsFactory := informers.NewSharedInformerFactory(f.client, 0)
+	namespaceInformer := nsFactory.Core().V1().Namespaces().Informer()
+	c, err := NewController(ctx, podInformer, namespaceInformer, f.client, f.recorder, f.clock, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.podsSynced = alwaysReady
 	runCtx, cancel := context.WithCancel(ctx)
+	nsFactory.Start(runCtx.Done())
+	t.Cleanup(nsFactory.Shutdown)
+	if !cache.WaitForCacheSync(runCtx.Done(), namespaceInformer.HasSynced) {
+		t.Fatal("namespace cache did not sync")
+	}
 	done := make(chan struct{})
 	go func() { defer close(done); c.state.run(runCtx, c.queue.Add) }()
 	t.Cleanup(func() { cancel(); <-done; c.queue.ShutDown() })
@@ -114,6 +141,12 @@ func (f *fixture) next() {
 // waitReady steps the fake clock by d and says whether a key became ready.
 func (f *fixture) stepAndCheckReady(d time.Duration) bool {
 	f.t.Helper()
+	// Step only once the parked keys' timer is armed: a step taken while it
+	// is being armed would delay it by d.
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true,
+		func(context.Context) (bool, error) { return f.c.state.settled(), nil }); err != nil {
+		f.t.Fatal("the parked keys' timer was never armed")
+	}
 	f.clock.Step(d)
 	err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 200*time.Millisecond, true,
 		func(context.Context) (bool, error) { return f.c.queue.Len() > 0, nil })

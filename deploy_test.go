@@ -30,7 +30,8 @@ import (
 
 // These tests check artifacts/deploy against the code: the flags in the
 // Deployment exist and agree with its ports, probes and volumes, the RBAC is
-// exactly what podjanitor uses, and the policy ConfigMap is artifacts/policy.yaml.
+// exactly what podjanitor uses, and the policy ConfigMap is the conservative
+// artifacts/policy-default.yaml.
 // test/e2e/rbac_test.go proves on a real API server that the RBAC suffices.
 
 const (
@@ -39,7 +40,11 @@ const (
 	deployName      = "podjanitor"
 )
 
-var updateDeploy = flag.Bool("update-deploy", false, "rewrite artifacts/deploy/configmap.yaml from artifacts/policy.yaml")
+var updateDeploy = flag.Bool("update-deploy", false, "rewrite artifacts/deploy/configmap.yaml from artifacts/policy-default.yaml")
+
+// defaultPolicyFile is the policy artifacts/deploy ships; artifacts/policy.yaml
+// is the full example, which nobody gets without choosing it.
+const defaultPolicyFile = "artifacts/policy-default.yaml"
 
 // deployObjects are the objects of the kustomization's resources, by kind.
 type deployObjects struct {
@@ -253,7 +258,9 @@ func permissions(t *testing.T, what string, rules []rbacv1.PolicyRule) []string 
 // The permissions podjanitor uses, as permissions() flattens them: on pods
 // (a ClusterRole, or a Role in the watched namespace) and on its Lease.
 var (
-	podPermissions = []string{
+	// namespacePermissions are cluster-scoped: the namespace informer.
+	namespacePermissions = []string{"/namespaces get", "/namespaces list", "/namespaces watch"}
+	podPermissions       = []string{
 		"/pods delete", "/pods get", "/pods list", "/pods watch",
 		"/pods/eviction create",
 		"events.k8s.io/events create", "events.k8s.io/events patch",
@@ -269,7 +276,7 @@ func TestDeployRBACIsLeastPrivilege(t *testing.T) {
 	sa := one(t, "ServiceAccount", d.serviceAccounts)
 
 	cr := one(t, "ClusterRole", d.clusterRoles)
-	want := podPermissions
+	want := append(slices.Clone(namespacePermissions), podPermissions...)
 	if got := permissions(t, "ClusterRole", cr.Rules); !slices.Equal(got, want) {
 		t.Errorf("ClusterRole %s grants\n  %q\nwant exactly\n  %q", cr.Name, got, want)
 	}
@@ -510,10 +517,10 @@ func TestDeployServiceSelectsTheMetricsPort(t *testing.T) {
 }
 
 // TestDeployPolicyConfigMap checks that the ConfigMap carries
-// artifacts/policy.yaml byte for byte, and that it validates.
+// artifacts/policy-default.yaml byte for byte, and that it validates.
 // With -update-deploy it rewrites the ConfigMap's policy from that file.
 func TestDeployPolicyConfigMap(t *testing.T) {
-	want, err := os.ReadFile("artifacts/policy.yaml")
+	want, err := os.ReadFile(defaultPolicyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,10 +537,58 @@ func TestDeployPolicyConfigMap(t *testing.T) {
 		t.Fatalf("ConfigMap %s has no key policy.yaml", cm.Name)
 	}
 	if got != string(want) {
-		t.Errorf("%s's policy.yaml differs from artifacts/policy.yaml; run\n  go test -run TestDeployPolicyConfigMap -update-deploy .", path)
+		t.Errorf("%s's policy.yaml differs from %s; run\n  go test -run TestDeployPolicyConfigMap -update-deploy .", path, defaultPolicyFile)
 	}
 	if _, err := policy.Parse([]byte(got)); err != nil {
 		t.Errorf("the ConfigMap's policy does not validate: %v", err)
+	}
+}
+
+// TestDefaultPolicyRemovesOnlyFinishedPods proves that what
+// `kubectl apply -k artifacts/deploy` turns on never removes a pod that runs
+// or waits to run: every rule of the default policy requires a finished
+// phase and counts from the finish, and none reaches into kube-system or the
+// critical priority classes. Its commented examples and the full example
+// policy parse, so that turning them on works.
+func TestDefaultPolicyRemovesOnlyFinishedPods(t *testing.T) {
+	p, err := policy.LoadFile(defaultPolicyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rule := range p.Rules {
+		if len(rule.Match.Phases) == 0 {
+			t.Errorf("%s: rule %q matches pods in any phase; want only Succeeded or Failed", defaultPolicyFile, rule.Name)
+		}
+		for _, phase := range rule.Match.Phases {
+			if phase != corev1.PodSucceeded && phase != corev1.PodFailed {
+				t.Errorf("%s: rule %q matches %s pods; want only Succeeded or Failed", defaultPolicyFile, rule.Name, phase)
+			}
+		}
+		if rule.Clock != policy.ClockFinished {
+			t.Errorf("%s: rule %q has clock %q; want %q", defaultPolicyFile, rule.Name, rule.Clock, policy.ClockFinished)
+		}
+		if len(rule.Match.PriorityClassNames.Include) > 0 || slices.Contains(rule.Match.Namespaces.Include, metav1.NamespaceSystem) {
+			t.Errorf("%s: rule %q names critical pods or kube-system", defaultPolicyFile, rule.Name)
+		}
+	}
+	if len(p.Rules) == 0 {
+		t.Errorf("%s has no rules", defaultPolicyFile)
+	}
+
+	data, err := os.ReadFile(defaultPolicyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uncommented := strings.NewReplacer("  # - ", "  - ", "  #   ", "    ").Replace(string(data))
+	examples, err := policy.Parse([]byte(uncommented))
+	if err != nil {
+		t.Fatalf("%s with its examples uncommented: %v", defaultPolicyFile, err)
+	}
+	if len(examples.Rules) <= len(p.Rules) {
+		t.Errorf("%s: uncommenting the examples gave %d rules, want more than the %d default ones", defaultPolicyFile, len(examples.Rules), len(p.Rules))
+	}
+	if _, err := policy.LoadFile("artifacts/policy.yaml"); err != nil {
+		t.Error(err)
 	}
 }
 

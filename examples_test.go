@@ -43,7 +43,7 @@ func TestExamples(t *testing.T) {
 				t.Fatal(err)
 			}
 			pod.CreationTimestamp.Time = created
-			d, err := (&policy.Evaluator{}).Decide(&pod, now)
+			d, err := (&policy.Evaluator{}).Decide(&pod, &policy.Namespace{}, now)
 			var invalid *policy.AnnotationError
 			if got := errors.As(err, &invalid); got != tc.invalid {
 				t.Fatalf("Decide error = %v, want invalid=%v", err, tc.invalid)

@@ -20,13 +20,17 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -282,6 +286,30 @@ func informerFactory(client kubernetes.Interface, o *options) informers.SharedIn
 	)
 }
 
+// newNamespaceInformer watches the metadata of namespaces, only of
+// --namespace when it is set, keeping their labels and keep annotation.
+func newNamespaceInformer(client metadata.Interface, o *options) (cache.SharedIndexInformer, error) {
+	informer := metadatainformer.NewFilteredMetadataInformer(client, corev1.SchemeGroupVersion.WithResource("namespaces"),
+		metav1.NamespaceAll, 0, cache.Indexers{},
+		func(lo *metav1.ListOptions) { lo.FieldSelector = namespaceFieldSelector(o) }).Informer()
+	if err := informer.SetTransform(namespaceTransform(keepAnnotationKey(o))); err != nil {
+		return nil, fmt.Errorf("namespace informer: %w", err)
+	}
+	return informer, nil
+}
+
+// namespaceFieldSelector selects the namespace of --namespace, else every namespace.
+func namespaceFieldSelector(o *options) string {
+	if o.namespace == "" {
+		return ""
+	}
+	return fields.OneTermEqualSelector("metadata.name", o.namespace).String()
+}
+
+func keepAnnotationKey(o *options) string {
+	return (&policy.Evaluator{Prefix: o.annotationPrefix}).AnnotationKey(policy.AnnotationKeep)
+}
+
 func runDaemon(args []string) int {
 	o, err := parseFlags("podjanitor", args, false)
 	if err != nil {
@@ -358,7 +386,15 @@ func daemon(ctx context.Context, o *options) error {
 
 	factory := informerFactory(client, o)
 	podInformer := factory.Core().V1().Pods()
-	controller, err := NewController(ctx, podInformer, client, recorder, clk, Options{
+	metadataClient, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating metadata client: %w", err)
+	}
+	namespaceInformer, err := newNamespaceInformer(metadataClient, o)
+	if err != nil {
+		return err
+	}
+	controller, err := NewController(ctx, podInformer, namespaceInformer, client, recorder, clk, Options{
 		Evaluator:            evaluator,
 		DryRun:               o.dryRun,
 		NoRemovalEvents:      !o.removalEvents,
@@ -387,7 +423,8 @@ func daemon(ctx context.Context, o *options) error {
 		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	}
 	serveErr := make(chan error, 2)
-	if err := serveEndpoints(ctx, o, metrics, watchdog, podInformer.Informer().HasSynced, serveErr); err != nil {
+	synced := func() bool { return podInformer.Informer().HasSynced() && namespaceInformer.HasSynced() }
+	if err := serveEndpoints(ctx, o, metrics, watchdog, synced, serveErr); err != nil {
 		return err
 	}
 
@@ -396,6 +433,7 @@ func daemon(ctx context.Context, o *options) error {
 	})
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
+	go namespaceInformer.RunWithContext(ctx)
 	go releaseSyncMemory(ctx, podInformer.Informer().HasSynced, controller.Pending)
 
 	runCtx, cancelRun := context.WithCancel(ctx)
@@ -552,7 +590,7 @@ func serveEndpoints(ctx context.Context, o *options, metrics *Metrics, watchdog 
 		})
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 			if !synced() {
-				http.Error(w, "pod cache not synced", http.StatusServiceUnavailable)
+				http.Error(w, "pod and namespace caches not synced", http.StatusServiceUnavailable)
 				return
 			}
 			fmt.Fprintln(w, "ok")

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/pager"
 
 	"github.com/podjanitor/podjanitor/policy"
@@ -76,11 +77,19 @@ func plan(ctx context.Context, o *options, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("creating clientset: %w", err)
 	}
+	metadataClient, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating metadata client: %w", err)
+	}
+	namespaces, err := listNamespaces(ctx, metadataClient, o)
+	if err != nil {
+		return err
+	}
 	pods, err := listPods(ctx, client, o)
 	if err != nil {
 		return err
 	}
-	report := buildPlan(evaluator, pods, time.Now())
+	report := buildPlan(evaluator, pods, namespaces, time.Now())
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -105,11 +114,36 @@ func listPods(ctx context.Context, client kubernetes.Interface, o *options) ([]*
 	return pods, nil
 }
 
-// buildPlan decides every pod as the daemon would at now.
-func buildPlan(e *policy.Evaluator, pods []*corev1.Pod, now time.Time) planReport {
+// listNamespaces reads the metadata of the namespaces the daemon would watch
+// (only --namespace when it is set), as its namespace cache holds them.
+func listNamespaces(ctx context.Context, client metadata.Interface, o *options) (map[string]*policy.Namespace, error) {
+	namespaces := map[string]*policy.Namespace{}
+	transform := namespaceTransform(keepAnnotationKey(o))
+	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		opts.FieldSelector = namespaceFieldSelector(o)
+		return client.Resource(corev1.SchemeGroupVersion.WithResource("namespaces")).List(ctx, opts)
+	})
+	err := p.EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
+		lean, err := transform(obj)
+		if err != nil {
+			return err
+		}
+		m := lean.(*metav1.PartialObjectMetadata)
+		namespaces[m.Name] = &policy.Namespace{Labels: m.Labels, Annotations: m.Annotations}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing namespaces: %w", err)
+	}
+	return namespaces, nil
+}
+
+// buildPlan decides every pod as the daemon would at now; a pod whose
+// namespace is not in namespaces is left alone, as the daemon leaves it.
+func buildPlan(e *policy.Evaluator, pods []*corev1.Pod, namespaces map[string]*policy.Namespace, now time.Time) planReport {
 	r := planReport{GeneratedAt: now.UTC(), Totals: map[string]int{}, Pods: []planEntry{}, Invalid: []planInvalid{}, Scanned: len(pods)}
 	for _, pod := range pods {
-		d, err := e.Decide(pod, now)
+		d, err := e.Decide(pod, namespaces[pod.Namespace], now)
 		if err != nil {
 			r.Invalid = append(r.Invalid, planInvalid{Namespace: pod.Namespace, Pod: pod.Name, Error: err.Error()})
 			continue

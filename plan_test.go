@@ -21,7 +21,7 @@ func TestBuildPlanSortsByDeadlineAndCounts(t *testing.T) {
 		newPod("kept", t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1s", "podjanitor.io/keep": "true"}),
 		newPod("typo", t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "3x"}),
 	}
-	r := buildPlan(&policy.Evaluator{}, pods, t0)
+	r := buildPlan(&policy.Evaluator{}, pods, map[string]*policy.Namespace{"default": {}}, t0)
 
 	var got []string
 	for _, e := range r.Pods {
@@ -46,5 +46,52 @@ func TestBuildPlanSortsByDeadlineAndCounts(t *testing.T) {
 		if !strings.Contains(out.String(), line) {
 			t.Errorf("table output lacks %q:\n%s", line, out.String())
 		}
+	}
+}
+
+// TestBuildPlanReadsNamespaces proves that plan answers as the daemon does
+// about namespaces: a kept namespace's pods have no deadline, a rule's
+// namespaceSelector reads the namespace's labels, and a pod whose namespace
+// was not listed is left alone.
+func TestBuildPlanReadsNamespaces(t *testing.T) {
+	p, err := policy.Parse([]byte(`apiVersion: podjanitor.io/v1alpha1
+kind: PodJanitorPolicy
+rules:
+- name: ci
+  match: {namespaceSelector: team=ci}
+  clock: created
+  after: 1h
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inNamespace := func(ns, name string, annotations map[string]string) *corev1.Pod {
+		pod := newPod(name, t0.Add(-2*time.Hour), corev1.PodRunning, annotations)
+		pod.Namespace = ns
+		return pod
+	}
+	pods := []*corev1.Pod{
+		inNamespace("ci", "by-rule", nil),
+		inNamespace("web", "not-selected", nil),
+		inNamespace("web", "by-ttl", map[string]string{"podjanitor.io/ttl": "1h"}),
+		inNamespace("kept", "kept-ttl", map[string]string{"podjanitor.io/ttl": "1h"}),
+		inNamespace("kept-ci", "kept-rule", nil),
+		inNamespace("new", "unknown-ns", map[string]string{"podjanitor.io/ttl": "1h"}),
+	}
+	keep := map[string]string{"podjanitor.io/keep": "true"}
+	namespaces := map[string]*policy.Namespace{
+		"ci":      {Labels: map[string]string{"team": "ci"}},
+		"web":     {Labels: map[string]string{"team": "web"}},
+		"kept":    {Annotations: keep},
+		"kept-ci": {Labels: map[string]string{"team": "ci"}, Annotations: keep},
+	}
+	r := buildPlan(&policy.Evaluator{Policy: p}, pods, namespaces, t0)
+	var got []string
+	for _, e := range r.Pods {
+		got = append(got, e.Namespace+"/"+e.Pod+" "+e.Source)
+	}
+	want := []string{"ci/by-rule rule/ci", "web/by-ttl podjanitor.io/ttl"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("plan entries (-want,+got):\n%s", diff)
 	}
 }

@@ -14,16 +14,16 @@ import (
 // cachedPod is what the pod informer stores: a lean pod (see leanPod) packed
 // to a few hundred bytes. The embedded ObjectMeta holds only name, namespace,
 // uid, resourceVersion and the creation and deletion timestamps, which is all
-// the informer itself reads. Labels and owner references are one protobuf
-// message interned with unique.Make, so the pods of one workload share a
-// single copy; the kept annotations and the status are a protobuf message of
-// their own.
+// the informer itself reads. Labels, owner references and the priority class
+// name are one protobuf message interned with unique.Make, so the pods of one
+// workload share a single copy; the kept annotations and the status are a
+// protobuf message of their own.
 //
 // A cachedPod is not a Pod: the controller reads it with podFromCache, never
 // through a PodLister. It is immutable once stored.
 type cachedPod struct {
 	metav1.ObjectMeta
-	workload unique.Handle[string] // metav1.ObjectMeta{Labels, OwnerReferences}, marshalled
+	workload unique.Handle[string] // corev1.Pod{ObjectMeta{Labels, OwnerReferences}, Spec{PriorityClassName}}, marshalled
 	rest     string                // corev1.Pod{ObjectMeta{Annotations}, Status}, marshalled
 }
 
@@ -33,7 +33,10 @@ var _ runtime.Object = &cachedPod{}
 // in whole seconds, as the API server serves them), and sorts map keys, so
 // equal label sets marshal to equal strings.
 func packPod(lean *corev1.Pod) (*cachedPod, error) {
-	workload, err := (&metav1.ObjectMeta{Labels: lean.Labels, OwnerReferences: lean.OwnerReferences}).Marshal()
+	workload, err := (&corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Labels: lean.Labels, OwnerReferences: lean.OwnerReferences},
+		Spec:       corev1.PodSpec{PriorityClassName: lean.Spec.PriorityClassName},
+	}).Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("packing pod %s/%s: %w", lean.Namespace, lean.Name, err)
 	}
@@ -52,13 +55,14 @@ func (p *cachedPod) Pod() (*corev1.Pod, error) {
 	if err := pod.Unmarshal([]byte(p.rest)); err != nil {
 		return nil, fmt.Errorf("unpacking cached pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	var workload metav1.ObjectMeta
+	var workload corev1.Pod
 	if err := workload.Unmarshal([]byte(p.workload.Value())); err != nil {
 		return nil, fmt.Errorf("unpacking cached pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	annotations := pod.Annotations
 	pod.ObjectMeta = *p.ObjectMeta.DeepCopy()
 	pod.Labels, pod.Annotations, pod.OwnerReferences = workload.Labels, annotations, workload.OwnerReferences
+	pod.Spec.PriorityClassName = workload.Spec.PriorityClassName
 	return pod, nil
 }
 

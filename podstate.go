@@ -37,6 +37,9 @@ type podStates struct {
 	parked    parkedHeap
 	scheduled int           // parked entries with forDeadline set
 	wake      chan struct{} // the earliest wake-up time changed
+	// waiting is set while run is blocked with its timer armed for the
+	// earliest entry, so tests with a fake clock know when to step it.
+	waiting bool
 }
 
 type podState struct {
@@ -257,9 +260,23 @@ func (s *podStates) len() int {
 
 // offsetChanged wakes run to time its next wake-up again: the estimate of
 // the API server's clock moved, and parked deadlines move with it.
-func (s *podStates) offsetChanged() { s.signal() }
+func (s *podStates) offsetChanged() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.signal()
+}
 
+// settled reports whether run waits for the clock or a change, with nothing
+// it has not looked at yet (for tests that step a fake clock).
+func (s *podStates) settled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting
+}
+
+// signal wakes run. Callers hold s.mu.
 func (s *podStates) signal() {
+	s.waiting = false
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -289,23 +306,29 @@ func (s *podStates) run(ctx context.Context, ready func(cache.ObjectName)) {
 		for _, key := range due {
 			ready(key)
 		}
-		if idle {
-			select {
-			case <-ctx.Done():
-				return
-			case <-s.wake:
-			}
-			continue
+		var timer clock.Timer
+		var timeout <-chan time.Time
+		if !idle {
+			timer = s.clock.NewTimer(wait)
+			timeout = timer.C()
 		}
-		timer := s.clock.NewTimer(wait)
+		s.mu.Lock()
+		s.waiting = len(s.wake) == 0
+		s.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			timer.Stop()
-			return
 		case <-s.wake:
-			timer.Stop()
-		case <-timer.C():
+		case <-timeout:
 		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.mu.Lock()
+		s.waiting = false
+		s.mu.Unlock()
 	}
 }
 

@@ -29,6 +29,7 @@ func podTransform(prefix string) cache.TransformFunc {
 //     creationTimestamp, deletionTimestamp, labels (rule label selectors),
 //     ownerReferences (apiVersion, kind, name, uid, controller; rule owner kinds),
 //     annotations under annotationPrefix and kubernetes.io/config.mirror (mirror pods);
+//   - spec: priorityClassName (rules leave critical pods alone);
 //   - status: phase, reason, startTime, the conditions the policy reads
 //     (DisruptionTarget, Ready, PodScheduled: type, status, reason,
 //     lastTransitionTime), and for each waiting or terminated (init) container:
@@ -37,7 +38,7 @@ func podTransform(prefix string) cache.TransformFunc {
 //     (without startedAt) or without a state included: they tell a pod making
 //     progress from one stuck Pending.
 //
-// Dropped: managedFields, every other annotation, the whole spec, other
+// Dropped: managedFields, every other annotation, the rest of the spec, other
 // conditions, the statuses of running containers of pods not Pending, and the
 // rest of the status (messages, IPs, images, resources, lastTerminationState, ...).
 func leanPod(pod *corev1.Pod, annotationPrefix string) *corev1.Pod {
@@ -54,6 +55,7 @@ func leanPod(pod *corev1.Pod, annotationPrefix string) *corev1.Pod {
 			Annotations:       keptAnnotations(pod.Annotations, annotationPrefix),
 			OwnerReferences:   leanOwners(pod.OwnerReferences),
 		},
+		Spec: corev1.PodSpec{PriorityClassName: pod.Spec.PriorityClassName},
 		Status: corev1.PodStatus{
 			Phase:                 pod.Status.Phase,
 			Reason:                pod.Status.Reason,

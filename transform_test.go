@@ -57,8 +57,8 @@ func TestLeanPodKeepsDecisions(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, now := range nows {
-				want, wantErr := e.Decide(full, now)
-				got, gotErr := e.Decide(lean, now)
+				want, wantErr := e.Decide(full, &policy.Namespace{}, now)
+				got, gotErr := e.Decide(lean, &policy.Namespace{}, now)
 				if diff := cmp.Diff(want, got); diff != "" {
 					t.Fatalf("%s: pod %d at %v: decision differs (-full,+lean):\n%s\nfull pod: %+v", name, i, now, diff, full)
 				}
@@ -114,7 +114,7 @@ func TestLeanPodKeepsProgress(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, p := range []*corev1.Pod{full, lean} {
-			d, err := e.Decide(p, created.Add(40*time.Minute))
+			d, err := e.Decide(p, &policy.Namespace{}, created.Add(40*time.Minute))
 			if err != nil || d.HasDeadline() {
 				t.Errorf("%s: Decide() = %+v, %v; want no deadline", name, d, err)
 			}
@@ -133,7 +133,7 @@ func TestLeanPodDropsWhatIsNotRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(lean.ManagedFields) != 0 || len(lean.Spec.Containers) != 0 || lean.Status.Message != "" || lean.Status.PodIP != "" {
+	if len(lean.ManagedFields) != 0 || len(lean.Spec.Containers) != 0 || lean.Spec.NodeName != "" || lean.Status.Message != "" || lean.Status.PodIP != "" {
 		t.Errorf("lean pod keeps unread fields: %+v", lean)
 	}
 	if diff := cmp.Diff(map[string]string{"podjanitor.io/ttl": "1h"}, lean.Annotations); diff != "" {
@@ -318,6 +318,9 @@ func generatePod(rng *rand.Rand, i int, base time.Time) *corev1.Pod {
 		pod.Annotations[prefix+"/ttl"] = "1m"
 	case 4:
 		pod.Annotations[corev1.MirrorPodAnnotationKey] = "hash"
+	}
+	if pick(12) == 0 {
+		pod.Spec.PriorityClassName = []string{"system-cluster-critical", "system-node-critical", "batch"}[pick(3)]
 	}
 	return pod
 }

@@ -7,6 +7,8 @@
 #   make bench BENCH_PODS=150000 BENCH_SCENARIOS=idle-standin
 #                                   memory and idle cost at N with the pods served by the driver's
 #                                   stand-in API server: no cluster, so N is not bounded by its memory
+#   make bench BENCH_PODJANITOR=pod podjanitor as a pod of artifacts/deploy on the local cluster's
+#                                   real node (root), not as a process
 #   make bench BENCH_PODS=1000 BENCH_SCENARIOS=churn,recovery
 #                                   memory under churn (BENCH_ARGS='-churn-pods 100000 -churn-live 1000')
 #                                   and recovery after a 60 s API server outage (-outage)
@@ -23,13 +25,14 @@ BENCH_QPS          ?= 1000
 BENCH_BURST        ?= 1000
 BENCH_IDLE         ?= 60s
 BENCH_PORT_BASE    ?= 29400
+BENCH_PODJANITOR   ?= process
 BENCH_KIND_CLUSTER ?= podjanitor-bench
 KIND               ?= kind
 
 BENCH_ENV = BENCH_PODS=$(BENCH_PODS) BENCH_BACKLOG_PODS=$(BENCH_BACKLOG_PODS) \
 	BENCH_SCENARIOS=$(BENCH_SCENARIOS) BENCH_RUNS=$(BENCH_RUNS) BENCH_WINDOWS=$(BENCH_WINDOWS) \
 	BENCH_WORKERS=$(BENCH_WORKERS) BENCH_QPS=$(BENCH_QPS) BENCH_BURST=$(BENCH_BURST) \
-	BENCH_IDLE=$(BENCH_IDLE) BENCH_PORT_BASE=$(BENCH_PORT_BASE)
+	BENCH_IDLE=$(BENCH_IDLE) BENCH_PORT_BASE=$(BENCH_PORT_BASE) BENCH_PODJANITOR=$(BENCH_PODJANITOR)
 
 .PHONY: bench bench-kind
 

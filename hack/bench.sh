@@ -19,6 +19,9 @@
 #   BENCH_QPS/BENCH_BURST  client QPS/burst of both              (default 1000/1000)
 #   BENCH_IDLE          idle measurement period                  (default 60s)
 #   BENCH_KUBECONFIG    use this cluster instead of starting one (bench-kind)
+#   BENCH_PODJANITOR    process (default): podjanitor as a process of this machine;
+#                       pod: as a pod of artifacts/deploy on the local cluster's real
+#                       node (REAL_NODE=1: root; image from `make image-archive`)
 #   BENCH_ARGS          more driver flags (go run ./hack/bench -h)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,7 +59,16 @@ if [ -n "${BENCH_KUBECONFIG:-}" ]; then
 fi
 
 export CLUSTER_DIR=$out/cluster PORT_BASE=${BENCH_PORT_BASE:-29400}
-for c in etcd kube-apiserver kube-controller-manager kwok; do
+case ${BENCH_PODJANITOR:-process} in
+  process) tools="etcd kube-apiserver kube-controller-manager kwok" ;;
+  pod)
+    export REAL_NODE=1
+    tools="etcd kube-apiserver kube-controller-manager kwok kubelet kube-scheduler kustomize"
+    make --no-print-directory image-archive
+    ;;
+  *) echo "BENCH_PODJANITOR=${BENCH_PODJANITOR}: want process or pod" >&2; exit 2 ;;
+esac
+for c in $tools; do
   [ -x "_output/bin/$c" ] || { hack/build-tools.sh; break; }
 done
 cleanup() {
@@ -71,5 +83,10 @@ cleanup() {
 trap cleanup EXIT
 hack/local-cluster.sh down >/dev/null 2>&1 || true # a cluster left by an interrupted run
 hack/local-cluster.sh up
+if [ "${BENCH_PODJANITOR:-process}" = pod ]; then
+  hack/local-cluster.sh load-image _output/images/podjanitor.tar
+  _output/bin/kustomize build "$CLUSTER_DIR/deploy" >"$out/podjanitor-pod.yaml"
+  args+=(-pod-manifests "$out/podjanitor-pod.yaml")
+fi
 # -cluster-dir: the recovery scenario stops and starts this cluster's kube-apiserver.
 _output/bin/podjanitor-bench -kubeconfig "$CLUSTER_DIR/kubeconfig" -cluster-dir "$root/$CLUSTER_DIR" "${args[@]}" "${extra[@]}"

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Builds the local cluster's upstream binaries (etcd, kube-apiserver,
-# kube-controller-manager, kwok) from the pinned tools module into _output/bin.
-# The first build takes several minutes on 2 cores; later ones are cached.
+# Builds the local cluster's upstream binaries from the pinned tools module
+# (hack/tools) into _output/bin:
+#
+#   hack/build-tools.sh                the control plane and the real node
+#   hack/build-tools.sh control-plane  etcd, kube-apiserver, kube-controller-manager, kwok
+#   hack/build-tools.sh real-node      kubelet, kube-scheduler, kustomize (REAL_NODE=1 in
+#                                      hack/local-cluster.sh; the e2e tests need them)
+#
+# The first build takes many minutes on 2 cores; later ones are cached.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/_output/bin"
@@ -17,7 +23,8 @@ done
 
 build() { # name package
   local name=$1 pkg=$2
-  if [ -x "$bin/$name" ] && [ "$bin/$name" -nt go.sum ] && [ "$bin/$name" -nt "$0" ]; then
+  if [ -x "$bin/$name" ] && [ "$bin/$name" -nt go.sum ] && [ "$bin/$name" -nt "$0" ] &&
+    { [ "${pkg#./}" = "$pkg" ] || [ "$bin/$name" -nt "$pkg/main.go" ]; }; then
     echo "  $name: up to date"
     return
   fi
@@ -27,8 +34,21 @@ build() { # name package
   echo "  $name: built in $((SECONDS - start))s"
 }
 
+what=${1:-all}
+case $what in all | control-plane | real-node) ;; *)
+  echo "usage: $0 [all|control-plane|real-node]" >&2
+  exit 2
+  ;;
+esac
 echo "Building local cluster tools into $bin"
-build etcd ./etcd
-build kwok sigs.k8s.io/kwok/cmd/kwok
-build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
-build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
+if [ "$what" != real-node ]; then
+  build etcd ./etcd
+  build kwok sigs.k8s.io/kwok/cmd/kwok
+  build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+  build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
+fi
+if [ "$what" != control-plane ]; then
+  build kubelet k8s.io/kubernetes/cmd/kubelet
+  build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+  build kustomize ./kustomize
+fi

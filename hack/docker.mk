@@ -1,7 +1,11 @@
-# Targets for users with Docker, kind and kubectl on PATH. Not run in CI (the
-# tests use the local cluster of hack/local-cluster.sh instead). Included by the
-# Makefile, whose VERSION and COMMIT stamp the image.
+# The container image. `make image-archive` needs no Docker: hack/image writes
+# the image the Dockerfile describes, from the binary of `make build`, as an OCI
+# archive that the local cluster's real node loads (hack/local-cluster.sh
+# load-image; `make test` does). The other targets are for users with Docker,
+# kind and kubectl on PATH, and are not run in CI. Included by the Makefile,
+# whose VERSION and COMMIT stamp the image.
 #
+#   make image-archive            _output/images/podjanitor.tar, named local/podjanitor:dev
 #   make image                    build the image $(IMAGE) from the Dockerfile
 #   make kind-up kind-load deploy a kind cluster running podjanitor from artifacts/deploy
 #   make undeploy                 remove it again; `kind delete cluster --name podjanitor`
@@ -20,7 +24,12 @@ KUBECTL      ?= kubectl
 VERSION      ?= dev
 COMMIT       ?= unknown
 
-.PHONY: image kind-up kind-load deploy undeploy
+IMAGE_ARCHIVE ?= _output/images/podjanitor.tar
+
+.PHONY: image image-archive kind-up kind-load deploy undeploy
+
+image-archive: build ## Write the image as an OCI archive without Docker (IMAGE_ARCHIVE, local/podjanitor:dev).
+	go run ./hack/image -kind podjanitor -binary $(BIN) -name local/podjanitor:dev -o $(IMAGE_ARCHIVE)
 
 image: ## Build the container image IMAGE (default podjanitor:dev), version stamped.
 	$(DOCKER) build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .

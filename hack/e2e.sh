@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Runs the end-to-end tests against a fresh local cluster of their own
 # (_output/e2e, ports 27400+), so a `make run` cluster can stay up meanwhile.
-# Expects `make build tools helm` to have run. Extra arguments go to `go test`.
+# The cluster has the real node (REAL_NODE=1: needs root; installs containerd,
+# runc and the CNI plugins if missing), and podjanitor's image is loaded into
+# it. Expects `make build tools helm image-archive` to have run. Extra
+# arguments go to `go test`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-export CLUSTER_DIR=_output/e2e PORT_BASE=${E2E_PORT_BASE:-27400}
+export CLUSTER_DIR=_output/e2e PORT_BASE=${E2E_PORT_BASE:-27400} REAL_NODE=1
 cleanup() {
   status=$?
   if [ $status -ne 0 ] && [ -d _output/e2e/logs ]; then
@@ -21,9 +24,12 @@ cleanup() {
 trap cleanup EXIT
 hack/local-cluster.sh down >/dev/null 2>&1 || true # state left by an interrupted run
 hack/local-cluster.sh up
+hack/local-cluster.sh load-image _output/images/podjanitor.tar
 
 # E2E_CLUSTER_DIR lets the fault tests stop and restart the cluster's kube-apiserver
 # and reach its etcd (hack/local-cluster.sh stop-apiserver/start-apiserver).
 E2E_KUBECONFIG="$root/_output/e2e/kubeconfig" E2E_CLUSTER_DIR="$root/_output/e2e" PODJANITOR_BIN="$root/_output/bin/podjanitor" \
   HELM_BIN="${HELM_BIN:-$root/_output/bin/helm}" \
+  E2E_CLUSTER_DIR="$root/_output/e2e" E2E_IMAGE_ARCHIVE="$root/_output/images/podjanitor.tar" \
+  KUSTOMIZE_BIN="$root/_output/bin/kustomize" \
   go test -tags e2e -count=1 -timeout 30m -v ./test/e2e/ "$@"

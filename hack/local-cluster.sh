@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Local Kubernetes control plane for podjanitor: etcd, kube-apiserver,
 # kube-controller-manager and kwok (one fake Node, kwok-node-0), all on
-# 127.0.0.1, built from upstream Go modules by hack/build-tools.sh.
+# 127.0.0.1, built from upstream Go modules by hack/build-tools.sh. With
+# REAL_NODE=1 also a real node, real-node-0 (kubelet, containerd, runc), and
+# kube-scheduler; see hack/node/real-node.sh.
 #
 #   hack/local-cluster.sh up       start it (idempotent) and wait until it is usable
 #   hack/local-cluster.sh down     stop the processes it started and remove its state
 #   hack/local-cluster.sh status   show what runs; exit 0 only if the cluster is up
 #   hack/local-cluster.sh env      print `export KUBECONFIG=...`
+#   hack/local-cluster.sh load-image ARCHIVE...
+#                                  import OCI image archives into the real node
 #   hack/local-cluster.sh stop-apiserver
 #                                  stop kube-apiserver alone (an outage; the fault
 #                                  tests use it); the rest keeps running
@@ -25,6 +29,14 @@
 #   ETCD_PEER_PORT  etcd peer port                   (default PORT_BASE+80 = 26480)
 #   KCM_PORT        kube-controller-manager https port (default PORT_BASE+57 = 26457)
 #   BIN_DIR         where the binaries are (default _output/bin)
+#   REAL_NODE       1: also run the real node and kube-scheduler (needs root;
+#                   installs containerd, runc and the CNI plugins from Debian's
+#                   packages if they are missing). The API server then listens
+#                   on the node's bridge address instead of 127.0.0.1.
+#   POD_SUBNET      the real node's pods' /24 (default 10.200.<PORT_BASE/100 % 256>.0/24);
+#                   its .1 is the node's and the API server's address
+#   SCHEDULER_PORT, KUBELET_PORT, KUBELET_HEALTHZ_PORT, CRI_STREAM_PORT
+#                   (default PORT_BASE+59, +50, +48, +51)
 #   READY_TIMEOUT   seconds to wait for each component (default 120)
 #   STOP_TIMEOUT    seconds `down` waits for a process after SIGTERM before
 #                   SIGKILL (default 20)
@@ -34,9 +46,10 @@
 #
 # The kubeconfig authenticates with a static admin token (group system:masters)
 # and verifies the API server with the CA of its self-signed serving cert.
-# Pods run on the fake node when they set spec.nodeName: kwok-node-0 (there is
-# no kube-scheduler); the node has no taints. Their lifecycle comes from the
-# kwok Stages in hack/kwok/ (see hack/kwok/README.md).
+# Pods run on the fake node when they set spec.nodeName: kwok-node-0; the node
+# is tainted kwok.x-k8s.io/node=fake:NoSchedule, so that a scheduler (with
+# REAL_NODE=1) places nothing there. Their lifecycle comes from the kwok
+# Stages in hack/kwok/ (see hack/kwok/README.md).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -55,7 +68,6 @@ READY_TIMEOUT=${READY_TIMEOUT:-120}
 STOP_TIMEOUT=${STOP_TIMEOUT:-20}
 NODE_NAME=kwok-node-0
 NODE_IP=10.1.0.1   # fake; pods get IPs from 10.0.0.0/16
-COMPONENTS="etcd kube-apiserver kube-controller-manager kwok" # start order
 MARKER="$CLUSTER_DIR/.podjanitor-local-cluster"
 STATE_ENV="$CLUSTER_DIR/cluster.env"
 PKI="$CLUSTER_DIR/pki"
@@ -77,16 +89,36 @@ ENV_APISERVER_PORT=${APISERVER_PORT:-$((ENV_PORT_BASE + 43))}
 ENV_ETCD_PORT=${ETCD_PORT:-$((ENV_PORT_BASE + 79))}
 ENV_ETCD_PEER_PORT=${ETCD_PEER_PORT:-$((ENV_PORT_BASE + 80))}
 ENV_KCM_PORT=${KCM_PORT:-$((ENV_PORT_BASE + 57))}
+ENV_SCHEDULER_PORT=${SCHEDULER_PORT:-$((ENV_PORT_BASE + 59))}
+ENV_KUBELET_PORT=${KUBELET_PORT:-$((ENV_PORT_BASE + 50))}
+ENV_KUBELET_HEALTHZ_PORT=${KUBELET_HEALTHZ_PORT:-$((ENV_PORT_BASE + 48))}
+ENV_CRI_STREAM_PORT=${CRI_STREAM_PORT:-$((ENV_PORT_BASE + 51))}
+ENV_REAL_NODE=${REAL_NODE:-0}
+ENV_POD_SUBNET=${POD_SUBNET:-10.200.$(((ENV_PORT_BASE / 100) % 256)).0/24}
+
+# shellcheck source=node/real-node.sh
+. "$root/hack/node/real-node.sh"
 
 load_ports() {
   # An existing instance's ports (from its state file) win over the environment.
   APISERVER_PORT=$ENV_APISERVER_PORT ETCD_PORT=$ENV_ETCD_PORT
   ETCD_PEER_PORT=$ENV_ETCD_PEER_PORT KCM_PORT=$ENV_KCM_PORT
+  SCHEDULER_PORT=$ENV_SCHEDULER_PORT KUBELET_PORT=$ENV_KUBELET_PORT
+  KUBELET_HEALTHZ_PORT=$ENV_KUBELET_HEALTHZ_PORT CRI_STREAM_PORT=$ENV_CRI_STREAM_PORT
+  REAL_NODE=$ENV_REAL_NODE POD_SUBNET=$ENV_POD_SUBNET
   if [ -f "$STATE_ENV" ]; then
     # shellcheck disable=SC1090
     . "$STATE_ENV"
   fi
-  APISERVER_URL="https://127.0.0.1:$APISERVER_PORT"
+  case $REAL_NODE in 0 | 1) ;; *) die "REAL_NODE=$REAL_NODE: want 0 or 1" ;; esac
+  node_vars
+  API_ADDRESS=127.0.0.1
+  COMPONENTS="etcd kube-apiserver kube-controller-manager kwok" # start order
+  if [ "$REAL_NODE" = 1 ]; then
+    API_ADDRESS=$NODE_ADDRESS
+    COMPONENTS="etcd kube-apiserver kube-controller-manager kube-scheduler kwok containerd kubelet"
+  fi
+  APISERVER_URL="https://$API_ADDRESS:$APISERVER_PORT"
 }
 
 # ---------------------------------------------------------------- processes
@@ -126,14 +158,16 @@ start_proc() { # name env-assignments... -- args...
   # PID and execs the binary, so the PID file holds the binary's PID.
   local launcher=()
   command -v setsid >/dev/null 2>&1 && launcher=(setsid)
+  local binary="$BIN_DIR/$name"
+  [ "$name" != containerd ] || binary=$(command -v containerd) || die "containerd not found"
   "${launcher[@]}" env ${envs[@]+"${envs[@]}"} bash -c 'echo $$ >"$0"; exec "$@"' \
-    "$pidf" "$BIN_DIR/$name" "$@" </dev/null >>"$log" 2>&1 &
+    "$pidf" "$binary" "$@" </dev/null >>"$log" 2>&1 &
   local i
   for i in $(seq 1 50); do
     [ -s "$pidf" ] && owned_pid "$name" >/dev/null && return 0
     sleep 0.1
   done
-  die "$name did not start; see $log"
+  fail_with_log "$name" "$name did not start"
 }
 
 stop_proc() { # name
@@ -164,7 +198,10 @@ stop_proc() { # name
 
 stop_all() {
   local c
+  stop_proc kube-scheduler
+  [ "$REAL_NODE" != 1 ] || node_stop
   for c in kwok kube-controller-manager kube-apiserver etcd; do stop_proc "$c"; done
+  [ "$REAL_NODE" != 1 ] || node_network_down
 }
 
 # --------------------------------------------------------------- API access
@@ -218,8 +255,9 @@ etcd_healthy() {
 serving_cert_written() { grep -q 'END CERTIFICATE' "$SERVING_CERT" 2>/dev/null; }
 apiserver_ready() { serving_cert_written && api GET /readyz && [ "$API_BODY" = ok ]; }
 kcm_healthy() { [ "$(curl -sSk --max-time 2 "https://127.0.0.1:$KCM_PORT/healthz" 2>/dev/null)" = ok ]; }
-node_ready() {
-  api GET "/api/v1/nodes/$NODE_NAME" &&
+scheduler_healthy() { [ "$(curl -sSk --max-time 2 "https://127.0.0.1:$SCHEDULER_PORT/healthz" 2>/dev/null)" = ok ]; }
+node_ready() { # [node name]
+  api GET "/api/v1/nodes/${1:-$NODE_NAME}" &&
     printf '%s' "$API_BODY" | squash | grep -q '"type":"Ready","status":"True"'
 }
 default_sa_exists() { api GET /api/v1/namespaces/default/serviceaccounts/default; }
@@ -243,12 +281,11 @@ extract_ca() {
   mv "$CA_FILE.tmp" "$CA_FILE"
 }
 
-write_kubeconfig() {
-  local ca_data token
+write_kubeconfig() { # file token user
+  local file=$1 token=$2 user=$3 ca_data
   ca_data=$(base64 <"$CA_FILE" | tr -d '\n')
-  token=$(cat "$PKI/admin.token")
-  (umask 077 && : >"$KUBECONFIG_FILE.tmp")
-  cat >"$KUBECONFIG_FILE.tmp" <<EOF
+  (umask 077 && : >"$file.tmp")
+  cat >"$file.tmp" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -257,34 +294,33 @@ clusters:
     server: $APISERVER_URL
     certificate-authority-data: $ca_data
 users:
-- name: podjanitor-local-admin
+- name: $user
   user:
     token: $token
 contexts:
 - name: podjanitor-local
   context:
     cluster: podjanitor-local
-    user: podjanitor-local-admin
+    user: $user
     namespace: default
 current-context: podjanitor-local
 EOF
-  mv "$KUBECONFIG_FILE.tmp" "$KUBECONFIG_FILE"
+  mv "$file.tmp" "$file"
 }
 
 cmd_up() {
   local start=$SECONDS c
-  for c in $COMPONENTS; do
-    [ -x "$BIN_DIR/$c" ] || die "$BIN_DIR/$c not found; build the tools first (hack/build-tools.sh)"
-  done
   for c in curl openssl base64; do
     command -v "$c" >/dev/null 2>&1 || die "'$c' is required (apt-get install -y curl openssl)"
   done
-
+  load_ports
   if [ -d "$CLUSTER_DIR" ]; then
-    load_ports
     if is_up; then
       if [ "$APISERVER_PORT" != "$ENV_APISERVER_PORT" ]; then
         warn "the running cluster uses port $APISERVER_PORT, not $ENV_APISERVER_PORT (run down first to change ports)"
+      fi
+      if [ "$REAL_NODE" != "$ENV_REAL_NODE" ]; then
+        warn "the running cluster has REAL_NODE=$REAL_NODE, not $ENV_REAL_NODE (run down first to change it)"
       fi
       say "already running in $CLUSTER_DIR (API server $APISERVER_URL)"
       say "export KUBECONFIG=$KUBECONFIG_FILE"
@@ -293,14 +329,19 @@ cmd_up() {
     if [ -f "$MARKER" ]; then
       say "found a stopped or partial cluster in $CLUSTER_DIR; removing it and starting afresh"
       stop_all
-      rm -rf "$CLUSTER_DIR"
+      rm -rf --one-file-system "$CLUSTER_DIR"
     elif [ -n "$(ls -A "$CLUSTER_DIR" 2>/dev/null)" ]; then
       die "$CLUSTER_DIR exists, is not empty and was not created by this script; choose another CLUSTER_DIR"
     fi
   fi
   load_ports
-  local p
-  for p in "$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT"; do
+  for c in $COMPONENTS; do
+    [ "$c" = containerd ] || [ -x "$BIN_DIR/$c" ] || die "$BIN_DIR/$c not found; build the tools first (hack/build-tools.sh)"
+  done
+  [ "$REAL_NODE" != 1 ] || node_check
+  local p ports=("$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT")
+  [ "$REAL_NODE" != 1 ] || ports+=("$SCHEDULER_PORT" "$KUBELET_PORT" "$KUBELET_HEALTHZ_PORT" "$CRI_STREAM_PORT")
+  for p in "${ports[@]}"; do
     if port_in_use "$p"; then
       die "port 127.0.0.1:$p is already in use; pick other ports (PORT_BASE=..., or APISERVER_PORT/ETCD_PORT/ETCD_PEER_PORT/KCM_PORT)"
     fi
@@ -315,6 +356,12 @@ APISERVER_PORT=$APISERVER_PORT
 ETCD_PORT=$ETCD_PORT
 ETCD_PEER_PORT=$ETCD_PEER_PORT
 KCM_PORT=$KCM_PORT
+SCHEDULER_PORT=$SCHEDULER_PORT
+KUBELET_PORT=$KUBELET_PORT
+KUBELET_HEALTHZ_PORT=$KUBELET_HEALTHZ_PORT
+CRI_STREAM_PORT=$CRI_STREAM_PORT
+REAL_NODE=$REAL_NODE
+POD_SUBNET=$POD_SUBNET
 EOF
 
   # From here on, a failure stops whatever was started (logs are kept).
@@ -334,6 +381,15 @@ EOF
       -keyout "$PKI/client-ca.key" -out "$PKI/client-ca.crt" 2>/dev/null
     openssl rand -hex 32 >"$PKI/admin.token"
     printf '%s,podjanitor-admin,podjanitor-admin,"system:masters"\n' "$(cat "$PKI/admin.token")" >"$PKI/tokens.csv"
+    # The real node's kubelet, and the API server's client certificate for
+    # the kubelet's API (logs, exec), signed by the client CA.
+    openssl rand -hex 32 >"$PKI/node.token"
+    printf '%s,system:node:%s,system:node:%s,"system:nodes"\n' "$(cat "$PKI/node.token")" \
+      "$REAL_NODE_NAME" "$REAL_NODE_NAME" >>"$PKI/tokens.csv"
+    openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+      -keyout "$PKI/kubelet-client.key" -out "$PKI/kubelet-client.csr" 2>/dev/null
+    openssl x509 -req -in "$PKI/kubelet-client.csr" -CA "$PKI/client-ca.crt" -CAkey "$PKI/client-ca.key" \
+      -CAcreateserial -days 3650 -out "$PKI/kubelet-client.crt" 2>/dev/null
     printf 'Authorization: Bearer %s\n' "$(cat "$PKI/admin.token")" >"$AUTH_HEADER_FILE"
   )
 
@@ -353,11 +409,16 @@ EOF
     --log-level=warn
   wait_for etcd "etcd health (http://127.0.0.1:$ETCD_PORT/health)" etcd_healthy
 
+  if [ "$REAL_NODE" = 1 ]; then
+    say "creating bridge $BRIDGE with the node's address $NODE_ADDRESS (pods on $POD_SUBNET)"
+    node_network
+  fi
+
   say "starting kube-apiserver on $APISERVER_URL"
   start_proc kube-apiserver -- \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-    --bind-address=127.0.0.1 \
-    --advertise-address=127.0.0.1 \
+    --bind-address="$API_ADDRESS" \
+    --advertise-address="$API_ADDRESS" \
     --secure-port="$APISERVER_PORT" \
     --cert-dir="$PKI/apiserver" \
     --client-ca-file="$PKI/client-ca.crt" \
@@ -367,7 +428,10 @@ EOF
     --requestheader-group-headers=X-Remote-Group \
     --requestheader-extra-headers-prefix=X-Remote-Extra- \
     --token-auth-file="$PKI/tokens.csv" \
-    --authorization-mode=RBAC \
+    --authorization-mode=Node,RBAC \
+    --kubelet-client-certificate="$PKI/kubelet-client.crt" \
+    --kubelet-client-key="$PKI/kubelet-client.key" \
+    --kubelet-preferred-address-types=InternalIP \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$PKI/sa.pub" \
     --service-account-signing-key-file="$PKI/sa.key" \
@@ -377,7 +441,7 @@ EOF
     --profiling=false
   wait_for kube-apiserver "kube-apiserver /readyz ($APISERVER_URL/readyz)" apiserver_ready
   extract_ca
-  write_kubeconfig
+  write_kubeconfig "$KUBECONFIG_FILE" "$(cat "$PKI/admin.token")" podjanitor-local-admin
   say "kubeconfig: $KUBECONFIG_FILE"
 
   say "starting kube-controller-manager (health on https://127.0.0.1:$KCM_PORT)"
@@ -396,6 +460,21 @@ EOF
     --flex-volume-plugin-dir="$CLUSTER_DIR/kcm/flexvolume" \
     --profiling=false
   wait_for kube-controller-manager "kube-controller-manager /healthz" kcm_healthy
+
+  if [ "$REAL_NODE" = 1 ]; then
+    say "starting kube-scheduler (health on https://127.0.0.1:$SCHEDULER_PORT)"
+    mkdir -p "$PKI/scheduler"
+    start_proc kube-scheduler -- \
+      --kubeconfig="$KUBECONFIG_FILE" \
+      --authentication-kubeconfig="$KUBECONFIG_FILE" \
+      --authorization-kubeconfig="$KUBECONFIG_FILE" \
+      --bind-address=127.0.0.1 \
+      --secure-port="$SCHEDULER_PORT" \
+      --cert-dir="$PKI/scheduler" \
+      --leader-elect=false \
+      --profiling=false
+    wait_for kube-scheduler "kube-scheduler /healthz" scheduler_healthy
+  fi
 
   say "registering fake node $NODE_NAME"
   if ! api POST /api/v1/nodes -H 'Content-Type: application/yaml' --data-binary @- <<EOF; then
@@ -437,16 +516,23 @@ EOF
     "${stage_args[@]}"
   wait_for kwok "node $NODE_NAME to become Ready" node_ready
   # The TaintNodesByCondition admission plugin taints new nodes not-ready;
-  # without the node lifecycle controller nobody lifts it, so do it here.
+  # without the node lifecycle controller nobody lifts it, so do it here. The
+  # node keeps kwok's own taint: pods get here by spec.nodeName, not by a scheduler.
   api PATCH "/api/v1/nodes/$NODE_NAME" -H 'Content-Type: application/merge-patch+json' \
-    --data '{"spec":{"taints":null}}' >/dev/null ||
+    --data "{\"spec\":{\"taints\":[{\"key\":\"$KWOK_TAINT_KEY\",\"value\":\"fake\",\"effect\":\"NoSchedule\"}]}}" >/dev/null ||
     fail_with_log kube-apiserver "removing taints from $NODE_NAME failed (HTTP $API_CODE): $API_BODY"
+
+  if [ "$REAL_NODE" = 1 ]; then
+    node_start
+  fi
 
   say "waiting for the default ServiceAccount in namespace default"
   wait_for kube-controller-manager "ServiceAccount default/default" default_sa_exists
 
   trap - EXIT INT TERM
-  say "cluster is up in $((SECONDS - start))s: API server $APISERVER_URL, node $NODE_NAME, logs in $CLUSTER_DIR/logs"
+  local nodes=$NODE_NAME
+  [ "$REAL_NODE" != 1 ] || nodes="$NODE_NAME and $REAL_NODE_NAME (deploy overlay: $DEPLOY_DIR)"
+  say "cluster is up in $((SECONDS - start))s: API server $APISERVER_URL, nodes $nodes, logs in $CLUSTER_DIR/logs"
   say "export KUBECONFIG=$KUBECONFIG_FILE"
 }
 
@@ -457,13 +543,15 @@ cmd_down() {
   fi
   [ -f "$MARKER" ] || die "$CLUSTER_DIR was not created by this script; not touching it"
   say "stopping the local cluster in $CLUSTER_DIR"
+  load_ports
   stop_all
   local c left=
   for c in $COMPONENTS; do
     if owned_pid "$c" >/dev/null; then left="$left $c"; fi
   done
   [ -z "$left" ] || die "still running:$left; state kept in $CLUSTER_DIR"
-  rm -rf "$CLUSTER_DIR"
+  # --one-file-system: never into a mount the real node might have left.
+  rm -rf --one-file-system "$CLUSTER_DIR"
   say "stopped; removed $CLUSTER_DIR"
 }
 
@@ -488,12 +576,16 @@ cmd_status() {
     say "kube-apiserver: NOT ready at $APISERVER_URL"
     ok=1
   fi
-  if [ $ok = 0 ] && node_ready; then
-    say "node $NODE_NAME: Ready"
-  elif [ $ok = 0 ]; then
-    say "node $NODE_NAME: NOT Ready"
-    ok=1
-  fi
+  local n nodes=$NODE_NAME
+  [ "$REAL_NODE" != 1 ] || nodes="$NODE_NAME $REAL_NODE_NAME"
+  for n in $nodes; do
+    if [ $ok = 0 ] && node_ready "$n"; then
+      say "node $n: Ready"
+    elif [ $ok = 0 ]; then
+      say "node $n: NOT Ready"
+      ok=1
+    fi
+  done
   [ ! -f "$KUBECONFIG_FILE" ] || say "kubeconfig: $KUBECONFIG_FILE"
   return $ok
 }
@@ -503,6 +595,15 @@ cmd_env() {
     warn "no cluster in $CLUSTER_DIR (run: hack/local-cluster.sh up)"
   fi
   printf 'export KUBECONFIG=%s\n' "$KUBECONFIG_FILE"
+}
+
+cmd_load_image() {
+  [ $# -gt 0 ] || die "usage: $0 load-image ARCHIVE..."
+  load_ports
+  is_up || die "no cluster is up in $CLUSTER_DIR"
+  [ "$REAL_NODE" = 1 ] || die "the cluster in $CLUSTER_DIR has no real node (start it with REAL_NODE=1)"
+  say "importing into the real node's containerd: $*"
+  load_images "$@"
 }
 
 # ------------------------------------------------- API server outages
@@ -541,6 +642,7 @@ cmd_start_apiserver() {
 
 case ${1:-} in
   up) cmd_up ;;
+  load-image) shift; cmd_load_image "$@" ;;
   down) cmd_down ;;
   status) cmd_status ;;
   env) cmd_env ;;

@@ -10,7 +10,8 @@ say() { printf '\n==> %s\n' "$*"; }
 say "Building podjanitor"
 make --no-print-directory build
 say "Building the local cluster (etcd, kube-apiserver, kube-controller-manager, kwok); the first build takes 15-25 minutes on 2 cores, later ones seconds"
-hack/build-tools.sh
+# The real node's tools (kubelet, kube-scheduler) only when asked for: REAL_NODE=1 make run.
+if [ "${REAL_NODE:-0}" = 1 ]; then hack/build-tools.sh; else hack/build-tools.sh control-plane; fi
 say "Starting the local cluster in _output/local"
 hack/local-cluster.sh up
 # Stop the cluster however this script ends; a closed terminal or pipe must not

@@ -37,7 +37,7 @@ func AnnotationValueError(annotation, value string) string {
 		Name: "p", Namespace: "default", CreationTimestamp: metav1.NewTime(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)),
 		Annotations: map[string]string{DefaultAnnotationPrefix + "/" + annotation: value},
 	}}
-	if _, err := (&Evaluator{}).Decide(pod, time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)); err != nil {
+	if _, err := (&Evaluator{}).Decide(pod, &Namespace{}, time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)); err != nil {
 		return err.Error()
 	}
 	return ""

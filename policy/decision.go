@@ -4,12 +4,15 @@
 // pod is to be removed. It makes no API calls.
 //
 // Order of decision: mirror pods and terminating pods are out of scope; the
-// keep annotation vetoes everything; a pod carrying any deadline annotation is
-// decided by its annotations alone (the earliest deadline wins); otherwise the
-// first policy rule whose match and clock apply decides.
+// keep annotation vetoes everything; a pod whose namespace is not known is
+// left alone until it is; a pod carrying any deadline annotation is decided by
+// its annotations alone (the earliest deadline wins); otherwise the first
+// policy rule whose match and clock apply decides. Last, the keep annotation
+// of the pod's namespace vetoes whatever deadline was found.
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -53,7 +56,19 @@ const (
 const (
 	SkippedMirrorPod   = "mirror pod"
 	SkippedTerminating = "terminating"
+	// SkippedNamespaceUnknown: the pod's namespace is not known (yet), so
+	// neither its keep annotation nor its labels can be read. The namespace
+	// must exist for the pod to exist; the pod is decided once it is known.
+	SkippedNamespaceUnknown = "namespace not known"
 )
+
+// Namespace is what Decide knows about a pod's namespace.
+type Namespace struct {
+	// Labels are matched by a rule's match.namespaceSelector.
+	Labels map[string]string
+	// Annotations need only hold the keep annotation ("podjanitor.io/keep").
+	Annotations map[string]string
+}
 
 // Decision is what Decide concluded for one pod.
 type Decision struct {
@@ -69,7 +84,8 @@ type Decision struct {
 	Rule string
 	// GracePeriodSeconds is the rule's grace period for the removal; nil means the pod's own.
 	GracePeriodSeconds *int64
-	// Kept is set when the keep annotation vetoed everything.
+	// Kept is set when the keep annotation of the pod or of its namespace
+	// vetoed everything.
 	Kept bool
 	// Skipped says why the pod is out of scope (SkippedMirrorPod, SkippedTerminating).
 	Skipped string
@@ -86,9 +102,14 @@ func (d Decision) HasDeadline() bool { return !d.Deadline.IsZero() }
 type AnnotationError struct {
 	Key, Value string
 	Err        error
+	// Namespace is set when the annotation is on the pod's namespace, not on the pod.
+	Namespace string
 }
 
 func (e *AnnotationError) Error() string {
+	if e.Namespace != "" {
+		return fmt.Sprintf("namespace %s: annotation %s=%q: %v", e.Namespace, e.Key, e.Value, e.Err)
+	}
 	return fmt.Sprintf("annotation %s=%q: %v", e.Key, e.Value, e.Err)
 }
 
@@ -111,34 +132,58 @@ func (e *Evaluator) AnnotationKey(name string) string {
 	return prefix + "/" + name
 }
 
-// Decide says whether and when pod must go. It never returns a deadline for
-// mirror pods or pods with a deletionTimestamp. An annotation that does not
-// parse returns an *AnnotationError and no deadline.
-func (e *Evaluator) Decide(pod *corev1.Pod, now time.Time) (Decision, error) {
+// Decide says whether and when pod must go; ns is what is known of the pod's
+// namespace, nil when it is not known. It never returns a deadline for mirror
+// pods, pods with a deletionTimestamp, pods whose namespace is not known, or
+// pods whose namespace carries the keep annotation. An annotation that does
+// not parse returns an *AnnotationError and no deadline.
+func (e *Evaluator) Decide(pod *corev1.Pod, ns *Namespace, now time.Time) (Decision, error) {
 	if IsMirrorPod(pod) {
 		return Decision{Skipped: SkippedMirrorPod}, nil
 	}
 	if pod.DeletionTimestamp != nil {
 		return Decision{Skipped: SkippedTerminating}, nil
 	}
-	keep, err := e.keep(pod)
+	keep, err := e.keep(pod.Annotations)
 	if err != nil {
 		return Decision{}, err
 	}
 	if keep {
 		return Decision{Kept: true}, nil
 	}
+	if ns == nil {
+		return Decision{Skipped: SkippedNamespaceUnknown}, nil
+	}
 	decision, annotated, err := e.decideByAnnotations(pod, now)
-	if err != nil || annotated || e.Policy == nil {
+	if err != nil {
 		return decision, err
 	}
-	return e.Policy.decide(pod, now), nil
+	if !annotated && e.Policy != nil {
+		decision = e.Policy.decide(pod, ns, now)
+	}
+	if !decision.HasDeadline() {
+		return decision, nil
+	}
+	// Read only for pods with a deadline: a keep value that does not parse
+	// is reported on the pods it holds back, not on every pod of the namespace.
+	keep, err = e.keep(ns.Annotations)
+	if err != nil {
+		var invalid *AnnotationError
+		if errors.As(err, &invalid) {
+			invalid.Namespace = pod.Namespace
+		}
+		return Decision{}, err
+	}
+	if keep {
+		return Decision{Kept: true}, nil
+	}
+	return decision, nil
 }
 
-// keep reads the keep annotation: "true" keeps the pod, "false" or absent does not.
-func (e *Evaluator) keep(pod *corev1.Pod) (bool, error) {
+// keep reads the keep annotation: "true" keeps, "false" or absent does not.
+func (e *Evaluator) keep(annotations map[string]string) (bool, error) {
 	key := e.AnnotationKey(AnnotationKeep)
-	value, ok := pod.Annotations[key]
+	value, ok := annotations[key]
 	if !ok {
 		return false, nil
 	}

@@ -167,7 +167,7 @@ func TestDecideAnnotations(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := &Evaluator{}
-			got, err := e.Decide(tt.pod, now)
+			got, err := e.Decide(tt.pod, anyNamespace, now)
 			if err != nil {
 				t.Fatalf("Decide() error: %v", err)
 			}
@@ -184,7 +184,7 @@ func TestDecideAnnotations(t *testing.T) {
 func TestDecideCustomPrefix(t *testing.T) {
 	e := &Evaluator{Prefix: "janitor.example.com"}
 	pod := newPod(annotated("janitor.example.com/ttl", "1h", keyTTL, "1m", keyKeep, "true"))
-	got, err := e.Decide(pod, now)
+	got, err := e.Decide(pod, anyNamespace, now)
 	if err != nil {
 		t.Fatalf("Decide() error: %v", err)
 	}
@@ -269,7 +269,7 @@ func TestDecideInvalidAnnotations(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := &Evaluator{Policy: mustPolicy(t, Rule{Name: "everything", Clock: ClockCreated})}
-			got, err := e.Decide(tt.pod, now)
+			got, err := e.Decide(tt.pod, anyNamespace, now)
 			if err == nil || err.Error() != tt.wantErr {
 				t.Fatalf("Decide() error = %v, want %s", err, tt.wantErr)
 			}

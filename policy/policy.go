@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
@@ -53,7 +54,8 @@ var clockReasons = map[Clock]string{
 type Policy struct {
 	Rules []Rule
 
-	selectors []labels.Selector // parsed Rules[i].Match.LabelSelector
+	selectors   []labels.Selector // parsed Rules[i].Match.LabelSelector
+	nsSelectors []labels.Selector // parsed Rules[i].Match.NamespaceSelector
 }
 
 // Rule is one rule of a policy file.
@@ -78,8 +80,15 @@ type Match struct {
 	// Namespaces are exact names or path.Match globs ("ci-*"). kube-system
 	// is never matched unless Include names it exactly.
 	Namespaces IncludeExclude `json:"namespaces"`
+	// NamespaceSelector selects by the labels of the pod's namespace, in the
+	// same syntax as LabelSelector: "team=ci,env!=prod".
+	NamespaceSelector string `json:"namespaceSelector"`
 	// LabelSelector is in Kubernetes selector syntax: "app=web,tier!=db".
 	LabelSelector string `json:"labelSelector"`
+	// PriorityClassNames are exact names of the pod's spec.priorityClassName.
+	// Pods of the CriticalPriorityClasses are never matched unless Include
+	// names their class exactly.
+	PriorityClassNames IncludeExclude `json:"priorityClassNames"`
 	// OwnerKinds are kinds of the pod's ownerReferences ("Job", "ReplicaSet")
 	// or NoOwner for bare pods. A pod with several owners is included if any
 	// owner is included, and excluded if any owner is excluded.
@@ -225,8 +234,13 @@ func (p *Policy) add(rule Rule) error {
 	if err != nil {
 		return fmt.Errorf("%s: match.labelSelector: %w", label, err)
 	}
+	nsSelector, err := labels.Parse(rule.Match.NamespaceSelector)
+	if err != nil {
+		return fmt.Errorf("%s: match.namespaceSelector: %w", label, err)
+	}
 	p.Rules = append(p.Rules, rule)
 	p.selectors = append(p.selectors, selector)
+	p.nsSelectors = append(p.nsSelectors, nsSelector)
 	return nil
 }
 
@@ -295,6 +309,8 @@ func validateMatch(m Match) error {
 		validateNamespacePatterns("match.namespaces.exclude", m.Namespaces.Exclude),
 		validateOwnerKinds("match.ownerKinds.include", m.OwnerKinds.Include),
 		validateOwnerKinds("match.ownerKinds.exclude", m.OwnerKinds.Exclude),
+		validatePriorityClassNames("match.priorityClassNames.include", m.PriorityClassNames.Include),
+		validatePriorityClassNames("match.priorityClassNames.exclude", m.PriorityClassNames.Exclude),
 	} {
 		if err != nil {
 			return err
@@ -329,6 +345,15 @@ func validateOwnerKinds(field string, kinds []string) error {
 	for i, kind := range kinds {
 		if kind == "" || strings.ContainsAny(kind, " \t\n/") {
 			return fmt.Errorf("%s[%d]: %q is not a kind (like %q, or %q for bare pods)", field, i, kind, "ReplicaSet", NoOwner)
+		}
+	}
+	return nil
+}
+
+func validatePriorityClassNames(field string, names []string) error {
+	for i, name := range names {
+		if len(validation.IsDNS1123Subdomain(name)) > 0 {
+			return fmt.Errorf("%s[%d]: %q is not a priority class name (lowercase letters, digits, '-' and '.', like %q)", field, i, name, CriticalPriorityClasses[0])
 		}
 	}
 	return nil

@@ -120,6 +120,10 @@ func TestParseErrors(t *testing.T) {
 		{"unknown phase", rule("name: ci", "clock: created", "after: 1h", "match: {phases: [Running, Completed]}"), `rule "ci" (rules[0]): match.phases[1]: unknown phase "Completed", want one of "Pending", "Running", "Succeeded", "Failed", "Unknown"`},
 		{"phases not a list", rule("name: ci", "clock: created", "after: 1h", "match: {phases: Running}"), `rule "ci" (rules[0]): match.phases: want a list, got string`},
 		{"phase the clock never sees", rule("name: done", "clock: finished", "after: 1h", "match: {phases: [Running]}"), `rule "done" (rules[0]): match.phases[0]: clock "finished" never applies to Running pods`},
+		{"bad namespace selector", rule("name: ci", "clock: created", "after: 1h", "match: {namespaceSelector: 'team in (ci'}"), `rule "ci" (rules[0]): match.namespaceSelector: unable to parse requirement: found '', expected: ',' or ')'`},
+		{"namespace selector not a string", rule("name: ci", "clock: created", "after: 1h", "match: {namespaceSelector: {team: ci}}"), `rule "ci" (rules[0]): match.namespaceSelector: want a string, got object`},
+		{"bad priority class name", rule("name: ci", "clock: created", "after: 1h", "match: {priorityClassNames: {include: [System-Critical]}}"), `rule "ci" (rules[0]): match.priorityClassNames.include[0]: "System-Critical" is not a priority class name (lowercase letters, digits, '-' and '.', like "system-cluster-critical")`},
+		{"empty priority class name", rule("name: ci", "clock: created", "after: 1h", "match: {priorityClassNames: {exclude: ['']}}"), `rule "ci" (rules[0]): match.priorityClassNames.exclude[0]: "" is not a priority class name (lowercase letters, digits, '-' and '.', like "system-cluster-critical")`},
 		{"empty reason", rule("name: ci", "clock: created", "after: 1h", "match: {reasons: ['']}"), `rule "ci" (rules[0]): match.reasons[0]: empty reason`},
 
 		// The first bad rule is reported.
@@ -241,7 +245,7 @@ func TestLoadExamplePolicy(t *testing.T) {
 	e := &Evaluator{Policy: p}
 	for _, tt := range decisions {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := e.Decide(tt.pod, now)
+			got, err := e.Decide(tt.pod, anyNamespace, now)
 			if err != nil {
 				t.Fatalf("Decide() error: %v", err)
 			}
@@ -297,7 +301,7 @@ func TestExampleStuckPendingRule(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := e.Decide(tt.pod, tt.now)
+			got, err := e.Decide(tt.pod, anyNamespace, tt.now)
 			if err != nil {
 				t.Fatalf("Decide() error: %v", err)
 			}
@@ -362,7 +366,7 @@ func FuzzParse(f *testing.F) {
 		if len(p.Rules) == 0 {
 			t.Fatalf("Parse(%q) accepted a policy without rules", file)
 		}
-		if _, err := (&Evaluator{Policy: p}).Decide(pod, now); err != nil {
+		if _, err := (&Evaluator{Policy: p}).Decide(pod, anyNamespace, now); err != nil {
 			t.Fatalf("Decide() with an accepted policy: %v", err)
 		}
 	})

@@ -11,10 +11,10 @@ import (
 )
 
 // decide returns the decision of the first rule whose match and clock apply to pod.
-func (p *Policy) decide(pod *corev1.Pod, now time.Time) Decision {
+func (p *Policy) decide(pod *corev1.Pod, ns *Namespace, now time.Time) Decision {
 	for i := range p.Rules {
 		rule := &p.Rules[i]
-		if !rule.matches(pod, p.selector(i)) {
+		if !rule.matches(pod, ns, p.selector(i), p.nsSelector(i)) {
 			continue
 		}
 		start, ok := rule.clockStart(pod)
@@ -53,22 +53,35 @@ func gracePeriod(seconds *int64) *int64 {
 	return seconds
 }
 
-// selector is rule i's parsed label selector; a Policy built without
-// NewPolicy or Parse gets it parsed here, and a bad one matches nothing.
+// selector and nsSelector are rule i's parsed label and namespace selectors.
 func (p *Policy) selector(i int) labels.Selector {
-	if i < len(p.selectors) {
-		return p.selectors[i]
+	return parsedSelector(p.selectors, i, p.Rules[i].Match.LabelSelector)
+}
+
+func (p *Policy) nsSelector(i int) labels.Selector {
+	return parsedSelector(p.nsSelectors, i, p.Rules[i].Match.NamespaceSelector)
+}
+
+// parsedSelector is parsed[i]; a Policy built without NewPolicy or Parse has
+// none, and gets selector parsed here: a bad one matches nothing.
+func parsedSelector(parsed []labels.Selector, i int, selector string) labels.Selector {
+	if i < len(parsed) {
+		return parsed[i]
 	}
-	selector, err := labels.Parse(p.Rules[i].Match.LabelSelector)
+	s, err := labels.Parse(selector)
 	if err != nil {
 		return labels.Nothing()
 	}
-	return selector
+	return s
 }
 
-func (r *Rule) matches(pod *corev1.Pod, selector labels.Selector) bool {
+// matches reports whether the rule's match applies to pod in ns; a rule with
+// a namespace selector never matches a pod whose namespace is not known.
+func (r *Rule) matches(pod *corev1.Pod, ns *Namespace, selector, nsSelector labels.Selector) bool {
 	m := &r.Match
 	return namespaceMatches(m.Namespaces, pod.Namespace) &&
+		(nsSelector.Empty() || ns != nil && nsSelector.Matches(labels.Set(ns.Labels))) &&
+		priorityClassMatches(m.PriorityClassNames, pod.Spec.PriorityClassName) &&
 		selector.Matches(labels.Set(pod.Labels)) &&
 		ownersMatch(m.OwnerKinds, ownerKinds(pod)) &&
 		(len(m.Phases) == 0 || slices.Contains(m.Phases, pod.Status.Phase)) &&
@@ -101,6 +114,23 @@ func namespaceMatches(namespaces IncludeExclude, namespace string) bool {
 		return false
 	}
 	return len(namespaces.Include) == 0 || matchesAnyPattern(namespaces.Include, namespace)
+}
+
+// CriticalPriorityClasses are the built-in priority classes of pods a cluster
+// cannot do without (kube-dns, CNI and CSI node agents, ...). A rule matches
+// their pods only when its priorityClassNames.include names the class exactly.
+var CriticalPriorityClasses = []string{"system-cluster-critical", "system-node-critical"}
+
+// priorityClassMatches applies include/exclude names; the critical classes
+// only match when Include names them exactly.
+func priorityClassMatches(names IncludeExclude, class string) bool {
+	if slices.Contains(CriticalPriorityClasses, class) && !slices.Contains(names.Include, class) {
+		return false
+	}
+	if slices.Contains(names.Exclude, class) {
+		return false
+	}
+	return len(names.Include) == 0 || slices.Contains(names.Include, class)
 }
 
 func matchesAnyPattern(patterns []string, name string) bool {

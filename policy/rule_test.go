@@ -367,7 +367,7 @@ func TestDecideRules(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := &Evaluator{Policy: mustPolicy(t, tt.rules...)}
-			got, err := e.Decide(tt.pod, now)
+			got, err := e.Decide(tt.pod, anyNamespace, now)
 			if err != nil {
 				t.Fatalf("Decide() error: %v", err)
 			}
@@ -384,7 +384,7 @@ func TestDecidePolicyLiteral(t *testing.T) {
 		{Name: "bad", Match: Match{LabelSelector: "a=(("}, Clock: ClockCreated, After: time.Minute},
 		{Name: "web", Match: Match{LabelSelector: "app=web"}, Clock: ClockCreated, After: time.Hour},
 	}}}
-	got, err := e.Decide(newPod(labelled("app", "web")), now)
+	got, err := e.Decide(newPod(labelled("app", "web")), anyNamespace, now)
 	if err != nil {
 		t.Fatalf("Decide() error: %v", err)
 	}
@@ -401,7 +401,7 @@ func TestDecideNeverForces(t *testing.T) {
 		e := &Evaluator{Policy: &Policy{Rules: []Rule{
 			{Name: "force", Clock: ClockCreated, After: time.Hour, Action: ActionDelete, GracePeriodSeconds: ptr(seconds)},
 		}}}
-		got, err := e.Decide(newPod(inPhase(corev1.PodRunning)), now)
+		got, err := e.Decide(newPod(inPhase(corev1.PodRunning)), anyNamespace, now)
 		if err != nil {
 			t.Fatalf("Decide() error: %v", err)
 		}

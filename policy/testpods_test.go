@@ -129,3 +129,6 @@ func runningContainer() corev1.ContainerStatus {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// anyNamespace is a known namespace without labels or annotations.
+var anyNamespace = &Namespace{}

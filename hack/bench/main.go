@@ -74,6 +74,7 @@ type config struct {
 	metricsPort                    int
 	idleBound, rawEvents           bool
 	nodes                          int
+	podManifests                   string
 	churnPods, churnLive           int
 	churnBatch                     int
 	outage                         time.Duration
@@ -103,6 +104,7 @@ func main() {
 	flag.StringVar(&cfg.podjanitorAlt, "podjanitor-alt", "", "backlog: also drain a backlog with this second podjanitor binary, optionally followed by extra flags (\"_output/bin/podjanitor --removal-events=false\"), to compare a change")
 	flag.BoolVar(&cfg.rawEvents, "backlog-raw-events", false, "backlog: also run the raw deleter with an Event per deleted pod, as podjanitor records")
 	flag.IntVar(&cfg.nodes, "nodes", 4, "fake nodes for -idle-bound")
+	flag.StringVar(&cfg.podManifests, "pod-manifests", "", "run podjanitor as a pod of the Deployment in this file (artifacts/deploy rendered for the local cluster's real node; hack/bench.sh with BENCH_PODJANITOR=pod), with the driver's flags; -podjanitor still gives its version and extra flags")
 	flag.IntVar(&cfg.churnPods, "churn-pods", 0, "churn: pods created and deleted; 0 = -pods")
 	flag.IntVar(&cfg.churnLive, "churn-live", 1000, "churn: pods live at a time (a multiple of -churn-batch)")
 	flag.IntVar(&cfg.churnBatch, "churn-batch", 500, "churn: pods created, and later deleted, at once")
@@ -239,6 +241,16 @@ func run(ctx context.Context, cfg *config) error {
 			return err
 		}
 		b.rest = restCfg
+	}
+	if cfg.podManifests != "" {
+		if cfg.kubeconfig == "" {
+			return fmt.Errorf("-pod-manifests needs a cluster (-kubeconfig)")
+		}
+		var err error
+		if podMode, err = setupPodMode(ctx, b.cs, cfg.podManifests); err != nil {
+			return err
+		}
+		res.Config["podjanitor_as"] = "pod on the local cluster's real node (" + cfg.podManifests + ")"
 	}
 
 	for _, s := range cfg.scenarios {

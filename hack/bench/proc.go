@@ -72,6 +72,10 @@ type janitor struct {
 	clockTicks  float64
 	logFile     *os.File
 	baseMetrics metrics
+	// With -pod-manifests: the pod that runs this podjanitor (pod.go).
+	pod     *corev1.Pod
+	pods    *podJanitors
+	stopLog func()
 }
 
 func startJanitor(cfg *config, name, ns string, workers int) (*janitor, error) {
@@ -81,6 +85,15 @@ func startJanitor(cfg *config, name, ns string, workers int) (*janitor, error) {
 // command is the binary and any extra arguments, which follow the driver's.
 func startJanitorBinary(cfg *config, command []string, name, ns string, workers int) (*janitor, error) {
 	binary := command[0]
+	if podMode != nil && strings.Join(command, " ") == cfg.podjanitor {
+		return podMode.start(cfg, append([]string{
+			"--namespace=" + ns,
+			fmt.Sprintf("--workers=%d", workers),
+			fmt.Sprintf("--kube-api-qps=%g", cfg.qps),
+			fmt.Sprintf("--kube-api-burst=%d", cfg.burst),
+			fmt.Sprintf("--max-deletions-per-second=%g", cfg.maxDeletions),
+		}, command[1:]...), name)
+	}
 	logPath := fmt.Sprintf("%s/podjanitor-%s.log", cfg.outDir, name)
 	lf, err := os.Create(logPath)
 	if err != nil {
@@ -141,6 +154,10 @@ func (j *janitor) waitReady(timeout time.Duration) (time.Duration, error) {
 }
 
 func (j *janitor) stop() {
+	if j.pods != nil {
+		j.pods.stop(j)
+		return
+	}
 	_ = j.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-j.exited:

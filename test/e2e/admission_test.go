@@ -40,7 +40,7 @@ const (
 func goError(annotations map[string]string) string {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default",
 		CreationTimestamp: metav1.Now(), Annotations: annotations}}
-	if _, err := (&policy.Evaluator{}).Decide(pod, time.Now()); err != nil {
+	if _, err := (&policy.Evaluator{}).Decide(pod, &policy.Namespace{}, time.Now()); err != nil {
 		return err.Error()
 	}
 	return ""

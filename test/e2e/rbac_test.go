@@ -45,7 +45,7 @@ const (
 // TestRBACIsSufficient runs podjanitor as the ServiceAccount of
 // artifacts/deploy, across all namespaces (as the Deployment does) and with
 // leader election in the podjanitor namespace, and exercises every permission
-// it has: the pod cache (list/watch), deletion by annotation and by rule,
+// it has: the pod and namespace caches (list/watch), deletion by annotation and by rule,
 // eviction, events, and the Lease (get, create, update on renew and release).
 func TestRBACIsSufficient(t *testing.T) {
 	t.Parallel()
@@ -149,6 +149,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		{"", "pods", "", "get", ns},
 		{"", "pods", "", "delete", ns},
 		{"", "pods", "eviction", "create", ns},
+		{"", "namespaces", "", "get", ""},
+		{"", "namespaces", "", "list", ""},
+		{"", "namespaces", "", "watch", ""},
 		{"events.k8s.io", "events", "", "create", ns},
 		{"events.k8s.io", "events", "", "patch", ns},
 		{"coordination.k8s.io", "leases", "", "get", rbacNS},
@@ -161,6 +164,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		{"", "pods", "", "patch", ns},
 		{"", "pods", "status", "update", ns},
 		{"", "pods", "exec", "create", ns},
+		{"", "namespaces", "", "update", ""},
+		{"", "namespaces", "", "patch", ""},
+		{"", "namespaces", "", "delete", ""},
 		{"", "secrets", "", "get", ns},
 		{"", "secrets", "", "list", ""},
 		{"", "configmaps", "", "get", rbacNS},
@@ -307,6 +313,7 @@ func setupDeployRBAC(t *testing.T) (string, kubernetes.Interface) {
 	// The RBAC authorizer sees new bindings through an informer: wait for them.
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		return saCan(t, ctx, sa, "", "pods", "", "watch", "") &&
+			saCan(t, ctx, sa, "", "namespaces", "", "watch", "") &&
 			saCan(t, ctx, sa, "coordination.k8s.io", "leases", "", "create", rbacNS), nil
 	})
 	if err != nil {
