@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -115,7 +116,7 @@ func apiServerRunning() bool {
 		return false
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	return err == nil && exec.Command("kill", "-0", strconv.Itoa(pid)).Run() == nil
+	return err == nil && syscall.Kill(pid, 0) == nil
 }
 
 // ------------------------------------------------------------------ watcher
