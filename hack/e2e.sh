@@ -26,9 +26,10 @@ hack/local-cluster.sh down >/dev/null 2>&1 || true # state left by an interrupte
 hack/local-cluster.sh up
 hack/local-cluster.sh load-image _output/images/podjanitor.tar
 
-# E2E_CLUSTER_DIR lets the fault tests stop and restart the cluster's kube-apiserver
-# and reach its etcd (hack/local-cluster.sh stop-apiserver/start-apiserver).
-E2E_KUBECONFIG="$root/_output/e2e/kubeconfig" E2E_CLUSTER_DIR="$root/_output/e2e" PODJANITOR_BIN="$root/_output/bin/podjanitor" \
+# E2E_CLUSTER_DIR: the fault tests stop and restart the cluster's kube-apiserver
+# (hack/local-cluster.sh stop-apiserver/start-apiserver) and reach its etcd;
+# TestDeployment reads the real node's files there.
+E2E_KUBECONFIG="$root/_output/e2e/kubeconfig" PODJANITOR_BIN="$root/_output/bin/podjanitor" \
   HELM_BIN="${HELM_BIN:-$root/_output/bin/helm}" \
   E2E_CLUSTER_DIR="$root/_output/e2e" E2E_IMAGE_ARCHIVE="$root/_output/images/podjanitor.tar" \
   KUSTOMIZE_BIN="$root/_output/bin/kustomize" \

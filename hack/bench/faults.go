@@ -40,7 +40,7 @@ type churnResult struct {
 	Rate     float64      `json:"pods_per_second"` // created and deleted
 	Points   []churnPoint `json:"points"`
 	Final    churnPoint   `json:"final_no_pods_live"`
-	PerSeen  perPod       `json:"per_pod_seen"` // growth from the first to the last full point, per pod seen in between
+	PerSeen  perPod       `json:"per_pod_seen"` // least-squares slope over the points past the warm-up
 	PerLive  perPod       `json:"per_live_pod"` // the last full point minus the final one, per live pod
 	PeakRSS  float64      `json:"peak_rss_bytes"`
 	CPU      float64      `json:"cpu_seconds"`
@@ -133,16 +133,24 @@ rules:
 	if out.Final, err = measure(0); err != nil {
 		return out, err
 	}
-	var full []churnPoint // points with the window full of live pods
+	var full, warm []churnPoint // points with the window full of live pods; and past the warm-up
 	for _, p := range out.Points {
 		if p.Live == live {
 			full = append(full, p)
 		}
+		if p.Live == live && p.Seen >= 2*live { // the first live pods have come and gone
+			warm = append(warm, p)
+		}
 	}
-	if len(full) >= 2 {
-		first, last := full[0], full[len(full)-1]
-		d := float64(last.Seen - first.Seen)
-		out.PerSeen = perPod{(last.HeapInuse - first.HeapInuse) / d, (last.HeapObjects - first.HeapObjects) / d, (last.RSS - first.RSS) / d}
+	if len(warm) < 3 {
+		warm = full
+	}
+	if len(warm) >= 2 {
+		out.PerSeen = perPod{
+			slope(warm, func(p churnPoint) float64 { return p.HeapInuse }),
+			slope(warm, func(p churnPoint) float64 { return p.HeapObjects }),
+			slope(warm, func(p churnPoint) float64 { return p.RSS }),
+		}
 	}
 	if len(full) > 0 {
 		last := full[len(full)-1]
@@ -158,6 +166,17 @@ rules:
 	logf("churn: %d pods at %.0f/s; per pod seen %.0f B heap, %.2f objects; per live pod %.0f B heap", n, out.Rate,
 		out.PerSeen.HeapBytes, out.PerSeen.Objects, out.PerLive.HeapBytes)
 	return out, nil
+}
+
+// slope is the least-squares slope of y over the pods seen.
+func slope(ps []churnPoint, y func(churnPoint) float64) float64 {
+	var sx, sy, sxx, sxy float64
+	for _, p := range ps {
+		x := float64(p.Seen)
+		sx, sy, sxx, sxy = sx+x, sy+y(p), sxx+x*x, sxy+x*y(p)
+	}
+	n := float64(len(ps))
+	return (n*sxy - sx*sy) / (n*sxx - sx*sx)
 }
 
 func (b *bench) deleteBatch(ctx context.Context, ns string, k int) error {
@@ -295,12 +314,7 @@ func (b *bench) recovery(ctx context.Context) (*recoveryResult, error) {
 	time.Sleep(time.Second)
 	if m, err := j.scrape(); err == nil {
 		out.Requests = requestsFrom(m)
-		out.Histogram = histQ{
-			Count: m.sum("podjanitor_removal_lateness_seconds_count"),
-			P50:   m.histQuantile("podjanitor_removal_lateness_seconds", 0.50),
-			P90:   m.histQuantile("podjanitor_removal_lateness_seconds", 0.90),
-			P99:   m.histQuantile("podjanitor_removal_lateness_seconds", 0.99),
-		}
+		out.Histogram = latenessHistogram(m)
 	}
 	logf("recovery: kube-apiserver back %.1f s after the stop; last removal %.1f s after that (%d not removed)",
 		out.OutageSeconds, out.LastRemoval, out.NotRemoved)

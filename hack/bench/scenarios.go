@@ -494,6 +494,16 @@ type histQ struct {
 	P99   float64 `json:"p99_seconds"`
 }
 
+// latenessHistogram reads podjanitor's own lateness histogram.
+func latenessHistogram(m metrics) histQ {
+	return histQ{
+		Count: m.sum("podjanitor_removal_lateness_seconds_count"),
+		P50:   m.histQuantile("podjanitor_removal_lateness_seconds", 0.50),
+		P90:   m.histQuantile("podjanitor_removal_lateness_seconds", 0.90),
+		P99:   m.histQuantile("podjanitor_removal_lateness_seconds", 0.99),
+	}
+}
+
 type steadyResult struct {
 	Pods           int         `json:"pods"`
 	Window         string      `json:"window"`
@@ -568,12 +578,7 @@ func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult
 	p := j.proc()
 	out.CPUSeconds, out.PeakRSS, out.WallSeconds = p.CPUSecond, float64(p.PeakRSS), time.Since(j.started).Seconds()
 	out.Requests = requestsFrom(m)
-	out.Histogram = histQ{
-		Count: m.sum("podjanitor_removal_lateness_seconds_count"),
-		P50:   m.histQuantile("podjanitor_removal_lateness_seconds", 0.50),
-		P90:   m.histQuantile("podjanitor_removal_lateness_seconds", 0.90),
-		P99:   m.histQuantile("podjanitor_removal_lateness_seconds", 0.99),
-	}
+	out.Histogram = latenessHistogram(m)
 	gone := tr.snapshot()
 	var all, after, during []time.Duration
 	for i := range n {

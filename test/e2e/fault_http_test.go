@@ -50,7 +50,7 @@ func TestFaultHTTPErrorsOnRemoval(t *testing.T) {
 		evict.Method, evict.Namespace, evict.Pod, evict.Subresource = "POST", ns, f.name+"-evict", "eviction"
 		proxy.inject(&del)
 		proxy.inject(&evict)
-		pods = append(pods, createPod(t, ns, del.Pod, expiresAt(due)), createPod(t, ns, evict.Pod, onNode, expiresAt(due)))
+		pods = append(pods, createPod(t, ns, del.Pod, unscheduled, expiresAt(due)), createPod(t, ns, evict.Pod, onNode, expiresAt(due)))
 	}
 	kept := createPod(t, ns, "kept", onNode, keep, expiresAt(due))
 	for _, p := range pods {
@@ -110,7 +110,7 @@ func TestFaultStaleCache(t *testing.T) {
 	var changed, unchanged []*corev1.Pod
 	patchOf := map[*corev1.Pod]string{}
 	for _, running := range []bool{false, true} {
-		opts := []podOpt{label("race", "yes"), ttl(ttlFor)}
+		opts := []podOpt{label("race", "yes"), ttl(ttlFor), unscheduled}
 		suffix := "-pending" // deleted
 		if running {
 			opts, suffix = append(opts, onNode), "-running" // evicted

@@ -63,16 +63,16 @@ func TestFaultAPIServerOutage(t *testing.T) {
 		g.w = watchRemovalsDurably(t, g.ns)
 		for i := range 10 { // due every 4 s during the outage
 			at := firstDue.Add(time.Duration(i) * 4 * time.Second)
-			g.due = append(g.due, with(createPod(t, g.ns, fmt.Sprintf("due-%d", i), expiresAt(at)), at))
+			g.due = append(g.due, with(createPod(t, g.ns, fmt.Sprintf("due-%d", i), unscheduled, expiresAt(at)), at))
 		}
 		at := t0.Add(outage + 40*time.Second)
-		g.later = append(g.later, with(createPod(t, g.ns, "due-after-outage", expiresAt(at)), at))
+		g.later = append(g.later, with(createPod(t, g.ns, "due-after-outage", unscheduled, expiresAt(at)), at))
 		g.stays = append(g.stays,
-			createPod(t, g.ns, "kept", keep, expiresAt(firstDue)),
-			createPod(t, g.ns, "far", expiresAt(t0.Add(time.Hour))))
+			createPod(t, g.ns, "kept", unscheduled, keep, expiresAt(firstDue)),
+			createPod(t, g.ns, "far", unscheduled, expiresAt(t0.Add(time.Hour))))
 	}
 	outsideW := watchRemovalsDurably(t, outsideNS)
-	outside := createPod(t, outsideNS, "unwatched", expiresAt(firstDue))
+	outside := createPod(t, outsideNS, "unwatched", unscheduled, expiresAt(firstDue))
 	for _, g := range groups {
 		waitCached(t, g.logs, append(append(g.due, g.later...), g.stays...))
 	}
@@ -92,7 +92,7 @@ func TestFaultAPIServerOutage(t *testing.T) {
 	}
 	for _, g := range groups {
 		at := time.Now().Add(5 * time.Second)
-		g.later = append(g.later, with(createPod(t, g.ns, "created-after-outage", expiresAt(at)), at))
+		g.later = append(g.later, with(createPod(t, g.ns, "created-after-outage", unscheduled, expiresAt(at)), at))
 	}
 
 	for i, g := range groups {
@@ -165,9 +165,9 @@ func TestFaultWatchExpiry(t *testing.T) {
 	names := []string{"namesake-kept", "namesake-later", "namesake-due", "deleted"}
 	var old []*corev1.Pod
 	for _, n := range names {
-		old = append(old, createPod(t, ns, n, expiresAt(oldDue)))
+		old = append(old, createPod(t, ns, n, unscheduled, expiresAt(oldDue)))
 	}
-	unchanged := createPod(t, ns, "unchanged", expiresAt(t0.Add(20*time.Second)))
+	unchanged := createPod(t, ns, "unchanged", unscheduled, expiresAt(t0.Add(20*time.Second)))
 	waitCached(t, d.log, append(old, unchanged))
 
 	proxy.pauseWatches()
@@ -180,10 +180,10 @@ func TestFaultWatchExpiry(t *testing.T) {
 		waitGone(t, p)
 	}
 	newDue := t0.Add(16 * time.Second)
-	kept := createPod(t, ns, "namesake-kept", keep, expiresAt(oldDue))
-	later := createPod(t, ns, "namesake-later", expiresAt(t0.Add(time.Hour)))
-	due := createPod(t, ns, "namesake-due", expiresAt(newDue))
-	fresh := createPod(t, ns, "fresh-due", expiresAt(newDue))
+	kept := createPod(t, ns, "namesake-kept", unscheduled, keep, expiresAt(oldDue))
+	later := createPod(t, ns, "namesake-later", unscheduled, expiresAt(t0.Add(time.Hour)))
+	due := createPod(t, ns, "namesake-due", unscheduled, expiresAt(newDue))
+	fresh := createPod(t, ns, "fresh-due", unscheduled, expiresAt(newDue))
 	compacted := compactEtcd(t)
 	t.Logf("etcd compacted at revision %d", compacted)
 

@@ -176,14 +176,14 @@ func TestFaultBadInputAtScale(t *testing.T) {
     after: 3s
 `)
 	d.waitLog("Reloaded the policy file", 15*time.Second)
-	reloaded := createPod(t, ns, "policy-after-reload", label("policy", "now"))
+	reloaded := createPod(t, ns, "policy-after-reload", unscheduled, label("policy", "now"))
 	r.checkOnTime(t, reloaded, created(reloaded).Add(3*time.Second))
 
 	if err := os.Remove(cfg); err != nil {
 		t.Fatal(err)
 	}
 	removed := time.Now()
-	kept := createPod(t, ns, "policy-after-delete", label("policy", "now"))
+	kept := createPod(t, ns, "policy-after-delete", unscheduled, label("policy", "now"))
 	r.checkOnTime(t, kept, created(kept).Add(3*time.Second))
 	time.Sleep(time.Until(removed.Add(10 * time.Second)))
 	window := time.Since(removed)

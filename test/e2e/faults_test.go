@@ -338,14 +338,20 @@ func createPods(t *testing.T, n int, mk func(i int) *corev1.Pod) []*corev1.Pod {
 	return out
 }
 
-// pod returns a bare pod to create; opts shape it.
+// pod returns a bare pod to create, unscheduled unless opts bind it.
 func pod(ns, name string, opts ...podOpt) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-	for _, o := range opts {
+	for _, o := range append([]podOpt{unscheduled}, opts...) {
 		o(p)
 	}
 	return p
 }
+
+// unscheduled names a scheduler that does not run, so that the cluster's
+// kube-scheduler (with the real node) leaves the pod alone: it stays Pending
+// and bound to no node, as the fault tests' bulk pods must be (a delete
+// removes it at once). onNode still binds it.
+func unscheduled(p *corev1.Pod) { p.Spec.SchedulerName = "podjanitor-e2e-unscheduled" }
 
 func expiresAt(at time.Time) podOpt {
 	return annotate(prefix+"expires-at", at.UTC().Format(time.RFC3339Nano))
