@@ -81,9 +81,19 @@ func (a *apiClock) observe(ctx context.Context, sent, received time.Time, date t
 		return
 	}
 	s := offsetSample{at: received, lower: date.Sub(received), upper: date.Add(time.Second).Sub(sent)}
+	if lower, changed := a.add(ctx, s, received.Sub(sent)); changed {
+		// Outside a.mu: the callback takes the controller's locks, which
+		// call Offset while they hold them.
+		a.onOffset(lower)
+	}
+}
+
+// add folds one sample into the interval and says whether its lower end moved.
+func (a *apiClock) add(ctx context.Context, s offsetSample, rtt time.Duration) (time.Duration, bool) {
+	received := s.at
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.rtt = received.Sub(sent)
+	a.rtt = rtt
 	keep := a.samples[:0]
 	for _, old := range a.samples {
 		if received.Sub(old.at) <= offsetWindow {
@@ -108,9 +118,6 @@ func (a *apiClock) observe(ctx context.Context, sent, received time.Time, date t
 	}
 	changed := lower != a.lower
 	a.lower, a.upper = lower, upper
-	if changed {
-		a.onOffset(lower)
-	}
 	if abs(lower-a.warned) >= offsetWarning && (abs(lower) >= offsetWarning || abs(a.warned) >= offsetWarning) {
 		a.warned = lower
 		if abs(lower) >= offsetWarning {
@@ -120,6 +127,7 @@ func (a *apiClock) observe(ctx context.Context, sent, received time.Time, date t
 			klog.FromContext(ctx).Info("This machine's clock agrees with the API server's again", "offset", lower)
 		}
 	}
+	return lower, changed
 }
 
 func abs(d time.Duration) time.Duration {

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
@@ -110,5 +112,33 @@ func TestAPIClockReadsTheDateHeader(t *testing.T) {
 	}
 	if got := a.Offset(); got > serverAhead || got < serverAhead-2*time.Second {
 		t.Errorf("Offset() = %v after one response, want in (%v, %v]", got, serverAhead-2*time.Second, serverAhead)
+	}
+}
+
+// The offset's callback moves parked deadlines while podStates asks the
+// offset for the time: neither may wait for the other (they did: a.mu was
+// held across the callback, which takes the podStates lock, while podStates'
+// loop held its lock and asked for the offset).
+func TestAPIClockCallbackDoesNotDeadlockWithParkedKeys(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var states *podStates
+	a := newAPIClock(clock.RealClock{}, func(time.Duration) { states.offsetChanged() })
+	states = newPodStates(clock.RealClock{}, func() time.Time { return time.Now().Add(a.Offset()) }, nil)
+	go states.run(ctx, func(cache.ObjectName) {})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 20000 {
+			now := time.Now()
+			// Samples whose lower bound keeps rising, so every one calls back.
+			a.observe(ctx, now, now, now.Add(time.Duration(i)*time.Millisecond))
+			states.park(cache.ObjectName{Namespace: "default", Name: fmt.Sprint(i % 100)}, time.Duration(i%7)*time.Microsecond, true)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("observe and the parked keys' loop deadlocked")
 	}
 }
