@@ -124,7 +124,13 @@ func (s *podStates) park(key cache.ObjectName, d time.Duration, forDeadline bool
 // unpark takes key out of the heap, if it is there, and gives back a removal
 // token it holds: the pod was decided again and is neither waiting for its
 // deadline nor for a token.
-func (s *podStates) unpark(key cache.ObjectName) {
+func (s *podStates) unpark(key cache.ObjectName) { s.release(key, false) }
+
+// forget drops everything about a pod that is gone.
+func (s *podStates) forget(key cache.ObjectName) { s.release(key, true) }
+
+// release unparks key and gives back its token; all drops the whole entry.
+func (s *podStates) release(key cache.ObjectName, all bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.pods[key]
@@ -133,7 +139,11 @@ func (s *podStates) unpark(key cache.ObjectName) {
 	}
 	s.unparkLocked(st)
 	s.cancelToken(st)
-	s.dropIfEmpty(st)
+	if all {
+		delete(s.pods, key)
+	} else {
+		s.dropIfEmpty(st)
+	}
 }
 
 func (s *podStates) unparkLocked(st *podState) {
@@ -154,19 +164,6 @@ func (s *podStates) setScheduled(st *podState, forDeadline bool) {
 		s.scheduled--
 	}
 	s.onScheduled(s.scheduled)
-}
-
-// forget drops everything about a pod that is gone.
-func (s *podStates) forget(key cache.ObjectName) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.pods[key]
-	if st == nil {
-		return
-	}
-	s.unparkLocked(st)
-	s.cancelToken(st)
-	delete(s.pods, key)
 }
 
 // reserve takes a removal token for the pod from limiter. It returns 0 when
