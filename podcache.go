@@ -8,26 +8,33 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
 
 // cachedPod is what the pod informer stores: a lean pod (see leanPod) packed
-// to a few hundred bytes. The embedded ObjectMeta holds only name, namespace,
-// uid, resourceVersion and the creation and deletion timestamps, which is all
-// the informer itself reads. Labels, owner references and the priority class
-// name are one protobuf message interned with unique.Make, so the pods of one
-// workload share a single copy; the kept annotations and the status are a
-// protobuf message of their own.
+// to a few hundred bytes. It keeps in fields only what the informer reads of
+// every pod: the key (namespace/name) and the resourceVersion. Labels, owner
+// references and the priority class name are one protobuf message interned
+// with unique.Make, so the pods of one workload share a single copy; the uid,
+// the creation and deletion timestamps, the kept annotations and the status
+// are a protobuf message of their own.
 //
 // A cachedPod is not a Pod: the controller reads it with podFromCache, never
-// through a PodLister. It is immutable once stored.
+// through a PodLister. It is immutable once stored: its metav1.Object getters
+// answer as the pod would, its setters panic.
 type cachedPod struct {
-	metav1.ObjectMeta
-	workload unique.Handle[string] // corev1.Pod{ObjectMeta{Labels, OwnerReferences}, Spec{PriorityClassName}}, marshalled
-	rest     string                // corev1.Pod{ObjectMeta{Annotations}, Status}, marshalled
+	key             string // namespace/name
+	slash           int    // index of the '/' in key
+	resourceVersion string
+	workload        unique.Handle[string] // corev1.Pod{ObjectMeta{Labels, OwnerReferences}, Spec{PriorityClassName}}, marshalled
+	rest            string                // corev1.Pod{ObjectMeta{UID, CreationTimestamp, DeletionTimestamp, Annotations}, Status}, marshalled
 }
 
-var _ runtime.Object = &cachedPod{}
+var (
+	_ runtime.Object = &cachedPod{}
+	_ metav1.Object  = &cachedPod{}
+)
 
 // packPod packs a lean pod. Protobuf keeps every field leanPod keeps (times
 // in whole seconds, as the API server serves them), and sorts map keys, so
@@ -40,28 +47,39 @@ func packPod(lean *corev1.Pod) (*cachedPod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("packing pod %s/%s: %w", lean.Namespace, lean.Name, err)
 	}
-	rest, err := (&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: lean.Annotations}, Status: lean.Status}).Marshal()
+	rest, err := (&corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			UID:               lean.UID,
+			CreationTimestamp: lean.CreationTimestamp,
+			DeletionTimestamp: lean.DeletionTimestamp,
+			Annotations:       lean.Annotations,
+		},
+		Status: lean.Status,
+	}).Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("packing pod %s/%s: %w", lean.Namespace, lean.Name, err)
 	}
-	meta := lean.ObjectMeta // what leanPod kept, less the packed fields
-	meta.Labels, meta.Annotations, meta.OwnerReferences = nil, nil, nil
-	return &cachedPod{ObjectMeta: meta, workload: unique.Make(string(workload)), rest: string(rest)}, nil
+	return &cachedPod{
+		key:             lean.Namespace + "/" + lean.Name,
+		slash:           len(lean.Namespace),
+		resourceVersion: lean.ResourceVersion,
+		workload:        unique.Make(string(workload)),
+		rest:            string(rest),
+	}, nil
 }
 
 // Pod unpacks the lean pod. Each call returns a new Pod the caller may keep.
 func (p *cachedPod) Pod() (*corev1.Pod, error) {
 	pod := &corev1.Pod{}
 	if err := pod.Unmarshal([]byte(p.rest)); err != nil {
-		return nil, fmt.Errorf("unpacking cached pod %s/%s: %w", p.Namespace, p.Name, err)
+		return nil, fmt.Errorf("unpacking cached pod %s: %w", p.key, err)
 	}
 	var workload corev1.Pod
 	if err := workload.Unmarshal([]byte(p.workload.Value())); err != nil {
-		return nil, fmt.Errorf("unpacking cached pod %s/%s: %w", p.Namespace, p.Name, err)
+		return nil, fmt.Errorf("unpacking cached pod %s: %w", p.key, err)
 	}
-	annotations := pod.Annotations
-	pod.ObjectMeta = *p.ObjectMeta.DeepCopy()
-	pod.Labels, pod.Annotations, pod.OwnerReferences = workload.Labels, annotations, workload.OwnerReferences
+	pod.Namespace, pod.Name, pod.ResourceVersion = p.GetNamespace(), p.GetName(), p.resourceVersion
+	pod.Labels, pod.OwnerReferences = workload.Labels, workload.OwnerReferences
 	pod.Spec.PriorityClassName = workload.Spec.PriorityClassName
 	return pod, nil
 }
@@ -72,7 +90,6 @@ func (p *cachedPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjec
 
 func (p *cachedPod) DeepCopyObject() runtime.Object {
 	c := *p
-	c.ObjectMeta = *p.ObjectMeta.DeepCopy()
 	return &c
 }
 
@@ -90,16 +107,55 @@ func podFromCache(obj interface{}) (*corev1.Pod, error) {
 	return nil, fmt.Errorf("unexpected object of type %T in the pod cache", obj)
 }
 
-// GetLabels, GetAnnotations and GetOwnerReferences unpack the packed fields,
-// so that a cachedPod answers metav1.Object's getters truthfully. (Its setters
-// are ObjectMeta's: a cachedPod is never changed once stored.)
+// metav1.Object: the namespace, name and resourceVersion are read from
+// fields, as the informer reads them of every pod; the rest unpacks the pod.
+// Nothing the pod cache keeps has a generateName, generation, selfLink,
+// finalizers or managedFields, so those are empty.
+
+func (p *cachedPod) GetNamespace() string         { return p.key[:p.slash] }
+func (p *cachedPod) GetName() string              { return p.key[p.slash+1:] }
+func (p *cachedPod) GetResourceVersion() string   { return p.resourceVersion }
+func (p *cachedPod) GetUID() types.UID            { return p.unpacked().UID }
 func (p *cachedPod) GetLabels() map[string]string { return p.unpacked().Labels }
-
-func (p *cachedPod) GetAnnotations() map[string]string { return p.unpacked().Annotations }
-
+func (p *cachedPod) GetAnnotations() map[string]string {
+	return p.unpacked().Annotations
+}
 func (p *cachedPod) GetOwnerReferences() []metav1.OwnerReference {
 	return p.unpacked().OwnerReferences
 }
+func (p *cachedPod) GetCreationTimestamp() metav1.Time { return p.unpacked().CreationTimestamp }
+func (p *cachedPod) GetDeletionTimestamp() *metav1.Time {
+	return p.unpacked().DeletionTimestamp
+}
+func (p *cachedPod) GetDeletionGracePeriodSeconds() *int64 { return nil }
+func (p *cachedPod) GetGenerateName() string               { return "" }
+func (p *cachedPod) GetGeneration() int64                  { return 0 }
+func (p *cachedPod) GetSelfLink() string                   { return "" }
+func (p *cachedPod) GetFinalizers() []string               { return nil }
+func (p *cachedPod) GetManagedFields() []metav1.ManagedFieldsEntry {
+	return nil
+}
+
+// The setters panic: a cachedPod is shared by the informer's readers and is
+// never changed once stored.
+
+func (p *cachedPod) SetNamespace(string)                          { p.immutable() }
+func (p *cachedPod) SetName(string)                               { p.immutable() }
+func (p *cachedPod) SetGenerateName(string)                       { p.immutable() }
+func (p *cachedPod) SetUID(types.UID)                             { p.immutable() }
+func (p *cachedPod) SetResourceVersion(string)                    { p.immutable() }
+func (p *cachedPod) SetGeneration(int64)                          { p.immutable() }
+func (p *cachedPod) SetSelfLink(string)                           { p.immutable() }
+func (p *cachedPod) SetCreationTimestamp(metav1.Time)             { p.immutable() }
+func (p *cachedPod) SetDeletionTimestamp(*metav1.Time)            { p.immutable() }
+func (p *cachedPod) SetDeletionGracePeriodSeconds(*int64)         { p.immutable() }
+func (p *cachedPod) SetLabels(map[string]string)                  { p.immutable() }
+func (p *cachedPod) SetAnnotations(map[string]string)             { p.immutable() }
+func (p *cachedPod) SetFinalizers([]string)                       { p.immutable() }
+func (p *cachedPod) SetOwnerReferences([]metav1.OwnerReference)   { p.immutable() }
+func (p *cachedPod) SetManagedFields([]metav1.ManagedFieldsEntry) { p.immutable() }
+
+func (p *cachedPod) immutable() { panic("cached pod " + p.key + " is immutable") }
 
 func (p *cachedPod) unpacked() *corev1.Pod {
 	pod, err := p.Pod()

@@ -177,6 +177,18 @@ func TestCachedPodRoundTrip(t *testing.T) {
 		if diff := cmp.Diff(lean.OwnerReferences, packed.GetOwnerReferences()); diff != "" {
 			t.Fatalf("pod %d: GetOwnerReferences (-want,+got):\n%s", i, diff)
 		}
+		if packed.GetNamespace() != lean.Namespace || packed.GetName() != lean.Name ||
+			packed.GetResourceVersion() != lean.ResourceVersion || packed.GetUID() != lean.UID {
+			t.Fatalf("pod %d: namespace, name, resourceVersion, uid %q %q %q %q; want %q %q %q %q", i,
+				packed.GetNamespace(), packed.GetName(), packed.GetResourceVersion(), packed.GetUID(),
+				lean.Namespace, lean.Name, lean.ResourceVersion, lean.UID)
+		}
+		if c := packed.GetCreationTimestamp(); !c.Equal(&lean.CreationTimestamp) {
+			t.Fatalf("pod %d: GetCreationTimestamp %v, want %v", i, c, lean.CreationTimestamp)
+		}
+		if d := packed.GetDeletionTimestamp(); !d.Equal(lean.DeletionTimestamp) {
+			t.Fatalf("pod %d: GetDeletionTimestamp %v, want %v", i, d, lean.DeletionTimestamp)
+		}
 		wantKey, _ := cache.MetaNamespaceKeyFunc(full)
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(packed); err != nil || key != wantKey {
 			t.Fatalf("pod %d: key %q, %v; want %q", i, key, err, wantKey)
@@ -185,6 +197,24 @@ func TestCachedPodRoundTrip(t *testing.T) {
 			t.Fatalf("pod %d: DeepCopyObject is not an equal copy", i)
 		}
 	}
+}
+
+// TestCachedPodIsImmutable: the informer's readers share a stored pod, so a
+// setter must not change it quietly.
+func TestCachedPodIsImmutable(t *testing.T) {
+	p, err := packPod(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-1", ResourceVersion: "7"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("SetResourceVersion did not panic")
+		}
+		if p.GetResourceVersion() != "7" {
+			t.Errorf("resourceVersion changed to %q", p.GetResourceVersion())
+		}
+	}()
+	p.SetResourceVersion("8")
 }
 
 // TestCachedPodsShareWorkloadMetadata shows why packing saves memory: pods
@@ -202,8 +232,8 @@ func TestCachedPodsShareWorkloadMetadata(t *testing.T) {
 	if a.workload != b.workload || a.workload != c.workload {
 		t.Error("pods of one workload do not share their packed labels and owners")
 	}
-	if a.rest != b.rest || a.rest == c.rest {
-		t.Errorf("packed annotations: %q, %q and %q", a.rest, b.rest, c.rest)
+	if got := c.GetAnnotations()["podjanitor.io/ttl"]; got != "2h" {
+		t.Errorf("pod web-abc-3: ttl annotation %q after packing, want 2h", got)
 	}
 	if _, err := podFromCache(42); err == nil {
 		t.Error("podFromCache accepted an object that is not a pod")
