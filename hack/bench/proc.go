@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -218,8 +219,21 @@ func (j *janitor) scrape() (metrics, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	return parseMetrics(resp.Body)
+}
+
+// apiServerMetrics scrapes the kube-apiserver's own /metrics.
+func apiServerMetrics(ctx context.Context, cs kubernetes.Interface) (metrics, error) {
+	data, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("scraping the API server's metrics: %w", err)
+	}
+	return parseMetrics(bytes.NewReader(data))
+}
+
+func parseMetrics(r io.Reader) (metrics, error) {
 	m := metrics{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
@@ -237,6 +251,24 @@ func (j *janitor) scrape() (metrics, error) {
 		m[line[:k]] = v
 	}
 	return m, sc.Err()
+}
+
+// only keeps the series whose labels contain all of the filters.
+func (m metrics) only(filters ...string) metrics {
+	out := metrics{}
+	for k, v := range m {
+		ok := true
+		for _, f := range filters {
+			if !strings.Contains(k, f) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // sum adds every series of name whose labels contain all of the filters (`method="DELETE"`).
@@ -288,21 +320,7 @@ func (m metrics) byLabel(name, label string) map[string]float64 {
 // histQuantile estimates a quantile from a Prometheus histogram's cumulative
 // buckets, interpolating linearly inside a bucket like histogram_quantile().
 func (m metrics) histQuantile(name string, q float64) float64 {
-	type bucket struct{ le, count float64 }
-	var bs []bucket
-	for k, v := range m {
-		if !strings.HasPrefix(k, name+"_bucket{") {
-			continue
-		}
-		i := strings.Index(k, `le="`)
-		rest := k[i+4:]
-		le, err := strconv.ParseFloat(rest[:strings.IndexByte(rest, '"')], 64)
-		if err != nil {
-			continue
-		}
-		bs = append(bs, bucket{le, v})
-	}
-	sort.Slice(bs, func(a, b int) bool { return bs[a].le < bs[b].le })
+	bs := m.buckets(name)
 	if len(bs) == 0 || bs[len(bs)-1].count == 0 {
 		return math.NaN()
 	}
@@ -322,6 +340,47 @@ func (m metrics) histQuantile(name string, q float64) float64 {
 		prevLe, prevCount = b.le, b.count
 	}
 	return prevLe
+}
+
+// fractionOver is the share of a histogram's observations above le, one of
+// its bucket bounds (NaN when le is not one).
+func (m metrics) fractionOver(name string, le float64) float64 {
+	bs := m.buckets(name)
+	if len(bs) == 0 || bs[len(bs)-1].count == 0 {
+		return math.NaN()
+	}
+	for _, b := range bs {
+		if b.le == le {
+			return 1 - b.count/bs[len(bs)-1].count
+		}
+	}
+	return math.NaN()
+}
+
+type bucket struct{ le, count float64 }
+
+// buckets returns a histogram's cumulative buckets by bound, the series of
+// every label set added together.
+func (m metrics) buckets(name string) []bucket {
+	byLe := map[float64]float64{}
+	for k, v := range m {
+		if !strings.HasPrefix(k, name+"_bucket{") {
+			continue
+		}
+		i := strings.Index(k, `le="`)
+		rest := k[i+4:]
+		le, err := strconv.ParseFloat(rest[:strings.IndexByte(rest, '"')], 64)
+		if err != nil {
+			continue
+		}
+		byLe[le] += v
+	}
+	bs := make([]bucket, 0, len(byLe))
+	for le, c := range byLe {
+		bs = append(bs, bucket{le, c})
+	}
+	sort.Slice(bs, func(a, b int) bool { return bs[a].le < bs[b].le })
+	return bs
 }
 
 // --------------------------------------------------------------- watcher
@@ -447,4 +506,37 @@ func (j *janitor) lastGCLiveHeap() (liveMB float64, gcs int) {
 		}
 	}
 	return liveMB, gcs
+}
+
+// gcPauses reads gctrace's lines for the GCs that started between from and
+// to after the process started: how many, and the longest stop-the-world
+// pause (the sweep termination and mark termination phases, in ms).
+func (j *janitor) gcPauses(from, to time.Duration) (gcs int, maxPauseMs float64) {
+	data, err := os.ReadFile(j.logFile.Name())
+	if err != nil {
+		return 0, math.NaN()
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		// "gc 7 @2.104s 3%: 0.021+1.2+0.003 ms clock, ..."
+		f := strings.Fields(line)
+		if len(f) < 5 || f[0] != "gc" || !strings.HasPrefix(f[2], "@") || f[5] != "clock," {
+			continue
+		}
+		at, err := time.ParseDuration(strings.TrimPrefix(f[2], "@"))
+		if err != nil || at < from || at > to {
+			continue
+		}
+		phases := strings.Split(f[4], "+")
+		if len(phases) != 3 {
+			continue
+		}
+		sweepTerm, err1 := strconv.ParseFloat(phases[0], 64)
+		markTerm, err2 := strconv.ParseFloat(phases[2], 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		gcs++
+		maxPauseMs = max(maxPauseMs, sweepTerm, markTerm)
+	}
+	return gcs, maxPauseMs
 }

@@ -505,23 +505,53 @@ func latenessHistogram(m metrics) histQ {
 }
 
 type steadyResult struct {
-	Pods           int         `json:"pods"`
-	Window         string      `json:"window"`
-	Rate           float64     `json:"expiry_rate_per_second"`
-	LeadSeconds    float64     `json:"lead_seconds"`
-	CreateSeconds  float64     `json:"create_seconds"`
-	CreateRate     float64     `json:"create_pods_per_second"`
-	All            latency     `json:"lateness"`
-	AfterCreation  latency     `json:"lateness_deadlines_after_creation"`
-	DuringCreation latency     `json:"lateness_deadlines_during_creation"`
-	Histogram      histQ       `json:"podjanitor_histogram"`
-	NotRemoved     int         `json:"not_removed"`
-	CreatedLate    int         `json:"created_less_than_1s_before_deadline"`
-	Early          int         `json:"removed_before_deadline"`
-	CPUSeconds     float64     `json:"podjanitor_cpu_seconds"`
-	WallSeconds    float64     `json:"podjanitor_wall_seconds"`
-	PeakRSS        float64     `json:"podjanitor_peak_rss_bytes"`
-	Requests       apiRequests `json:"podjanitor_api_requests"`
+	Pods           int          `json:"pods"`
+	Window         string       `json:"window"`
+	Rate           float64      `json:"expiry_rate_per_second"`
+	LeadSeconds    float64      `json:"lead_seconds"`
+	CreateSeconds  float64      `json:"create_seconds"`
+	CreateRate     float64      `json:"create_pods_per_second"`
+	All            latency      `json:"lateness"`
+	AfterCreation  latency      `json:"lateness_deadlines_after_creation"`
+	DuringCreation latency      `json:"lateness_deadlines_during_creation"`
+	Histogram      histQ        `json:"podjanitor_histogram"`
+	NotRemoved     int          `json:"not_removed"`
+	CreatedLate    int          `json:"created_less_than_1s_before_deadline"`
+	Early          int          `json:"removed_before_deadline"`
+	CPUSeconds     float64      `json:"podjanitor_cpu_seconds"`
+	WallSeconds    float64      `json:"podjanitor_wall_seconds"`
+	PeakRSS        float64      `json:"podjanitor_peak_rss_bytes"`
+	Requests       apiRequests  `json:"podjanitor_api_requests"`
+	Tail           tailEvidence `json:"tail_evidence"`
+}
+
+// tailEvidence is what sets the lateness tail: the API server's own time for
+// the DELETEs of the window (apiserver_request_duration_seconds, the
+// request's whole life in the server, APF wait included), the DELETE as
+// podjanitor's client saw it (rest_client_request_duration_seconds), the
+// time requests waited in API Priority and Fairness, and podjanitor's GC
+// pauses. Shares over 25 ms, a bound of both histograms, compare with the
+// watcher's.
+type tailEvidence struct {
+	ServerDelete      histQ   `json:"apiserver_delete_pods"`
+	ServerDeleteOver  float64 `json:"apiserver_delete_pods_share_over_25ms"`
+	ServerCreateEvent histQ   `json:"apiserver_create_events"`
+	ClientDelete      histQ   `json:"podjanitor_client_delete"`
+	ClientDeleteOver  float64 `json:"podjanitor_client_delete_share_over_25ms"`
+	WatcherOver       float64 `json:"watcher_lateness_share_over_25ms"`
+	APFWaitCount      float64 `json:"apf_requests"`
+	APFWaitSeconds    float64 `json:"apf_wait_seconds_total"`
+	GCs               int     `json:"podjanitor_gcs"`
+	GCMaxPauseMs      float64 `json:"podjanitor_gc_max_pause_ms"`
+}
+
+func quantiles(m metrics, name string) histQ {
+	return histQ{
+		Count: m.sum(name + "_count"),
+		P50:   m.histQuantile(name, 0.50),
+		P90:   m.histQuantile(name, 0.90),
+		P99:   m.histQuantile(name, 0.99),
+	}
 }
 
 func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult, error) {
@@ -565,6 +595,10 @@ func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult
 	createdEnd := time.Now()
 	out.CreateSeconds, out.CreateRate = cr.duration.Seconds(), cr.rate
 	b.createRate = cr.rate
+	serverBefore, err := apiServerMetrics(ctx, b.cs)
+	if err != nil {
+		return out, err
+	}
 	wait := time.Until(deadline(n-1)) + 60*time.Second
 	tr.waitGone(ctx, n-int(cr.errors), wait, "steady "+window.String())
 	if ctx.Err() != nil {
@@ -575,6 +609,24 @@ func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult
 	if err != nil {
 		return out, err
 	}
+	serverAfter, err := apiServerMetrics(ctx, b.cs)
+	if err != nil {
+		return out, err
+	}
+	server := serverAfter.minus(serverBefore)
+	deletes := server.only(`verb="DELETE"`, `resource="pods"`, `subresource=""`)
+	clientDeletes := m.only(`verb="DELETE"`)
+	apf := server.only(`execute="true"`)
+	out.Tail = tailEvidence{
+		ServerDelete:      quantiles(deletes, "apiserver_request_duration_seconds"),
+		ServerDeleteOver:  deletes.fractionOver("apiserver_request_duration_seconds", 0.025),
+		ServerCreateEvent: quantiles(server.only(`verb="POST"`, `resource="events"`), "apiserver_request_duration_seconds"),
+		ClientDelete:      quantiles(clientDeletes, "rest_client_request_duration_seconds"),
+		ClientDeleteOver:  clientDeletes.fractionOver("rest_client_request_duration_seconds", 0.025),
+		APFWaitCount:      apf.sum("apiserver_flowcontrol_request_wait_duration_seconds_count"),
+		APFWaitSeconds:    apf.sum("apiserver_flowcontrol_request_wait_duration_seconds_sum"),
+	}
+	out.Tail.GCs, out.Tail.GCMaxPauseMs = j.gcPauses(first.Sub(j.started), time.Since(j.started))
 	p := j.proc()
 	out.CPUSeconds, out.PeakRSS, out.WallSeconds = p.CPUSecond, float64(p.PeakRSS), time.Since(j.started).Seconds()
 	out.Requests = requestsFrom(m)
@@ -608,6 +660,15 @@ func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult
 		}
 	}
 	out.All, out.AfterCreation, out.DuringCreation = latencyOf(all), latencyOf(after), latencyOf(during)
+	over := 0
+	for _, l := range all {
+		if l > 25*time.Millisecond {
+			over++
+		}
+	}
+	if len(all) > 0 {
+		out.Tail.WatcherOver = float64(over) / float64(len(all))
+	}
 	logf("steady %s: lateness p50 %s p99 %s max %s (%d measured, %d not removed, %d created late)", window,
 		ms(out.All.P50), ms(out.All.P99), ms(out.All.Max), out.All.Count, out.NotRemoved, out.CreatedLate)
 	return out, nil
