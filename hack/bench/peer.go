@@ -72,7 +72,11 @@ func (b *bench) peer(ctx context.Context) (*peerResult, error) {
 	out := &peerResult{Pods: n, LifetimeSeconds: life.Seconds(), IntervalSeconds: interval.Seconds()}
 	command := strings.Fields(b.cfg.descheduler)
 	if v, err := exec.Command(command[0], "version").CombinedOutput(); err == nil {
+		// "Descheduler version {Major:0 Minor:36 GitVersion:v0.36.0 ...}"
 		out.DeschedulerVersion = strings.TrimSpace(string(v))
+		if _, after, _ := strings.Cut(out.DeschedulerVersion, "GitVersion:"); len(strings.Fields(after)) > 0 {
+			out.DeschedulerVersion = "descheduler " + strings.Fields(after)[0]
+		}
 	} else {
 		return nil, fmt.Errorf("descheduler binary %s: %v (build it with hack/build-descheduler.sh)", command[0], err)
 	}
