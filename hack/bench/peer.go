@@ -313,6 +313,7 @@ profiles:
 		// its metrics and health server: a port of the bench's range
 		"--bind-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", cfg.metricsPort+2),
+		"--cert-dir=" + filepath.Join(cfg.outDir, "descheduler-certs"), // its self-signed serving certificate
 	}
 	cmd := exec.Command(command[0], append(args, command[1:]...)...)
 	cmd.Stdout, cmd.Stderr = lf, lf
