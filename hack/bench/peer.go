@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -61,7 +62,10 @@ type peerResult struct {
 	CreateRate         float64  `json:"create_pods_per_second"`
 	DeschedulerVersion string   `json:"descheduler_version"`
 	Podjanitor         peerSide `json:"podjanitor"`
-	Descheduler        peerSide `json:"descheduler"`
+	// podjanitor's own lateness histogram (from its deadline) and API requests
+	PodjanitorHistogram histQ       `json:"podjanitor_histogram"`
+	PodjanitorRequests  apiRequests `json:"podjanitor_api_requests"`
+	Descheduler         peerSide    `json:"descheduler"`
 }
 
 func (b *bench) peer(ctx context.Context) (*peerResult, error) {
@@ -72,10 +76,14 @@ func (b *bench) peer(ctx context.Context) (*peerResult, error) {
 	out := &peerResult{Pods: n, LifetimeSeconds: life.Seconds(), IntervalSeconds: interval.Seconds()}
 	command := strings.Fields(b.cfg.descheduler)
 	if v, err := exec.Command(command[0], "version").CombinedOutput(); err == nil {
-		// "Descheduler version {Major:0 Minor:36 GitVersion:v0.36.0 ...}"
+		// "Descheduler version {Major:0 Minor:36.0 GitVersion:v20260519-v0.36.0 ...}"
 		out.DeschedulerVersion = strings.TrimSpace(string(v))
 		if _, after, _ := strings.Cut(out.DeschedulerVersion, "GitVersion:"); len(strings.Fields(after)) > 0 {
-			out.DeschedulerVersion = "descheduler " + strings.Fields(after)[0]
+			gitVersion := strings.Fields(after)[0]
+			if _, tag, ok := strings.Cut(gitVersion, "-"); ok { // the tag after its date
+				gitVersion = tag
+			}
+			out.DeschedulerVersion = "descheduler " + gitVersion
 		}
 	} else {
 		return nil, fmt.Errorf("descheduler binary %s: %v (build it with hack/build-descheduler.sh)", command[0], err)
@@ -168,18 +176,40 @@ rules:
 		{&out.Podjanitor, peerJanitorNS, j.proc, func() float64 { return time.Since(j.started).Seconds() }},
 		{&out.Descheduler, peerDeschedNS, d.proc, func() float64 { return time.Since(d.started).Seconds() }},
 	}
-	var wg sync.WaitGroup
-	for _, s := range sides {
-		wg.Go(func() {
-			s.side.Namespace = s.ns
-			watchers[s.ns].waitGone(ctx, n, timeout, "peer "+s.ns)
-			p := s.proc()
-			s.side.RSS, s.side.PeakRSS, s.side.CPUSeconds, s.side.Wall = float64(p.RSSBytes), float64(p.PeakRSS), p.CPUSecond, s.wall()
-		})
+	// Each process's RSS and CPU are read when its last pod is seen removed
+	// (or at the timeout).
+	done := make([]bool, len(sides))
+	record := func(i int) {
+		s := sides[i]
+		p := s.proc()
+		s.side.Namespace = s.ns
+		s.side.RSS, s.side.PeakRSS, s.side.CPUSeconds, s.side.Wall = float64(p.RSSBytes), float64(p.PeakRSS), p.CPUSecond, s.wall()
+		done[i] = true
 	}
-	wg.Wait()
+	start := time.Now()
+	stop := progress(func() string {
+		return fmt.Sprintf("peer: removed %d/%d by podjanitor, %d/%d by the descheduler (%.0fs)",
+			watchers[peerJanitorNS].removed(), n, watchers[peerDeschedNS].removed(), n, time.Since(start).Seconds())
+	})
+	for ctx.Err() == nil && time.Since(start) < timeout && slices.Contains(done, false) {
+		for i, s := range sides {
+			if !done[i] && watchers[s.ns].removed() >= n {
+				record(i)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	stop()
+	for i := range sides {
+		if !done[i] {
+			record(i)
+		}
+	}
 	if ctx.Err() != nil {
 		return out, ctx.Err()
+	}
+	if m, err := j.scrape(); err == nil {
+		out.PodjanitorHistogram, out.PodjanitorRequests = latenessHistogram(m), requestsFrom(m)
 	}
 	for _, s := range sides {
 		s.side.fill(watchers[s.ns].snapshot(), life)
@@ -356,7 +386,7 @@ type peerPod struct{ created, gone time.Time }
 type peerTracker struct {
 	mu   sync.Mutex
 	pods map[string]peerPod
-	tracker
+	gone int
 }
 
 func peerWatch(ctx context.Context, cs kubernetes.Interface, ns string) (*peerTracker, error) {
@@ -373,7 +403,6 @@ func peerWatch(ctx context.Context, cs kubernetes.Interface, ns string) (*peerTr
 		return nil, err
 	}
 	t := &peerTracker{pods: map[string]peerPod{}}
-	t.gone, t.changed = map[string]time.Time{}, make(chan struct{}, 1)
 	go func() {
 		defer rw.Stop()
 		for {
@@ -392,28 +421,22 @@ func peerWatch(ctx context.Context, cs kubernetes.Interface, ns string) (*peerTr
 				t.mu.Lock()
 				p := t.pods[pod.Name]
 				p.created = pod.CreationTimestamp.Time
-				removed := ev.Type == watch.Deleted || pod.DeletionTimestamp != nil
-				if removed && p.gone.IsZero() {
+				if (ev.Type == watch.Deleted || pod.DeletionTimestamp != nil) && p.gone.IsZero() {
 					p.gone = now
+					t.gone++
 				}
 				t.pods[pod.Name] = p
 				t.mu.Unlock()
-				if removed {
-					// the embedded tracker counts removals for waitGone
-					t.tracker.mu.Lock()
-					if _, seen := t.gone[pod.Name]; !seen {
-						t.gone[pod.Name] = now
-					}
-					t.tracker.mu.Unlock()
-					select {
-					case t.changed <- struct{}{}:
-					default:
-					}
-				}
 			}
 		}
 	}()
 	return t, nil
+}
+
+func (t *peerTracker) removed() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.gone
 }
 
 func (t *peerTracker) snapshot() map[string]peerPod {
@@ -440,6 +463,9 @@ func printPeer(w *tabwriter.Writer, p *peerResult) {
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%.1f s\n", s.name, s.side.Removed, ms(l.P50), ms(l.P90), ms(l.P99), ms(l.Max),
 			s.side.Early, s.side.NotRemoved, mib(s.side.RSS), mib(s.side.PeakRSS), s.side.CPUSeconds)
 	}
+	h := p.PodjanitorHistogram
+	fmt.Fprintf(w, "podjanitor's own lateness histogram (from its deadline): p50 %s, p90 %s, p99 %s\n", ms(h.P50*1000), ms(h.P90*1000), ms(h.P99*1000))
+	printRequests(w, "peer (podjanitor)", p.PodjanitorRequests)
 	fmt.Fprintf(w, "lateness = removal seen by a watcher − (creationTimestamp + lifetime); pods created in %.1f s (%.0f/s, both copies) on nodes %v\n",
 		p.CreateSeconds, p.CreateRate, p.Nodes)
 }
