@@ -465,7 +465,8 @@ func printPeer(w *tabwriter.Writer, p *peerResult) {
 	}
 	h := p.PodjanitorHistogram
 	fmt.Fprintf(w, "podjanitor's own lateness histogram (from its deadline): p50 %s, p90 %s, p99 %s\n", ms(h.P50*1000), ms(h.P90*1000), ms(h.P99*1000))
-	printRequests(w, "peer (podjanitor)", p.PodjanitorRequests)
+	r := p.PodjanitorRequests
+	fmt.Fprintf(w, "podjanitor API requests by method %v, by code %v (a POST is an eviction or an Event)\n", roundMap(r.ByMethod), roundMap(r.ByCode))
 	fmt.Fprintf(w, "lateness = removal seen by a watcher − (creationTimestamp + lifetime); pods created in %.1f s (%.0f/s, both copies) on nodes %v\n",
 		p.CreateSeconds, p.CreateRate, p.Nodes)
 }
