@@ -12,6 +12,10 @@
 #   make bench BENCH_PODS=1000 BENCH_SCENARIOS=churn,recovery
 #                                   memory under churn (BENCH_ARGS='-churn-pods 100000 -churn-live 1000')
 #                                   and recovery after a 60 s API server outage (-outage)
+#   make bench BENCH_SCENARIOS=peer BENCH_PODS=10000 BENCH_ARGS='-peer-lifetime 10m -peer-interval 2m'
+#                                   podjanitor beside the descheduler's PodLifeTime (built first by
+#                                   hack/build-descheduler.sh) on the same pods in one run: lateness,
+#                                   RSS and CPU of both (not in the default BENCH_SCENARIOS)
 #   make bench-kind                 the same driver against a kind cluster (needs Docker, kind;
 #                                   BENCH_SCENARIOS without recovery)
 

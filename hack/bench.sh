@@ -12,7 +12,10 @@
 #   BENCH_BACKLOG_PODS  pods per backlog run and per deleter     (default 3000)
 #   BENCH_SCENARIOS     idle,backlog,steady,churn,recovery       (default all five);
 #                       idle-standin alone needs no cluster (pods served by the driver);
-#                       recovery needs the local cluster (not BENCH_KUBECONFIG)
+#                       recovery needs the local cluster (not BENCH_KUBECONFIG);
+#                       peer (not in the default) runs the descheduler beside podjanitor,
+#                       built first by hack/build-descheduler.sh; it needs the local
+#                       cluster's kwok
 #   BENCH_RUNS          runs of the short measurements, median   (default 3)
 #   BENCH_WINDOWS       steady: deadline windows, one run each   (default 5m,1m)
 #   BENCH_WORKERS       podjanitor --workers = raw deleter goroutines (default 16)
@@ -49,6 +52,11 @@ args=(
 # BENCH_ARGS is split as the shell splits a command line, so quotes group words:
 # BENCH_ARGS='-podjanitor-alt "_output/bin/podjanitor --removal-events=false"'
 eval "extra=(${BENCH_ARGS:-})"
+case ",${BENCH_SCENARIOS:-}," in *,peer,*)
+  hack/build-descheduler.sh
+  args+=(-descheduler "$root/_output/bin/descheduler")
+  ;;
+esac
 
 if [ "${BENCH_SCENARIOS:-}" = idle-standin ]; then
   # podjanitor against the driver's stand-in API server: no cluster needed

@@ -27,6 +27,9 @@
 //	recovery kube-apiserver stopped for -outage while N pods come due (the
 //	         local cluster's, through hack/local-cluster.sh; needs
 //	         -cluster-dir): time from its return to the last removal
+//	peer     the same N pods twice, on kwok nodes, with a -peer-lifetime
+//	         from creation: podjanitor removes one copy, the descheduler's
+//	         PodLifeTime (-descheduler) the other, in one run (peer.go)
 //
 // API requests per removed pod are reported for backlog and steady.
 package main
@@ -79,6 +82,9 @@ type config struct {
 	churnBatch                     int
 	outage                         time.Duration
 	clusterDir                     string
+	descheduler                    string // peer (peer.go)
+	peerLifetime, peerInterval     time.Duration
+	peerNodes                      int
 }
 
 func main() {
@@ -90,7 +96,7 @@ func main() {
 	flag.IntVar(&cfg.pods, "pods", 10000, "N: pods for the idle and steady scenarios")
 	flag.IntVar(&cfg.backlogPods, "backlog-pods", 0, "pods per backlog run (each for podjanitor and for the raw deleter); 0 = -pods")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs of the short measurements (backlog; idle cache sync/heap restarts); the median is reported")
-	flag.StringVar(&scen, "scenarios", "idle,backlog,steady", "scenarios to run: idle, idle-standin, backlog, steady, churn, recovery")
+	flag.StringVar(&scen, "scenarios", "idle,backlog,steady", "scenarios to run: idle, idle-standin, backlog, steady, churn, recovery, peer")
 	flag.StringVar(&wins, "windows", "5m,1m", "steady scenario: windows over which the N deadlines are spread, one run each")
 	flag.IntVar(&cfg.workers, "workers", 16, "podjanitor --workers, and the raw deleter's goroutines")
 	flag.Float64Var(&cfg.qps, "qps", 1000, "podjanitor --kube-api-qps, and the raw deleter's client QPS")
@@ -110,6 +116,10 @@ func main() {
 	flag.IntVar(&cfg.churnBatch, "churn-batch", 500, "churn: pods created, and later deleted, at once")
 	flag.DurationVar(&cfg.outage, "outage", 60*time.Second, "recovery: how long kube-apiserver is stopped")
 	flag.StringVar(&cfg.clusterDir, "cluster-dir", "", "recovery: the local cluster's CLUSTER_DIR, whose kube-apiserver hack/local-cluster.sh stops and starts")
+	flag.StringVar(&cfg.descheduler, "descheduler", "_output/bin/descheduler", "peer: descheduler binary (hack/build-descheduler.sh), optionally followed by extra flags (\"_output/bin/descheduler --v=3\")")
+	flag.DurationVar(&cfg.peerLifetime, "peer-lifetime", 5*time.Minute, "peer: pod lifetime from creation, whole seconds (podjanitor `created` rule, descheduler maxPodLifeTimeSeconds)")
+	flag.DurationVar(&cfg.peerInterval, "peer-interval", 2*time.Minute, "peer: the descheduler's --descheduling-interval")
+	flag.IntVar(&cfg.peerNodes, "peer-nodes", 2, "peer: kwok-managed nodes the pods are bound to (at least 2)")
 	flag.StringVar(&env, "podjanitor-env", "", "comma-separated NAME=value pairs added to every podjanitor's environment (GOGC=100,GOMEMLIMIT=200MiB)")
 	flag.Parse()
 	if cfg.backlogPods == 0 {
@@ -170,6 +180,7 @@ type results struct {
 	Steady   []*steadyResult `json:"steady,omitempty"`
 	Churn    *churnResult    `json:"churn,omitempty"`
 	Recovery *recoveryResult `json:"recovery,omitempty"`
+	Peer     *peerResult     `json:"peer,omitempty"`
 }
 
 type machine struct {
@@ -218,6 +229,7 @@ func run(ctx context.Context, cfg *config) error {
 		"max_deletions_per_second": cfg.maxDeletions, "create_concurrency": cfg.createConc, "idle": cfg.idle.String(),
 		"idle_bound": cfg.idleBound, "nodes": cfg.nodes, "churn_pods": cfg.churnPods, "churn_live": cfg.churnLive,
 		"churn_batch": cfg.churnBatch, "outage": cfg.outage.String(),
+		"peer_lifetime": cfg.peerLifetime.String(), "peer_interval": cfg.peerInterval.String(), "peer_nodes": cfg.peerNodes,
 	}}
 	res.Machine = describeMachine()
 	if out, err := exec.Command(strings.Fields(cfg.podjanitor)[0], "--version").Output(); err == nil {
@@ -277,8 +289,10 @@ func run(ctx context.Context, cfg *config) error {
 			res.Churn, err = b.churn(ctx)
 		case "recovery":
 			res.Recovery, err = b.recovery(ctx)
+		case "peer":
+			res.Peer, err = b.peer(ctx)
 		default:
-			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, steady, churn, recovery)", s)
+			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, steady, churn, recovery, peer)", s)
 		}
 		if err != nil {
 			b.write()
@@ -601,6 +615,9 @@ func printReport(w0 *os.File, r *results) {
 		a := rc.AfterRecovery
 		fmt.Fprintf(w, "\t%s\t%s\t%s\t%s\t%d\n", ms(a.P50), ms(a.P90), ms(a.P99), ms(a.Max), rc.NotRemoved)
 		printRequests(w, "recovery", rc.Requests)
+	}
+	if p := r.Peer; p != nil {
+		printPeer(w, p)
 	}
 	_ = w.Flush()
 }
