@@ -194,6 +194,10 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 // Pending is the number of keys ready for a worker (parked keys not counted).
 func (c *Controller) Pending() int { return c.queue.Len() }
 
+// FlushEvents records the removals held back for bulk events now; on
+// shutdown, so that none is lost.
+func (c *Controller) FlushEvents() { c.reporter.flush() }
+
 // enqueue adds the key of a pod, or of a deleted pod's tombstone.
 func (c *Controller) enqueue(obj interface{}) {
 	key, err := cache.DeletionHandlingObjectToName(obj)

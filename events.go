@@ -17,6 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -127,6 +130,38 @@ const (
 	// summaryNames is how many pod names a group keeps for its note.
 	summaryNames = 20
 )
+
+// eventPipeline writes the events of a recorder to the API server, on a
+// client of its own so that event writes do not take removals' share of
+// --kube-api-qps. It outlives the context it starts with, so that removals
+// finishing during shutdown are still reported; shutdown stops it and drains its writes.
+type eventPipeline struct {
+	recorder    events.EventRecorder
+	broadcaster events.EventBroadcaster
+	sink        *drainingSink
+}
+
+func startEventPipeline(ctx context.Context, cfg *rest.Config) (*eventPipeline, error) {
+	client, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("creating event clientset: %w", err)
+	}
+	sink := &drainingSink{EventSink: &events.EventSinkImpl{Interface: client.EventsV1()}}
+	broadcaster := events.NewBroadcaster(sink)
+	if err := broadcaster.StartRecordingToSinkWithContext(context.WithoutCancel(ctx)); err != nil {
+		return nil, fmt.Errorf("starting event recording: %w", err)
+	}
+	return &eventPipeline{recorder: broadcaster.NewRecorder(scheme.Scheme, controllerName), broadcaster: broadcaster, sink: sink}, nil
+}
+
+// drain waits until the events recorded so far are written (at most 5 s).
+func (p *eventPipeline) drain() { p.sink.drain(100*time.Millisecond, 5*time.Second) }
+
+// shutdown stops the pipeline and waits for the writes in flight.
+func (p *eventPipeline) shutdown() {
+	p.broadcaster.Shutdown()
+	p.drain()
+}
 
 // eventReporter records podjanitor's events. It keeps each Warning about an
 // invalid annotation to once per pod and value, cuts notes to what the API
