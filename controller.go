@@ -468,4 +468,3 @@ func (c *Controller) removalFailed(ctx context.Context, pod *corev1.Pod, d polic
 	}
 	return Result{}, err
 }
-
