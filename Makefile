@@ -21,7 +21,7 @@ build: ## Build the podjanitor binary into _output/bin/ (static, release flags).
 tools: ## Build the local cluster's binaries (etcd, kube-apiserver, kube-controller-manager, kwok; kubelet, kube-scheduler, kustomize).
 	hack/build-tools.sh
 
-devtools: ## Build helm, kustomize and cyclonedx-gomod (hack/devtools/go.mod) into _output/bin/.
+devtools: ## Build helm and cyclonedx-gomod (hack/devtools/go.mod) and kustomize (hack/tools) into _output/bin/.
 	hack/build-devtools.sh
 
 helm: ## Build helm (chart tests) into _output/bin/.
@@ -49,7 +49,7 @@ vet:
 	go vet -tags e2e ./test/e2e/
 	cd test/promql && go vet ./...
 
-# The chart and kustomize tests need helm and kustomize (hack/devtools);
+# The chart and kustomize tests need helm and kustomize (hack/build-devtools.sh);
 # PODJANITOR_REQUIRE_DEVTOOLS makes them fail, not skip, without them.
 unit: vet ## Unit tests (no cluster needed): Go, chart (helm lint/template), kustomize builds, PromQL of the monitoring kit.
 	hack/build-devtools.sh helm kustomize

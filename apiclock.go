@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -227,3 +229,18 @@ type shiftedClock struct {
 func (c shiftedClock) Now() time.Time                  { return c.RealClock.Now().Add(c.offset) }
 func (c shiftedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 func (c shiftedClock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
+
+// processClock is the real clock, or, for tests of clock skew, one that reads
+// PODJANITOR_TESTING_CLOCK_OFFSET (a duration) ahead of it.
+func processClock(logger klog.Logger) (clock.WithTicker, error) {
+	value := os.Getenv("PODJANITOR_TESTING_CLOCK_OFFSET")
+	if value == "" {
+		return clock.RealClock{}, nil
+	}
+	offset, err := time.ParseDuration(value)
+	if err != nil {
+		return nil, fmt.Errorf("PODJANITOR_TESTING_CLOCK_OFFSET=%q: %w", value, err)
+	}
+	logger.Info("Warning: testing clock in use, reading ahead of the real clock", "offset", offset)
+	return shiftedClock{offset: offset}, nil
+}

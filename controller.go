@@ -194,6 +194,10 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 // Pending is the number of keys ready for a worker (parked keys not counted).
 func (c *Controller) Pending() int { return c.queue.Len() }
 
+// FlushEvents records the removals held back for bulk events now; on
+// shutdown, so that none is lost.
+func (c *Controller) FlushEvents() { c.reporter.flush() }
+
 // enqueue adds the key of a pod, or of a deleted pod's tombstone.
 func (c *Controller) enqueue(obj interface{}) {
 	key, err := cache.DeletionHandlingObjectToName(obj)
@@ -342,7 +346,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	}
 	if !exists {
 		logger.V(4).Info("Pod is gone")
-		c.forgetPod(key)
+		c.state.forget(key)
 		return Result{}, nil
 	}
 	pod, err := podFromCache(obj)
@@ -360,7 +364,9 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	if err != nil {
 		var invalid *policy.AnnotationError
 		if errors.As(err, &invalid) {
-			c.reporter.invalidAnnotation(pod, invalid)
+			if c.state.warnOnce(key, pod.UID, invalid.Key, invalid.Value) {
+				c.reporter.invalidAnnotation(pod, invalid)
+			}
 			return Result{}, TerminalError(fmt.Errorf("pod %s: %w", key, err))
 		}
 		return Result{}, fmt.Errorf("pod %s: %w", key, err)
@@ -385,21 +391,29 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 }
 
 // removePod deletes or evicts a due pod, guarded by the cached UID and
-// resourceVersion, and reports the outcome.
+// resourceVersion (in a dry run it only reports), and reports the outcome.
 func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.Decision) (Result, error) {
+	if !c.opts.DryRun {
+		if err := c.callRemoval(ctx, pod, d); err != nil {
+			return c.removalFailed(ctx, pod, d, err)
+		}
+	}
+	c.removed(ctx, pod, d)
+	return Result{}, nil
+}
+
+// removed reports a removal that the API server accepted, or in a dry run
+// one that would have happened, and marks the pod removed: no second API
+// call, and in a dry run one report per pod.
+func (c *Controller) removed(ctx context.Context, pod *corev1.Pod, d policy.Decision) {
 	logger := klog.FromContext(ctx)
 	key := cache.MetaObjectToName(pod)
 	if c.opts.DryRun {
 		logger.V(2).Info("Would remove pod (dry run)", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source, "deadline", d.Deadline)
 		c.reporter.removed(pod, d)
 		c.metrics.removed(d, true, 0)
-		c.state.markRemoved(key, pod.UID) // report once per pod
-		return Result{}, nil
-	}
-
-	err := c.callRemoval(ctx, pod, d)
-	if err != nil {
-		return c.removalFailed(ctx, pod, d, err)
+		c.state.markRemoved(key, pod.UID)
+		return
 	}
 	lateness := c.now().Sub(d.Deadline) // measured once the API server accepted the removal
 	c.state.markRemoved(key, pod.UID)
@@ -407,7 +421,6 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 	c.metrics.removed(d, false, lateness)
 	logger.V(2).Info("Removed pod", "pod", klog.KObj(pod), "namespace", pod.Namespace, "uid", pod.UID,
 		"action", d.Action, "reason", d.Reason, "by", d.Source, "deadline", d.Deadline, "lateness", lateness)
-	return Result{}, nil
 }
 
 // callRemoval makes the one API call that removes the pod, within the write timeout.
@@ -454,10 +467,4 @@ func (c *Controller) removalFailed(ctx context.Context, pod *corev1.Pod, d polic
 		return Result{}, &retryAfterError{err: err, after: c.state.refused(key, pod.UID)}
 	}
 	return Result{}, err
-}
-
-// forgetPod drops what the controller remembers about a pod that is gone.
-func (c *Controller) forgetPod(key cache.ObjectName) {
-	c.state.forget(key)
-	c.reporter.forgetPod(key)
 }

@@ -353,8 +353,8 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment, cm *corev1.ConfigMap)
 	if o.kubeconfig != "" || o.master != "" {
 		t.Errorf("args %q: want in-cluster configuration", c.Args)
 	}
-	if o.leaseNamespace != "" {
-		t.Errorf("--leader-elect-resource-namespace=%s: leave it to POD_NAMESPACE, where the Role is", o.leaseNamespace)
+	if o.lease.namespace != "" {
+		t.Errorf("--leader-elect-resource-namespace=%s: leave it to POD_NAMESPACE, where the Role is", o.lease.namespace)
 	}
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 		return e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace"
@@ -378,8 +378,8 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment, cm *corev1.ConfigMap)
 			t.Errorf("--%s=%s, but the container port named %q is %d", flagName, addr, portName, ports[portName])
 		}
 	}
-	checkPort("metrics-bind-address", o.metricsAddr, "metrics")
-	checkPort("health-probe-bind-address", o.healthAddr, "health")
+	checkPort("metrics-bind-address", o.endpoints.metricsAddr, "metrics")
+	checkPort("health-probe-bind-address", o.endpoints.healthAddr, "health")
 	checkProbe := func(what string, p *corev1.Probe, path string) {
 		t.Helper()
 		switch {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -17,7 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -128,9 +129,40 @@ const (
 	summaryNames = 20
 )
 
-// eventReporter records podjanitor's events. It keeps each Warning about an
-// invalid annotation to once per pod and value, cuts notes to what the API
-// stores, and holds removal events to their budget (see removalEventRate).
+// eventPipeline writes the events of a recorder to the API server, on a
+// client of its own so that event writes do not take removals' share of
+// --kube-api-qps. It outlives the context it starts with, so that removals
+// finishing during shutdown are still reported; shutdown stops it and drains its writes.
+type eventPipeline struct {
+	recorder    events.EventRecorder
+	broadcaster events.EventBroadcaster
+	sink        *drainingSink
+}
+
+func startEventPipeline(ctx context.Context, cfg *rest.Config) (*eventPipeline, error) {
+	client, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("creating event clientset: %w", err)
+	}
+	sink := &drainingSink{EventSink: &events.EventSinkImpl{Interface: client.EventsV1()}}
+	broadcaster := events.NewBroadcaster(sink)
+	if err := broadcaster.StartRecordingToSinkWithContext(context.WithoutCancel(ctx)); err != nil {
+		return nil, fmt.Errorf("starting event recording: %w", err)
+	}
+	return &eventPipeline{recorder: broadcaster.NewRecorder(scheme.Scheme, controllerName), broadcaster: broadcaster, sink: sink}, nil
+}
+
+// drain waits until the events recorded so far are written (at most 5 s).
+func (p *eventPipeline) drain() { p.sink.drain(100*time.Millisecond, 5*time.Second) }
+
+// shutdown stops the pipeline and waits for the writes in flight.
+func (p *eventPipeline) shutdown() {
+	p.broadcaster.Shutdown()
+	p.drain()
+}
+
+// eventReporter records podjanitor's events. It cuts notes to what the API
+// stores and holds removal events to their budget (see removalEventRate).
 type eventReporter struct {
 	logger   klog.Logger
 	recorder events.EventRecorder
@@ -144,10 +176,6 @@ type eventReporter struct {
 	maxOwnerSummaries int
 
 	mu sync.Mutex
-	// warned holds, per pod with an invalid annotation, a hash of its UID and
-	// the annotation's key and value that it was warned about: ~60 bytes per
-	// such pod in the cache, dropped by forgetPod when the pod is gone.
-	warned map[cache.ObjectName]uint64
 	// groups are the removals over the budget in the current interval;
 	// windowEnd closes that interval, nil when none is open.
 	groups    map[groupKey]*removalGroup
@@ -167,7 +195,6 @@ func newEventReporter(logger klog.Logger, recorder events.EventRecorder, clk clo
 		budget:            rate.NewLimiter(removalEventRate, removalEventBurst),
 		interval:          summaryInterval,
 		maxOwnerSummaries: maxOwnerSummaries,
-		warned:            map[cache.ObjectName]uint64{},
 		groups:            map[groupKey]*removalGroup{},
 	}
 }
@@ -177,23 +204,10 @@ func (r *eventReporter) eventf(regarding, related runtime.Object, eventtype, rea
 	r.recorder.Eventf(regarding, related, eventtype, reason, action, "%s", cutNote(fmt.Sprintf(note, args...)))
 }
 
-// invalidAnnotation warns that an annotation does not parse, once per pod and
-// bad value while the process runs.
+// invalidAnnotation warns that an annotation does not parse (the controller
+// warns once per pod and bad value: podStates.warnOnce).
 func (r *eventReporter) invalidAnnotation(pod *corev1.Pod, e *policy.AnnotationError) {
-	key := cache.MetaObjectToName(pod)
-	h := fnv.New64a()
-	for _, s := range []string{string(pod.UID), e.Key, e.Value} {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
-	}
-	sum := h.Sum64()
-	r.mu.Lock()
-	seen := r.warned[key] == sum
-	r.warned[key] = sum
-	r.mu.Unlock()
-	if !seen {
-		r.eventf(pod, nil, corev1.EventTypeWarning, ReasonInvalidAnnotation, "Validate", "Not removing pod: %s", annotationErrorNote(e))
-	}
+	r.eventf(pod, nil, corev1.EventTypeWarning, ReasonInvalidAnnotation, "Validate", "Not removing pod: %s", annotationErrorNote(e))
 }
 
 // annotationErrorNote is the error with a long value shortened, in the
@@ -293,13 +307,6 @@ func (r *eventReporter) removalReason() string {
 		return ReasonWouldRemove
 	}
 	return ReasonLifetimeExpired
-}
-
-// forgetPod drops what the reporter remembers about a pod that is gone.
-func (r *eventReporter) forgetPod(key cache.ObjectName) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.warned, key)
 }
 
 // groupKey identifies the removals reported together: those of one owner

@@ -133,9 +133,16 @@ func TestInvalidAnnotationWarnsOncePerPodAndValue(t *testing.T) {
 		t.Errorf("events = %q, want a Warning for the new value and one for the new pod", got)
 	}
 
-	f.c.reporter.forgetPod(keyOf(pod))
-	if n := len(f.c.reporter.warned); n != 0 {
-		t.Errorf("reporter remembers %d pods after forgetPod, want 0", n)
+	// What was warned is remembered with the pod, and forgotten with it.
+	if n := f.c.state.len(); n != 1 {
+		t.Errorf("state entries = %d while the pod exists, want 1 (what it was warned about)", n)
+	}
+	if err := f.c.pods.Delete(replaced); err != nil {
+		t.Fatal(err)
+	}
+	f.process(keyOf(pod))
+	if n := f.c.state.len(); n != 0 {
+		t.Errorf("state entries = %d once the pod is gone, want 0", n)
 	}
 }
 

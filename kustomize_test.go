@@ -11,7 +11,7 @@ import (
 )
 
 // kustomizeBuild builds a kustomization as `kubectl apply -k` would
-// (sigs.k8s.io/kustomize/api, hack/devtools/kustomize).
+// (sigs.k8s.io/kustomize/api, hack/tools/kustomize).
 func kustomizeBuild(t *testing.T, dir string) *chartRender {
 	t.Helper()
 	cmd := exec.Command(devtool(t, "kustomize", "KUSTOMIZE"), "build", dir)

@@ -76,8 +76,8 @@ func TestProfilingIsOptIn(t *testing.T) {
 		addr := ln.Addr().String()
 		ln.Close()
 		ctx, cancel := context.WithCancel(context.Background())
-		o := &options{metricsAddr: addr, healthAddr: "0", profiling: profiling}
-		if err := serveEndpoints(ctx, o, NewMetrics("test", "test"), nil, func() bool { return true }, make(chan error, 2)); err != nil {
+		cfg := endpointsConfig{metricsAddr: addr, healthAddr: "0", profiling: profiling}
+		if err := serveEndpoints(ctx, cfg, NewMetrics("test", "test"), nil, func() bool { return true }, make(chan error, 2)); err != nil {
 			t.Fatal(err)
 		}
 		resp, err := http.Get("http://" + addr + "/debug/pprof/cmdline")

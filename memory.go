@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
 
@@ -92,4 +96,33 @@ func applyMemoryDefaults(logger klog.Logger) {
 		limit = "none"
 	}
 	logger.Info("Go runtime memory settings", "gcPercent", gogc, "softMemoryLimit", limit)
+}
+
+// releaseWait bounds how long releaseSyncMemory waits for the first pass.
+const releaseWait = 2 * time.Minute
+
+// releaseSyncMemory returns the heap that the initial sync left behind to the
+// operating system: decoding the initial pod list, and the workers' first
+// pass over its keys (each decision unpacks a pod). It waits until the cache
+// has synced and the queue holds no ready key (every pod removed or parked),
+// or at most releaseWait after the sync (a follower's workers wait for the
+// lease). Without it the process keeps the heap that the sync grew to (up to
+// 1.5 times the live heap with GOGC=50) long after, although an idle
+// controller allocates almost nothing.
+func releaseSyncMemory(ctx context.Context, synced cache.InformerSynced, pending func() int) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced) {
+		return
+	}
+	deadline := time.Now().Add(releaseWait)
+	for pending() > 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	debug.FreeOSMemory()
+	var m goruntime.MemStats
+	goruntime.ReadMemStats(&m)
+	klog.FromContext(ctx).V(2).Info("Returned the initial sync's memory to the OS", "heapInUse", m.HeapInuse, "heapReleased", m.HeapReleased)
 }

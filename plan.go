@@ -54,7 +54,7 @@ func runPlan(args []string) int {
 		return exitCode(err)
 	}
 	if o.showVersion {
-		fmt.Printf("podjanitor %s (commit %s)\n", version, commit)
+		printVersion()
 		return 0
 	}
 	if err := plan(context.Background(), o, os.Stdout); err != nil {
@@ -73,19 +73,15 @@ func plan(ctx context.Context, o *options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("creating clientset: %w", err)
-	}
-	metadataClient, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("creating metadata client: %w", err)
-	}
-	namespaces, err := listNamespaces(ctx, metadataClient, o)
+	clients, err := newClients(cfg)
 	if err != nil {
 		return err
 	}
-	pods, err := listPods(ctx, client, o)
+	namespaces, err := listNamespaces(ctx, clients.metadata, o)
+	if err != nil {
+		return err
+	}
+	pods, err := listPods(ctx, clients.kube, o)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"container/heap"
 	"context"
+	"hash/fnv"
 	"sync"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 // podStates is everything the controller remembers about individual pods, by
 // key: when a parked key is to be handed to the workers again, the removal
 // token reserved for a pod that waits for the rate limit, whether the pod was
-// removed already, and how often its removal was refused. Only pods that need
+// removed already, how often its removal was refused, and which invalid
+// annotation it was warned about. Only pods that need
 // one of these have an entry, and forget drops a pod's entry with the pod, so
 // memory follows the pods that exist, not the pods seen.
 //
@@ -50,16 +52,18 @@ type podState struct {
 
 	// wakeAt is when the key goes back to the workqueue, in the API server's
 	// time; index is the entry's place in the heap, -1 when not parked.
-	wakeAt      time.Time
-	index       int
-	forDeadline bool // parked because its deadline has not come yet
+	wakeAt time.Time
+	index  int
 
 	// token is a removal reserved from the rate limiter and not yet used.
 	token *rate.Reservation
 
-	removed  bool // removed (or reported removed in dry-run): no second API call
-	blocked  bool // an eviction was refused by a PodDisruptionBudget; reported once
-	refusals int  // removals refused in a row for a reason retrying soon cannot fix
+	refusals int    // removals refused in a row for a reason retrying soon cannot fix
+	warned   uint64 // hash of the invalid annotation and value the pod was warned about; 0: none
+
+	forDeadline bool // parked because its deadline has not come yet
+	removed     bool // removed (or reported removed in dry-run): no second API call
+	blocked     bool // an eviction was refused by a PodDisruptionBudget; reported once
 }
 
 func newPodStates(clk clock.WithTicker, now func() time.Time, onScheduled func(int)) *podStates {
@@ -86,14 +90,14 @@ func (s *podStates) get(key cache.ObjectName, uid types.UID) *podState {
 	}
 	if st.uid != uid {
 		s.cancelToken(st)
-		st.uid, st.removed, st.blocked, st.refusals = uid, false, false, 0
+		st.uid, st.removed, st.blocked, st.refusals, st.warned = uid, false, false, 0, 0
 	}
 	return st
 }
 
 // dropIfEmpty deletes an entry that no longer holds anything. Callers hold s.mu.
 func (s *podStates) dropIfEmpty(st *podState) {
-	if st.index < 0 && st.token == nil && !st.removed && !st.blocked && st.refusals == 0 {
+	if st.index < 0 && st.token == nil && !st.removed && !st.blocked && st.refusals == 0 && st.warned == 0 {
 		delete(s.pods, st.key)
 	}
 }
@@ -221,6 +225,25 @@ func (s *podStates) markBlocked(key cache.ObjectName, uid types.UID) (first bool
 	st := s.get(key, uid)
 	first = !st.blocked
 	st.blocked = true
+	return first
+}
+
+// warnOnce records that the pod is warned about the value of an annotation
+// that does not parse, and says whether that is news: the first warning for
+// this pod and value. The entry keeps a hash of the two, ~8 bytes, until the
+// pod is gone.
+func (s *podStates) warnOnce(key cache.ObjectName, uid types.UID, annotation, value string) (first bool) {
+	h := fnv.New64a()
+	for _, v := range []string{annotation, value} {
+		h.Write([]byte(v))
+		h.Write([]byte{0})
+	}
+	sum := h.Sum64()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.get(key, uid)
+	first = st.warned != sum
+	st.warned = sum
 	return first
 }
 

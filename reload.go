@@ -15,11 +15,14 @@ import (
 // ConfigMap volume is updated by swapping a symlink, which this sees as well.
 const policyPollInterval = 2 * time.Second
 
-// watchPolicyFile reloads the policy file when its content changes. A file
-// that does not validate is rejected and the running policy stays.
-func watchPolicyFile(ctx context.Context, o *options, c *Controller) {
-	logger := klog.FromContext(ctx).WithValues("config", o.configFile)
-	last, _ := os.ReadFile(o.configFile)
+// watchPolicyFile reads the policy file at path for changes until ctx ends.
+// Each changed content is made into an evaluator by newEvaluator and handed
+// to reloaded; a file that cannot be read or does not validate is rejected:
+// reloaded gets the error, and the running policy stays.
+func watchPolicyFile(ctx context.Context, path string, newEvaluator func([]byte) (*policy.Evaluator, error),
+	reloaded func(*policy.Evaluator, error)) {
+	logger := klog.FromContext(ctx).WithValues("config", path)
+	last, _ := os.ReadFile(path)
 	ticker := time.NewTicker(policyPollInterval)
 	defer ticker.Stop()
 	for {
@@ -28,26 +31,23 @@ func watchPolicyFile(ctx context.Context, o *options, c *Controller) {
 			return
 		case <-ticker.C:
 		}
-		data, err := os.ReadFile(o.configFile)
+		data, err := os.ReadFile(path)
 		if err != nil {
 			logger.Error(err, "Cannot read the policy file, keeping the running policy")
-			c.metrics.policyReloaded(false)
+			reloaded(nil, err)
 			continue
 		}
 		if bytes.Equal(data, last) {
 			continue
 		}
 		last = data
-		p, err := policy.Parse(data)
+		e, err := newEvaluator(data)
 		if err != nil {
 			logger.Error(err, "Rejected the changed policy file, keeping the running policy")
-			c.metrics.policyReloaded(false)
+			reloaded(nil, err)
 			continue
 		}
-		if err := c.SetEvaluator(&policy.Evaluator{Prefix: o.annotationPrefix, Policy: p}); err != nil {
-			logger.Error(err, "Re-evaluating pods after a policy reload")
-		}
-		c.metrics.policyReloaded(true)
-		logger.Info("Reloaded the policy file; deciding every pod again", "rules", len(p.Rules))
+		reloaded(e, nil)
+		logger.Info("Reloaded the policy file; deciding every pod again", "rules", len(e.Policy.Rules))
 	}
 }

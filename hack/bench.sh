@@ -3,7 +3,7 @@
 #
 # Brings up a local cluster of its own in _output/bench/cluster (ports
 # BENCH_PORT_BASE+, default 29400, so `make run` and `make e2e` clusters can
-# stay up), builds the driver (hack/bench) and runs it against the release
+# stay up), builds the driver (test/bench) and runs it against the release
 # build of podjanitor (_output/bin/podjanitor, from `make build`), then takes
 # the cluster down again. Results: a table on stdout and JSON in _output/bench/.
 #
@@ -25,14 +25,14 @@
 #   BENCH_PODJANITOR    process (default): podjanitor as a process of this machine;
 #                       pod: as a pod of artifacts/deploy on the local cluster's real
 #                       node (REAL_NODE=1: root; image from `make image-archive`)
-#   BENCH_ARGS          more driver flags (go run ./hack/bench -h)
+#   BENCH_ARGS          more driver flags (go run ./test/bench -h)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 out=_output/bench
 mkdir -p "$out"
-go build -o _output/bin/podjanitor-bench ./hack/bench
+go build -o _output/bin/podjanitor-bench ./test/bench
 [ -x _output/bin/podjanitor ] || make --no-print-directory build
 
 args=(

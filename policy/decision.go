@@ -1,14 +1,3 @@
-// Package policy decides when a pod's lifetime is over. It is pure: given a pod
-// and the current time, Evaluator.Decide says whether the pod has a deadline,
-// when, what set it (an annotation or a rule of the policy file) and how the
-// pod is to be removed. It makes no API calls.
-//
-// Order of decision: mirror pods and terminating pods are out of scope; the
-// keep annotation vetoes everything; a pod whose namespace is not known is
-// left alone until it is; a pod carrying any deadline annotation is decided by
-// its annotations alone (the earliest deadline wins); otherwise the first
-// policy rule whose match and clock apply decides. Last, the keep annotation
-// of the pod's namespace vetoes whatever deadline was found.
 package policy
 
 import (

@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/podjanitor/podjanitor/internal/ociarchive"
 )
 
 // TestDockerfileDescribesTheSameImage reads the Dockerfile's final stage and
@@ -173,27 +175,15 @@ func TestArchive(t *testing.T) {
 		t.Errorf("a second archive of the same inputs differs (digest %s, then %s, %v)", digest, d2, err)
 	}
 
-	files := map[string][]byte{}
-	tr := tar.NewReader(&buf)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(tr)
-		files[hdr.Name] = b
+	files, err := ociarchive.Read(&buf, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
 	blobOf := func(d string) []byte {
 		t.Helper()
-		b, ok := files["blobs/sha256/"+strings.TrimPrefix(d, "sha256:")]
-		if !ok {
-			t.Fatalf("blob %s missing", d)
-		}
-		if got := digestOf(b); got != d {
-			t.Fatalf("blob %s has digest %s", d, got)
+		b, err := files.Blob(d)
+		if err != nil {
+			t.Fatal(err)
 		}
 		return b
 	}

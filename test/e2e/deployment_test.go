@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -30,6 +29,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/podjanitor/podjanitor/internal/ociarchive"
 )
 
 // TestDeployment runs the shipped artifacts/deploy on the local cluster's real
@@ -859,39 +860,15 @@ func archiveDigests(t *testing.T, path string) imageDigests {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	files := map[string][]byte{}
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if hdr.Name == "index.json" || hdr.Size < 1<<20 {
-			files[hdr.Name], _ = io.ReadAll(tr)
-		}
+	files, err := ociarchive.Read(f, func(hdr *tar.Header) bool { return hdr.Name == "index.json" || hdr.Size < 1<<20 })
+	if err != nil {
+		t.Fatal(err)
 	}
-	var idx struct {
-		Manifests []struct {
-			Digest string `json:"digest"`
-		} `json:"manifests"`
+	manifest, config, err := files.ImageDigests()
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
-	if err := json.Unmarshal(files["index.json"], &idx); err != nil || len(idx.Manifests) == 0 {
-		t.Fatalf("%s: index.json: %v", path, err)
-	}
-	d := imageDigests{manifest: idx.Manifests[0].Digest}
-	var man struct {
-		Config struct {
-			Digest string `json:"digest"`
-		} `json:"config"`
-	}
-	if err := json.Unmarshal(files["blobs/sha256/"+strings.TrimPrefix(d.manifest, "sha256:")], &man); err != nil || man.Config.Digest == "" {
-		t.Fatalf("%s: manifest %s: %v", path, d.manifest, err)
-	}
-	d.config = man.Config.Digest
-	return d
+	return imageDigests{manifest: manifest, config: config}
 }
 
 // waitNamespaceUsable waits until the podjanitor namespace is not terminating.

@@ -1,8 +1,10 @@
 // Command kustomize renders a kustomization to stdout as `kustomize build DIR`
 // and `kubectl kustomize DIR` do, with the same engine
-// (sigs.k8s.io/kustomize/api) and its default load restrictions. The e2e
-// tests render artifacts/deploy through the local cluster's overlay with it
-// (hack/local-cluster.sh writes the overlay to $CLUSTER_DIR/deploy).
+// (sigs.k8s.io/kustomize/api, the library kubectl's -k uses) and its default
+// load restrictions. The unit tests build the kustomizations under artifacts/
+// with it (hack/build-devtools.sh kustomize); the e2e tests render
+// artifacts/deploy through the local cluster's overlay (hack/local-cluster.sh
+// writes the overlay to $CLUSTER_DIR/deploy).
 //
 //	kustomize build DIR
 package main

@@ -537,7 +537,7 @@ func printReport(w0 *os.File, r *results) {
 	if i := r.Idle; i != nil {
 		fmt.Fprintf(w, "\n== Scenario 3: idle at scale (median of %d podjanitor starts; idle measured over %s)\n", len(i.Runs), i.IdleWindow)
 		if i.StandIn {
-			fmt.Fprintln(w, "   pods served by the stand-in API server (hack/bench/standin.go), not a cluster: sync times are not comparable")
+			fmt.Fprintln(w, "   pods served by the stand-in API server (test/bench/standin.go), not a cluster: sync times are not comparable")
 		}
 		fmt.Fprintln(w, "pods\tcache sync\tRSS\tpeak RSS\tGo heap in use\tpods parked")
 		fmt.Fprintf(w, "0\t%.2f s\t%s\t%s\t%s\t-\n", i.Empty.SyncSeconds, mib(i.Empty.RSS), mib(i.Empty.PeakRSS), mib(i.Empty.HeapInuse))

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/klog/v2"
+
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// options are the command-line flags.
+type options struct {
+	kubeconfig, master       string
+	namespace, labelSelector string
+	configFile               string
+	workers                  int
+	dryRun                   bool
+	removalEvents            bool
+	annotationPrefix         string
+	maxDeletionsPerSecond    float64
+	deletionBurst            int
+	kubeAPIQPS               float64
+	kubeAPIBurst             int
+	kubeAPIContentType       string
+	leaderElect              bool
+	lease                    leaseConfig     // --leader-elect-*
+	endpoints                endpointsConfig // --metrics-bind-address, --health-probe-bind-address, --profiling
+	shutdownTimeout          time.Duration
+	writeTimeout             time.Duration
+	showVersion              bool
+	loggingFormat            string
+	verbosity                int    // klog's -v, for --logging-format=json
+	output                   string // plan only
+}
+
+// usageError is a bad flag value: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// exitCode maps a flag error to the conventional status.
+func exitCode(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "podjanitor: %v\n", err)
+	return 2
+}
+
+func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Default: $KUBECONFIG, else in-cluster configuration, else ~/.kube/config.")
+	fs.StringVar(&o.master, "master", "", "The address of the Kubernetes API server. Overrides any value in kubeconfig.")
+	fs.StringVar(&o.namespace, "namespace", "", "Only watch pods in this namespace. Default: all namespaces.")
+	fs.StringVar(&o.labelSelector, "label-selector", "", "Only watch pods matching this label selector (applied by the API server), e.g. 'team=ci,!keep'.")
+	fs.StringVar(&o.configFile, "config", "", "Policy file (YAML, kind PodJanitorPolicy) with cluster-wide rules. Default: annotations only. Changes are reloaded without a restart.")
+	fs.StringVar(&o.annotationPrefix, "annotation-prefix", policy.DefaultAnnotationPrefix, "Prefix of the per-pod annotations (<prefix>/ttl, /expires-at, /ttl-after-finished, /keep).")
+	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 50, "Queries per second to the API server.")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of queries to the API server.")
+	fs.StringVar(&o.kubeAPIContentType, "kube-api-content-type", runtime.ContentTypeProtobuf,
+		"Content type of requests to the API server: "+runtime.ContentTypeProtobuf+" or "+runtime.ContentTypeJSON+".")
+	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
+	if plan {
+		fs.StringVar(&o.output, "o", "table", "Output format: table or json.")
+		fs.StringVar(&o.output, "output", "table", "Output format: table or json (same as -o).")
+		return fs
+	}
+	fs.StringVar(&o.loggingFormat, "logging-format", loggingText,
+		"Log format: text (klog's) or json (Kubernetes components' JSON: ts, caller, msg, v, then the keys).")
+	fs.IntVar(&o.workers, "workers", 4, "Number of pods removed concurrently.")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (logs, WouldRemove events, metrics) but remove nothing.")
+	fs.BoolVar(&o.removalEvents, "removal-events", true,
+		"Record LifetimeExpired events of removals: on each pod, and in bulk one per owner and 10 s. false records none; warnings and dry-run events are recorded regardless.")
+	fs.Float64Var(&o.maxDeletionsPerSecond, "max-deletions-per-second", 50, "Cluster-wide cap on removals per second; 0 means no cap. Removals over the cap wait, they are never dropped.")
+	fs.IntVar(&o.deletionBurst, "deletion-burst", 100, "Removals allowed at once above --max-deletions-per-second.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader on a Lease before acting; only the leader removes pods.")
+	fs.DurationVar(&o.lease.duration, "leader-elect-lease-duration", 15*time.Second, "How long followers wait before taking over a lease that is not renewed.")
+	fs.DurationVar(&o.lease.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew before it gives up (and exits).")
+	fs.DurationVar(&o.lease.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often to try to acquire or renew the lease.")
+	fs.StringVar(&o.lease.name, "leader-elect-resource-name", "podjanitor", "Name of the Lease object.")
+	fs.StringVar(&o.lease.namespace, "leader-elect-resource-namespace", "", "Namespace of the Lease. Default: the pod's own namespace, else kube-system.")
+	fs.StringVar(&o.endpoints.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.endpoints.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz; 0 disables them.")
+	fs.BoolVar(&o.endpoints.profiling, "profiling", false, "Serve Go's pprof profiles under /debug/pprof/ on the metrics address.")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "On SIGTERM, how long to wait for removals in flight.")
+	fs.DurationVar(&o.writeTimeout, "write-timeout", 15*time.Second, "Timeout of each removal call to the API server, its retries included; a call that times out is retried with backoff.")
+	return fs
+}
+
+// parseFlags parses and validates args; klog's flags are added to the set.
+func parseFlags(name string, args []string, plan bool) (*options, error) {
+	o := &options{}
+	fs := newFlagSet(name, o, plan)
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	for _, name := range []string{"v", "vmodule"} {
+		fs.Var(klogFlags.Lookup(name).Value, name, klogFlags.Lookup(name).Usage)
+	}
+	fs.Usage = func() {
+		out := fs.Output()
+		if plan {
+			fmt.Fprintf(out, "Usage: podjanitor plan [flags]\n\nLists every pod that has a deadline under the current annotations and policy, sorted by deadline. Changes nothing.\n\nFlags:\n")
+		} else {
+			fmt.Fprintf(out, "Usage: podjanitor [flags]\n       podjanitor plan [flags]\n\nRemoves pods whose lifetime is over, exactly when it is over.\n\nFlags:\n")
+		}
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	o.verbosity, _ = strconv.Atoi(fs.Lookup("v").Value.String())
+	if fs.NArg() > 0 {
+		return nil, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return o, o.validate(plan)
+}
+
+func (o *options) validate(plan bool) error {
+	bad := func(flag, why string, args ...any) error {
+		return usageError{fmt.Sprintf("invalid value for --%s: %s", flag, fmt.Sprintf(why, args...))}
+	}
+	if _, err := labels.Parse(o.labelSelector); err != nil {
+		return bad("label-selector", "%v", err)
+	}
+	if o.namespace != "" {
+		if errs := validation.IsDNS1123Label(o.namespace); len(errs) > 0 {
+			return bad("namespace", "%q: %s", o.namespace, strings.Join(errs, "; "))
+		}
+	}
+	if errs := validation.IsDNS1123Subdomain(o.annotationPrefix); len(errs) > 0 {
+		return bad("annotation-prefix", "%q must be a DNS subdomain such as podjanitor.io: %s", o.annotationPrefix, strings.Join(errs, "; "))
+	}
+	if o.kubeAPIQPS <= 0 {
+		return bad("kube-api-qps", "%v: must be positive", o.kubeAPIQPS)
+	}
+	if o.kubeAPIBurst <= 0 {
+		return bad("kube-api-burst", "%d: must be positive", o.kubeAPIBurst)
+	}
+	if o.kubeAPIContentType != runtime.ContentTypeProtobuf && o.kubeAPIContentType != runtime.ContentTypeJSON {
+		return bad("kube-api-content-type", "%q: want %s or %s", o.kubeAPIContentType, runtime.ContentTypeProtobuf, runtime.ContentTypeJSON)
+	}
+	if plan {
+		if o.output != "table" && o.output != "json" {
+			return bad("output", "%q: want table or json", o.output)
+		}
+		return nil
+	}
+	switch {
+	case o.workers < 1:
+		return bad("workers", "%d: must be at least 1", o.workers)
+	case o.maxDeletionsPerSecond < 0:
+		return bad("max-deletions-per-second", "%v: must not be negative", o.maxDeletionsPerSecond)
+	case o.deletionBurst < 1:
+		return bad("deletion-burst", "%d: must be at least 1", o.deletionBurst)
+	case o.loggingFormat != loggingText && o.loggingFormat != loggingJSON:
+		return bad("logging-format", "%q: want %s or %s", o.loggingFormat, loggingText, loggingJSON)
+	case o.shutdownTimeout <= 0:
+		return bad("shutdown-timeout", "%v: must be positive", o.shutdownTimeout)
+	case o.writeTimeout <= 0:
+		return bad("write-timeout", "%v: must be positive", o.writeTimeout)
+	case o.leaderElect && o.lease.duration <= o.lease.renewDeadline:
+		return bad("leader-elect-lease-duration", "%v must be greater than --leader-elect-renew-deadline (%v)", o.lease.duration, o.lease.renewDeadline)
+	case o.leaderElect && o.lease.renewDeadline <= o.lease.retryPeriod:
+		return bad("leader-elect-renew-deadline", "%v must be greater than --leader-elect-retry-period (%v)", o.lease.renewDeadline, o.lease.retryPeriod)
+	case o.leaderElect && o.lease.name == "":
+		return bad("leader-elect-resource-name", "must not be empty")
+	}
+	for flag, addr := range map[string]string{"metrics-bind-address": o.endpoints.metricsAddr, "health-probe-bind-address": o.endpoints.healthAddr} {
+		if addr != "0" {
+			if _, _, err := net.SplitHostPort(addr); err != nil {
+				return bad(flag, "%q: %v (use host:port, :port or 0)", addr, err)
+			}
+		}
+	}
+	return nil
+}

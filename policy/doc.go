@@ -1,0 +1,20 @@
+// Package policy decides when a pod's lifetime is over. It is pure: given a pod
+// and the current time, Evaluator.Decide says whether the pod has a deadline,
+// when, what set it (an annotation or a rule of the policy file) and how the
+// pod is to be removed. It makes no API calls.
+//
+// Order of decision: mirror pods and terminating pods are out of scope; the
+// keep annotation vetoes everything; a pod whose namespace is not known is
+// left alone until it is; a pod carrying any deadline annotation is decided by
+// its annotations alone (the earliest deadline wins); otherwise the first
+// policy rule whose match and clock apply decides. Last, the keep annotation
+// of the pod's namespace vetoes whatever deadline was found.
+//
+// Where to read: decision.go holds Evaluator.Decide and the annotations;
+// rule.go how a rule of the policy file matches a pod and when its clock
+// starts; pod.go the facts of a pod that clocks count from (finish time,
+// stuck pending, crash looping); duration.go the durations of annotations
+// and rules ("90m", "3d", "1w"); policy.go the policy file's types; and
+// validation.go, with decode.go, how a file is parsed and checked, with
+// errors that name the rule and the field.
+package policy

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/transport"
+
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// The setup that the daemon and `podjanitor plan` share: what they read the
+// cluster with (clients, informers, the namespaces they see) and what they
+// decide with (the evaluator), from the same flags.
+
+// clients are the API server clients made from one configuration.
+type clients struct {
+	config   *rest.Config
+	kube     kubernetes.Interface
+	metadata metadata.Interface
+}
+
+// newClients makes the clients of cfg, with wrappers around its transport.
+func newClients(cfg *rest.Config, wrappers ...transport.WrapperFunc) (*clients, error) {
+	for _, w := range wrappers {
+		cfg.Wrap(w)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating clientset: %w", err)
+	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating metadata client: %w", err)
+	}
+	return &clients{config: cfg, kube: kube, metadata: meta}, nil
+}
+
+func restConfig(o *options) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if o.kubeconfig != "" {
+		rules.ExplicitPath = o.kubeconfig
+	}
+	if o.kubeconfig == "" && os.Getenv("KUBECONFIG") == "" && o.master == "" {
+		if cfg, err := rest.InClusterConfig(); err == nil {
+			return withLimits(cfg, o), nil
+		}
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+		&clientcmd.ConfigOverrides{ClusterInfo: clientcmdapi.Cluster{Server: o.master}}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("building client configuration: %w", err)
+	}
+	return withLimits(cfg, o), nil
+}
+
+func withLimits(cfg *rest.Config, o *options) *rest.Config {
+	cfg.QPS = float32(o.kubeAPIQPS)
+	cfg.Burst = o.kubeAPIBurst
+	// Protobuf, as Kubernetes' own controllers use: decoding the pod list and
+	// watch costs a fraction of JSON's CPU and garbage. Every type podjanitor
+	// reads or writes (pods, evictions, events, leases) supports it.
+	cfg.ContentType = o.kubeAPIContentType
+	if o.kubeAPIContentType == runtime.ContentTypeProtobuf {
+		cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	}
+	cfg.UserAgent = "podjanitor/" + version
+	return cfg
+}
+
+// loadEvaluator is the evaluator of the flags: the annotations under
+// --annotation-prefix and the policy file of --config, if any.
+func loadEvaluator(o *options) (*policy.Evaluator, error) {
+	e := &policy.Evaluator{Prefix: o.annotationPrefix}
+	if o.configFile != "" {
+		p, err := policy.LoadFile(o.configFile)
+		if err != nil {
+			return nil, err
+		}
+		e.Policy = p
+	}
+	return e, nil
+}
+
+// policyEvaluator returns the constructor of evaluators from a policy
+// file's content, for the annotations under prefix (the policy watcher's).
+func policyEvaluator(prefix string) func(data []byte) (*policy.Evaluator, error) {
+	return func(data []byte) (*policy.Evaluator, error) {
+		p, err := policy.Parse(data)
+		if err != nil {
+			return nil, err
+		}
+		return &policy.Evaluator{Prefix: prefix, Policy: p}, nil
+	}
+}
+
+// informerFactory makes the pod informers of --namespace and
+// --label-selector, whose cache keeps the lean pods of podTransform.
+func informerFactory(client kubernetes.Interface, o *options) informers.SharedInformerFactory {
+	return informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(o.namespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = o.labelSelector }),
+		informers.WithTransform(podTransform(o.annotationPrefix)),
+	)
+}
+
+// newNamespaceInformer watches the metadata of namespaces, only of
+// --namespace when it is set, keeping their labels and keep annotation.
+func newNamespaceInformer(client metadata.Interface, o *options) (cache.SharedIndexInformer, error) {
+	informer := metadatainformer.NewFilteredMetadataInformer(client, corev1.SchemeGroupVersion.WithResource("namespaces"),
+		metav1.NamespaceAll, 0, cache.Indexers{},
+		func(lo *metav1.ListOptions) { lo.FieldSelector = namespaceFieldSelector(o) }).Informer()
+	if err := informer.SetTransform(namespaceTransform(keepAnnotationKey(o))); err != nil {
+		return nil, fmt.Errorf("namespace informer: %w", err)
+	}
+	return informer, nil
+}
+
+// namespaceFieldSelector selects the namespace of --namespace, else every namespace.
+func namespaceFieldSelector(o *options) string {
+	if o.namespace == "" {
+		return ""
+	}
+	return fields.OneTermEqualSelector("metadata.name", o.namespace).String()
+}
+
+func keepAnnotationKey(o *options) string {
+	return (&policy.Evaluator{Prefix: o.annotationPrefix}).AnnotationKey(policy.AnnotationKeep)
+}
