@@ -31,12 +31,18 @@ type apiClock struct {
 	// onOffset receives every new estimate (the podjanitor_clock_offset_seconds gauge).
 	onOffset func(time.Duration)
 
-	mu      sync.Mutex
-	samples []offsetSample // newest last, at most maxOffsetSamples, none older than offsetWindow
-	lower   time.Duration
-	upper   time.Duration
-	rtt     time.Duration // of the latest sample
-	warned  time.Duration // the offset last warned about
+	mu sync.Mutex
+	// lowers and uppers are the samples of the last offsetWindow that can
+	// still decide a bound, oldest first: each has a greater lower (a smaller
+	// upper) than every sample after it, so the first holds the bound, and a
+	// sample gives way once a newer one bounds as tightly. Calibrated samples
+	// therefore hold their bounds for the whole window, however much traffic
+	// follows, and the deques stay short.
+	lowers, uppers []offsetSample
+	lower          time.Duration
+	upper          time.Duration
+	rtt            time.Duration // of the latest sample
+	warned         time.Duration // the offset last warned about
 }
 
 type offsetSample struct {
@@ -50,7 +56,7 @@ const (
 	offsetWarning     = time.Second
 	calibrationTarget = 2 * time.Millisecond
 	calibrationProbes = 16
-	calibrationPeriod = 10 * time.Minute
+	calibrationPeriod = offsetWindow / 2 // a calibrated measurement is always in the window
 )
 
 func newAPIClock(clk clock.PassiveClock, onOffset func(time.Duration)) *apiClock {
@@ -73,7 +79,7 @@ func (a *apiClock) Offset() time.Duration {
 func (a *apiClock) bounds() (lower, upper time.Duration, ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.lower, a.upper, len(a.samples) > 0
+	return a.lower, a.upper, len(a.lowers) > 0
 }
 
 // observe records one response: sent at local time sent, headers received
@@ -92,30 +98,16 @@ func (a *apiClock) observe(ctx context.Context, sent, received time.Time, date t
 
 // add folds one sample into the interval and says whether its lower end moved.
 func (a *apiClock) add(ctx context.Context, s offsetSample, rtt time.Duration) (time.Duration, bool) {
-	received := s.at
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.rtt = rtt
-	keep := a.samples[:0]
-	for _, old := range a.samples {
-		if received.Sub(old.at) <= offsetWindow {
-			keep = append(keep, old)
-		}
-	}
-	a.samples = append(keep, s)
-	if len(a.samples) > maxOffsetSamples {
-		a.samples = append(a.samples[:0], a.samples[len(a.samples)-maxOffsetSamples:]...)
-	}
-	lower, upper := s.lower, s.upper
-	for _, old := range a.samples {
-		lower, upper = max(lower, old.lower), min(upper, old.upper)
-	}
+	a.lowers = slideWindow(a.lowers, s, func(old offsetSample) bool { return old.lower <= s.lower })
+	a.uppers = slideWindow(a.uppers, s, func(old offsetSample) bool { return old.upper >= s.upper })
+	lower, upper := a.lowers[0].lower, a.uppers[0].upper
 	if lower > upper {
-		// The samples disagree: one of the clocks was stepped. Start again
-		// from this response.
 		klog.FromContext(ctx).Info("API server clock offset changed; measuring it again",
 			"previousLower", a.lower, "previousUpper", a.upper)
-		a.samples = append(a.samples[:0], s)
+		a.lowers, a.uppers = append(a.lowers[:0], s), append(a.uppers[:0], s)
 		lower, upper = s.lower, s.upper
 	}
 	changed := lower != a.lower
@@ -130,6 +122,23 @@ func (a *apiClock) add(ctx context.Context, s offsetSample, rtt time.Duration) (
 		}
 	}
 	return lower, changed
+}
+
+// slideWindow adds s to a deque of lowers or uppers: it drops the samples
+// older than offsetWindow from the front and those that s bounds at least as
+// tightly (superseded) from the back. At most maxOffsetSamples are kept.
+func slideWindow(q []offsetSample, s offsetSample, superseded func(offsetSample) bool) []offsetSample {
+	for len(q) > 0 && s.at.Sub(q[0].at) > offsetWindow {
+		q = q[1:]
+	}
+	for len(q) > 0 && superseded(q[len(q)-1]) {
+		q = q[:len(q)-1]
+	}
+	q = append(q, s)
+	if len(q) > maxOffsetSamples {
+		q = q[len(q)-maxOffsetSamples:]
+	}
+	return q
 }
 
 func abs(d time.Duration) time.Duration {

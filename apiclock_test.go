@@ -142,3 +142,40 @@ func TestAPIClockCallbackDoesNotDeadlockWithParkedKeys(t *testing.T) {
 		t.Fatal("observe and the parked keys' loop deadlocked")
 	}
 }
+
+// TestAPIClockKeepsItsCalibrationUnderTraffic: ordinary responses, at any
+// phase of the server's second, bound the offset only to within a second;
+// many of them must not push out the calibrated bounds. Each removal is a
+// response, so under load podjanitor would otherwise act up to the spread of
+// its last few dozen responses late (~15 ms for 64).
+func TestAPIClockKeepsItsCalibrationUnderTraffic(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	clk := testingclock.NewFakeClock(t0)
+	a := newAPIClock(clk, nil)
+	srv := &simulatedServer{clk: clk, a: a, offset: 0, rtt: time.Millisecond}
+	a.calibrate(ctx, srv.probe, srv.sleep)
+	calibrated := a.Offset()
+	if calibrated < -calibrationTarget-srv.rtt {
+		t.Fatalf("calibration gave %v", calibrated)
+	}
+	// 3,000 responses over 2 minutes (25/s), at phases that do not land on
+	// the second boundaries.
+	for i := range 3000 {
+		clk.Step(40*time.Millisecond + time.Duration(i%7)*time.Millisecond)
+		if err := srv.probe(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := a.Offset(); got < calibrated || got > srv.offset {
+			t.Fatalf("after %d responses the offset estimate is %v; calibrated %v, true %v", i+1, got, calibrated, srv.offset)
+		}
+	}
+	// Past the window, the calibration has expired; what the traffic
+	// measured since must still hold the true offset.
+	clk.Step(offsetWindow)
+	if err := srv.probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if lower, upper, _ := a.bounds(); lower > srv.offset || upper < srv.offset {
+		t.Errorf("interval [%v, %v] does not hold the true offset %v", lower, upper, srv.offset)
+	}
+}

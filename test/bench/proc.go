@@ -342,19 +342,27 @@ func (m metrics) histQuantile(name string, q float64) float64 {
 	return prevLe
 }
 
-// fractionOver is the share of a histogram's observations above le, one of
-// its bucket bounds (NaN when le is not one).
-func (m metrics) fractionOver(name string, le float64) float64 {
+// fractionOver is the share of a histogram's observations above v,
+// interpolated linearly inside the bucket that holds v, as histogram_quantile
+// does for quantiles.
+func (m metrics) fractionOver(name string, v float64) float64 {
 	bs := m.buckets(name)
 	if len(bs) == 0 || bs[len(bs)-1].count == 0 {
 		return math.NaN()
 	}
+	total := bs[len(bs)-1].count
+	prevLe, prevCount := 0.0, 0.0
 	for _, b := range bs {
-		if b.le == le {
-			return 1 - b.count/bs[len(bs)-1].count
+		if v <= b.le {
+			below := prevCount
+			if !math.IsInf(b.le, 1) {
+				below += (b.count - prevCount) * (v - prevLe) / (b.le - prevLe)
+			}
+			return 1 - below/total
 		}
+		prevLe, prevCount = b.le, b.count
 	}
-	return math.NaN()
+	return 0
 }
 
 type bucket struct{ le, count float64 }

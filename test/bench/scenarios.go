@@ -541,6 +541,7 @@ type tailEvidence struct {
 	WatcherOver       float64 `json:"watcher_lateness_share_over_25ms"`
 	APFWaitCount      float64 `json:"apf_requests"`
 	APFWaitSeconds    float64 `json:"apf_wait_seconds_total"`
+	ClockOffset       float64 `json:"podjanitor_clock_offset_seconds"`
 	GCs               int     `json:"podjanitor_gcs"`
 	GCMaxPauseMs      float64 `json:"podjanitor_gc_max_pause_ms"`
 }
@@ -625,6 +626,7 @@ func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult
 		ClientDeleteOver:  clientDeletes.fractionOver("rest_client_request_duration_seconds", 0.025),
 		APFWaitCount:      apf.sum("apiserver_flowcontrol_request_wait_duration_seconds_count"),
 		APFWaitSeconds:    apf.sum("apiserver_flowcontrol_request_wait_duration_seconds_sum"),
+		ClockOffset:       m.sum("podjanitor_clock_offset_seconds"),
 	}
 	out.Tail.GCs, out.Tail.GCMaxPauseMs = j.gcPauses(first.Sub(j.started), time.Since(j.started))
 	p := j.proc()
