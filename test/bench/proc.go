@@ -527,7 +527,7 @@ func (j *janitor) gcPauses(from, to time.Duration) (gcs int, maxPauseMs float64)
 	for _, line := range strings.Split(string(data), "\n") {
 		// "gc 7 @2.104s 3%: 0.021+1.2+0.003 ms clock, ..."
 		f := strings.Fields(line)
-		if len(f) < 5 || f[0] != "gc" || !strings.HasPrefix(f[2], "@") || f[5] != "clock," {
+		if len(f) < 7 || f[0] != "gc" || !strings.HasPrefix(f[2], "@") || f[6] != "clock," {
 			continue
 		}
 		at, err := time.ParseDuration(strings.TrimPrefix(f[2], "@"))
