@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	goruntime "runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -88,8 +90,11 @@ func newFixtureWithNamespaces(t *testing.T, opts Options, namespaces []*corev1.N
 		opts.Evaluator = &policy.Evaluator{}
 	}
 	opts.Metrics = f.metrics
-	factory := informers.NewSharedInformerFactory(f.client, 0)
+	factory := informerFactory(f.client, &options{annotationPrefix: strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/")})
 	podInformer := factory.Core().V1().Pods()
+	if indexers := podInformer.Informer().GetIndexer().GetIndexers(); len(indexers) != 0 {
+		t.Fatalf("the pod cache keeps indexes %v: a map entry per pod", slices.Collect(maps.Keys(indexers)))
+	}
 	for _, p := range pods { // stored as the informer's transform stores them
 		obj, err := podTransform(strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/"))(p.DeepCopy())
 		if err != nil {

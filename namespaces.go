@@ -2,6 +2,7 @@ package main
 
 import (
 	"maps"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,19 +73,21 @@ func (c *Controller) namespaceEventHandler() cache.ResourceEventHandler {
 	}
 }
 
-// enqueueNamespacePods adds the key of every cached pod of a namespace.
+// enqueueNamespacePods adds the key of every cached pod of a namespace. It
+// looks through every key (the pod cache keeps no namespace index, which
+// would cost a map entry per pod for what changes rarely: a namespace's
+// labels or keep annotation).
 func (c *Controller) enqueueNamespacePods(obj interface{}) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		utilruntime.HandleError(err)
 		return
 	}
-	keys, err := c.pods.IndexKeys(cache.NamespaceIndex, m.GetName())
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	for _, key := range keys {
+	prefix := m.GetName() + "/"
+	for _, key := range c.pods.ListKeys() {
+		if !strings.HasPrefix(key, prefix) {
+			continue
+		}
 		name, err := cache.ParseObjectName(key)
 		if err != nil {
 			utilruntime.HandleError(err)

@@ -3,12 +3,14 @@ package main
 import (
 	"fmt"
 	"os"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
@@ -109,11 +111,19 @@ func policyEvaluator(prefix string) func(data []byte) (*policy.Evaluator, error)
 // informerFactory makes the pod informers of --namespace and
 // --label-selector, whose cache keeps the lean pods of podTransform.
 func informerFactory(client kubernetes.Interface, o *options) informers.SharedInformerFactory {
-	return informers.NewSharedInformerFactoryWithOptions(client, 0,
+	tweak := func(lo *metav1.ListOptions) { lo.LabelSelector = o.labelSelector }
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(o.namespace),
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = o.labelSelector }),
+		informers.WithTweakListOptions(tweak),
 		informers.WithTransform(podTransform(o.annotationPrefix)),
 	)
+	// The pod informer without the namespace index that the factory would
+	// give it: nothing reads pods by namespace often enough to pay a map
+	// entry per cached pod (see enqueueNamespacePods).
+	factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return coreinformers.NewFilteredPodInformer(client, o.namespace, resync, cache.Indexers{}, tweak)
+	})
+	return factory
 }
 
 // newNamespaceInformer watches the metadata of namespaces, only of
