@@ -46,24 +46,31 @@ type podStates struct {
 
 type podState struct {
 	key cache.ObjectName
-	// uid is the pod that removed, blocked and refusals are about; a new pod
-	// under the same name starts afresh.
-	uid types.UID
-
 	// wakeAt is when the key goes back to the workqueue, in the API server's
-	// time; index is the entry's place in the heap, -1 when not parked.
-	wakeAt time.Time
-	index  int
+	// time (Unix nanoseconds); index is the entry's place in the heap, -1
+	// when not parked.
+	wakeAt      int64
+	index       int32
+	forDeadline bool // parked because its deadline has not come yet
+	// marks is what the controller remembers about the pod besides parking;
+	// nil for most pods, which are only parked: an entry is 64 bytes then.
+	marks *podMarks
+}
 
+type podMarks struct {
+	// uid is the pod the marks are about; a new pod under the same name
+	// starts afresh.
+	uid types.UID
 	// token is a removal reserved from the rate limiter and not yet used.
-	token *rate.Reservation
-
+	token    *rate.Reservation
 	refusals int    // removals refused in a row for a reason retrying soon cannot fix
 	warned   uint64 // hash of the invalid annotation and value the pod was warned about; 0: none
+	removed  bool   // removed (or reported removed in dry-run): no second API call
+	blocked  bool   // an eviction was refused by a PodDisruptionBudget; reported once
+}
 
-	forDeadline bool // parked because its deadline has not come yet
-	removed     bool // removed (or reported removed in dry-run): no second API call
-	blocked     bool // an eviction was refused by a PodDisruptionBudget; reported once
+func (m *podMarks) empty() bool {
+	return m.token == nil && !m.removed && !m.blocked && m.refusals == 0 && m.warned == 0
 }
 
 func newPodStates(clk clock.WithTicker, now func() time.Time, onScheduled func(int)) *podStates {
@@ -79,25 +86,32 @@ func newPodStates(clk clock.WithTicker, now func() time.Time, onScheduled func(i
 	}
 }
 
-// get returns the entry for key and uid, creating it, or resetting it when it
-// belonged to an earlier pod of the same name. Callers hold s.mu.
-func (s *podStates) get(key cache.ObjectName, uid types.UID) *podState {
+// get returns the entry for key and its marks for uid, creating them, or
+// resetting the marks when they belonged to an earlier pod of the same name.
+// Callers hold s.mu.
+func (s *podStates) get(key cache.ObjectName, uid types.UID) (*podState, *podMarks) {
 	st := s.pods[key]
 	if st == nil {
-		st = &podState{key: key, uid: uid, index: -1}
+		st = &podState{key: key, index: -1}
 		s.pods[key] = st
-		return st
 	}
-	if st.uid != uid {
+	switch {
+	case st.marks == nil:
+		st.marks = &podMarks{uid: uid}
+	case st.marks.uid != uid:
 		s.cancelToken(st)
-		st.uid, st.removed, st.blocked, st.refusals, st.warned = uid, false, false, 0, 0
+		*st.marks = podMarks{uid: uid}
 	}
-	return st
+	return st, st.marks
 }
 
-// dropIfEmpty deletes an entry that no longer holds anything. Callers hold s.mu.
+// dropIfEmpty deletes marks, and an entry, that no longer hold anything.
+// Callers hold s.mu.
 func (s *podStates) dropIfEmpty(st *podState) {
-	if st.index < 0 && st.token == nil && !st.removed && !st.blocked && st.refusals == 0 && st.warned == 0 {
+	if st.marks != nil && st.marks.empty() {
+		st.marks = nil
+	}
+	if st.index < 0 && st.marks == nil {
 		delete(s.pods, st.key)
 	}
 }
@@ -114,9 +128,9 @@ func (s *podStates) park(key cache.ObjectName, d time.Duration, forDeadline bool
 		s.pods[key] = st
 	}
 	s.setScheduled(st, forDeadline)
-	st.wakeAt = s.now().Add(d)
+	st.wakeAt = s.now().Add(d).UnixNano()
 	if st.index >= 0 {
-		heap.Fix(&s.parked, st.index)
+		heap.Fix(&s.parked, int(st.index))
 	} else {
 		heap.Push(&s.parked, st)
 	}
@@ -152,7 +166,7 @@ func (s *podStates) release(key cache.ObjectName, all bool) {
 
 func (s *podStates) unparkLocked(st *podState) {
 	if st.index >= 0 {
-		heap.Remove(&s.parked, st.index)
+		heap.Remove(&s.parked, int(st.index))
 	}
 	s.setScheduled(st, false)
 }
@@ -176,29 +190,29 @@ func (s *podStates) setScheduled(st *podState, forDeadline bool) {
 func (s *podStates) reserve(key cache.ObjectName, uid types.UID, limiter *rate.Limiter) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.get(key, uid)
+	st, m := s.get(key, uid)
 	now := s.clock.Now()
-	if st.token == nil {
+	if m.token == nil {
 		r := limiter.ReserveN(now, 1)
 		if !r.OK() { // cannot happen with a burst of at least 1
 			s.dropIfEmpty(st)
 			return time.Second
 		}
-		st.token = r
+		m.token = r
 	}
-	if delay := st.token.DelayFrom(now); delay > 0 {
+	if delay := m.token.DelayFrom(now); delay > 0 {
 		return delay
 	}
-	st.token = nil
+	m.token = nil
 	s.dropIfEmpty(st)
 	return 0
 }
 
 // cancelToken gives an unused reservation back to the limiter. Callers hold s.mu.
 func (s *podStates) cancelToken(st *podState) {
-	if st.token != nil {
-		st.token.CancelAt(s.clock.Now())
-		st.token = nil
+	if st.marks != nil && st.marks.token != nil {
+		st.marks.token.CancelAt(s.clock.Now())
+		st.marks.token = nil
 	}
 }
 
@@ -206,8 +220,8 @@ func (s *podStates) cancelToken(st *podState) {
 func (s *podStates) markRemoved(key cache.ObjectName, uid types.UID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.get(key, uid)
-	st.removed, st.blocked, st.refusals = true, false, 0
+	_, m := s.get(key, uid)
+	m.removed, m.blocked, m.refusals = true, false, 0
 }
 
 // wasRemoved reports whether this pod (same UID) was removed already.
@@ -215,16 +229,16 @@ func (s *podStates) wasRemoved(key cache.ObjectName, uid types.UID) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.pods[key]
-	return st != nil && st.uid == uid && st.removed
+	return st != nil && st.marks != nil && st.marks.uid == uid && st.marks.removed
 }
 
 // markBlocked records a refused eviction and says whether it is the first for this pod.
 func (s *podStates) markBlocked(key cache.ObjectName, uid types.UID) (first bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.get(key, uid)
-	first = !st.blocked
-	st.blocked = true
+	_, m := s.get(key, uid)
+	first = !m.blocked
+	m.blocked = true
 	return first
 }
 
@@ -241,9 +255,9 @@ func (s *podStates) warnOnce(key cache.ObjectName, uid types.UID, annotation, va
 	sum := h.Sum64()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.get(key, uid)
-	first = st.warned != sum
-	st.warned = sum
+	_, m := s.get(key, uid)
+	first = m.warned != sum
+	m.warned = sum
 	return first
 }
 
@@ -253,9 +267,9 @@ func (s *podStates) warnOnce(key cache.ObjectName, uid types.UID, annotation, va
 func (s *podStates) refused(key cache.ObjectName, uid types.UID) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.get(key, uid)
-	st.refusals++
-	return refusalBackoff(st.refusals)
+	_, m := s.get(key, uid)
+	m.refusals++
+	return refusalBackoff(m.refusals)
 }
 
 const (
@@ -312,7 +326,7 @@ func (s *podStates) run(ctx context.Context, ready func(cache.ObjectName)) {
 		now := s.now()
 		for s.parked.Len() > 0 {
 			st := s.parked[0]
-			if wait = st.wakeAt.Sub(now); wait > 0 {
+			if wait = time.Duration(st.wakeAt - now.UnixNano()); wait > 0 {
 				break
 			}
 			heap.Pop(&s.parked)
@@ -356,14 +370,14 @@ func (s *podStates) run(ctx context.Context, ready func(cache.ObjectName)) {
 type parkedHeap []*podState
 
 func (h parkedHeap) Len() int           { return len(h) }
-func (h parkedHeap) Less(i, j int) bool { return h[i].wakeAt.Before(h[j].wakeAt) }
+func (h parkedHeap) Less(i, j int) bool { return h[i].wakeAt < h[j].wakeAt }
 func (h parkedHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
+	h[i].index, h[j].index = int32(i), int32(j)
 }
 func (h *parkedHeap) Push(x any) {
 	st := x.(*podState)
-	st.index = len(*h)
+	st.index = int32(len(*h))
 	*h = append(*h, st)
 }
 func (h *parkedHeap) Pop() any {

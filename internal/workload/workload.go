@@ -156,8 +156,18 @@ func Pod(ns, name, scenario string, i int, expiresAt time.Time, nodeName string)
 		},
 	}
 	_ = i
+	if nodeName == "" {
+		// No scheduler serves this name, so an unbound pod stays Pending and
+		// unbound, and nothing but podjanitor and the API server works on it,
+		// also in a cluster that runs kube-scheduler (the real node's).
+		pod.Spec.SchedulerName = UnboundScheduler
+	}
 	return pod
 }
+
+// UnboundScheduler is the scheduler name of unbound pods: one that no
+// scheduler serves.
+const UnboundScheduler = "podjanitor-bench-none"
 
 func ptrQ(s string) *resource.Quantity { q := resource.MustParse(s); return &q }
 
