@@ -117,7 +117,8 @@ func (s *standin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		q := r.URL.Query()
 		if q.Get("watch") == "true" || q.Get("watch") == "1" {
-			s.watch(w, r, n, q.Get("sendInitialEvents") == "true")
+			bookmark := &corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}}
+			s.watch(w, r, n, func(i int) any { return s.pod(i) }, bookmark, &bookmark.ObjectMeta)
 			return
 		}
 		list := &corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"},
@@ -127,6 +128,28 @@ func (s *standin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(list)
+	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/namespaces":
+		// The namespace informer reads metadata only: the scenario's
+		// namespace, whatever the field selector (--namespace names it).
+		ns := func(int) any {
+			return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"},
+				ObjectMeta: metav1.ObjectMeta{Name: s.ns, UID: "00000000-0000-4000-8000-000000000000", ResourceVersion: "1",
+					CreationTimestamp: metav1.NewTime(s.created)}}
+		}
+		q := r.URL.Query()
+		if q.Get("watch") == "true" || q.Get("watch") == "1" {
+			bookmark := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata", APIVersion: "meta.k8s.io/v1"}}
+			s.watch(w, r, 1, ns, bookmark, &bookmark.ObjectMeta)
+			return
+		}
+		list := &metav1.PartialObjectMetadataList{TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadataList", APIVersion: "meta.k8s.io/v1"},
+			ListMeta: metav1.ListMeta{ResourceVersion: s.listRV()}, Items: []metav1.PartialObjectMetadata{*ns(0).(*metav1.PartialObjectMetadata)}}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(list)
+	case r.Method == http.MethodGet && r.URL.Path == "/version":
+		// podjanitor's clock-offset probes read only the Date header.
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"major":"1","minor":"37","gitVersion":"v1.37.2-standin"}`))
 	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/events"):
 		// Echo the event back, as created.
 		w.Header().Set("Content-Type", "application/json")
@@ -147,10 +170,12 @@ func (s *standin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// watch streams the n pods as ADDED events and the end-of-initial-events
-// bookmark when initial is set, then stays quiet until the client goes away
-// or the watch's timeoutSeconds pass.
-func (s *standin) watch(w http.ResponseWriter, r *http.Request, n int, initial bool) {
+// watch streams n objects (item(i)) as ADDED events and then bookmark as the
+// end-of-initial-events bookmark when the client asked for initial events,
+// then stays quiet until the client goes away or the watch's timeoutSeconds
+// pass. bookmarkMeta is the bookmark's metadata, which watch fills in.
+func (s *standin) watch(w http.ResponseWriter, r *http.Request, n int, item func(int) any, bookmark any, bookmarkMeta *metav1.ObjectMeta) {
+	initial := r.URL.Query().Get("sendInitialEvents") == "true"
 	timeout := 10 * time.Minute
 	if t, err := strconv.Atoi(r.URL.Query().Get("timeoutSeconds")); err == nil && t > 0 {
 		timeout = time.Duration(t) * time.Second
@@ -169,16 +194,15 @@ func (s *standin) watch(w http.ResponseWriter, r *http.Request, n int, initial b
 	}
 	if initial {
 		for i := range n {
-			if err := send("ADDED", s.pod(i)); err != nil {
+			if err := send("ADDED", item(i)); err != nil {
 				return
 			}
 			if flusher != nil && i%100 == 99 {
 				flusher.Flush()
 			}
 		}
-		bookmark := &corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
-			ObjectMeta: metav1.ObjectMeta{ResourceVersion: s.listRV(),
-				Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+		bookmarkMeta.ResourceVersion = s.listRV()
+		bookmarkMeta.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
 		if err := send("BOOKMARK", bookmark); err != nil {
 			return
 		}
