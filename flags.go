@@ -77,7 +77,7 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	}
 	fs.StringVar(&o.loggingFormat, "logging-format", loggingText,
 		"Log format: text (klog's) or json (Kubernetes components' JSON: ts, caller, msg, v, then the keys).")
-	fs.IntVar(&o.workers, "workers", 4, "Number of pods removed concurrently.")
+	fs.IntVar(&o.workers, "workers", 16, "Number of pods removed concurrently.")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (logs, WouldRemove events, metrics) but remove nothing.")
 	fs.BoolVar(&o.removalEvents, "removal-events", true,
 		"Record LifetimeExpired events of removals: on each pod, and in bulk one per owner and 10 s. false records none; warnings and dry-run events are recorded regardless.")
