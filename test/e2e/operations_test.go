@@ -70,7 +70,7 @@ func TestOperations(t *testing.T) {
 		`controller_runtime_reconcile_total{controller="podjanitor",result="requeue"} 0`,
 		`controller_runtime_reconcile_total{controller="podjanitor",result="requeue_after"}`,
 		`controller_runtime_reconcile_panics_total{controller="podjanitor"} 0`,
-		`controller_runtime_max_concurrent_reconciles{controller="podjanitor"} 4`,
+		`controller_runtime_max_concurrent_reconciles{controller="podjanitor"} 16`, // --workers default
 		`workqueue_adds_total{name="podjanitor"}`,
 		`workqueue_depth{name="podjanitor"}`,
 		`workqueue_retries_total{name="podjanitor"}`,
