@@ -274,18 +274,8 @@ func (m metrics) only(filters ...string) metrics {
 // sum adds every series of name whose labels contain all of the filters (`method="DELETE"`).
 func (m metrics) sum(name string, filters ...string) float64 {
 	var t float64
-	for k, v := range m {
-		if k != name && !strings.HasPrefix(k, name+"{") {
-			continue
-		}
-		ok := true
-		for _, f := range filters {
-			if !strings.Contains(k, f) {
-				ok = false
-				break
-			}
-		}
-		if ok {
+	for k, v := range m.only(filters...) {
+		if k == name || strings.HasPrefix(k, name+"{") {
 			t += v
 		}
 	}
