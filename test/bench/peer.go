@@ -66,6 +66,24 @@ type peerResult struct {
 	PodjanitorHistogram histQ       `json:"podjanitor_histogram"`
 	PodjanitorRequests  apiRequests `json:"podjanitor_api_requests"`
 	Descheduler         peerSide    `json:"descheduler"`
+	// Evictions is what podjanitor's removals cost, from the API server's
+	// metrics between the start of creation and podjanitor's last removal.
+	Evictions evictionEvidence `json:"eviction_evidence"`
+}
+
+// evictionEvidence says where an eviction's time goes. The API server's
+// histograms count every client's requests: the descheduler's evictions fall
+// in the interval only if one of its passes does (DeschedulerRemoved says how
+// many of its pods were gone by then), kwok's DELETEs (the final delete after
+// each graceful one) always do.
+type evictionEvidence struct {
+	ServerEviction     histQ   `json:"apiserver_eviction"`
+	ServerDelete       histQ   `json:"apiserver_delete_pods"`
+	ClientPost         histQ   `json:"podjanitor_client_post"`
+	QueueWait          histQ   `json:"podjanitor_workqueue_wait"`
+	Workers            int     `json:"podjanitor_workers"`
+	DeschedulerRemoved int     `json:"descheduler_removed_by_then"`
+	Seconds            float64 `json:"seconds"`
 }
 
 func (b *bench) peer(ctx context.Context) (*peerResult, error) {
@@ -143,6 +161,9 @@ rules:
 	}
 	defer d.stop()
 
+	serverBefore, serverErr := apiServerMetrics(ctx, b.cs)
+	evidenceFrom := time.Now()
+
 	// The same pod, twice: one copy in each namespace, created one after the
 	// other (which copy goes first alternates), bound round-robin to the nodes.
 	logf("peer: %d pods in each of %s and %s, lifetime %s from creation; descheduling interval %s",
@@ -160,6 +181,9 @@ rules:
 	}, false)
 	if cr.errors > 0 {
 		return out, fmt.Errorf("peer: %d pods failed to be created", cr.errors)
+	}
+	if serverBefore == nil {
+		return out, fmt.Errorf("peer: reading the API server's metrics: %v", serverErr)
 	}
 	out.CreateSeconds, out.CreateRate = cr.duration.Seconds(), cr.rate
 
@@ -185,6 +209,9 @@ rules:
 		s.side.Namespace = s.ns
 		s.side.RSS, s.side.PeakRSS, s.side.CPUSeconds, s.side.Wall = float64(p.RSSBytes), float64(p.PeakRSS), p.CPUSecond, s.wall()
 		done[i] = true
+		if s.ns == peerJanitorNS {
+			out.Evictions = b.evictionEvidence(ctx, serverBefore, j, watchers[peerDeschedNS].removed(), time.Since(evidenceFrom))
+		}
 	}
 	start := time.Now()
 	stop := progress(func() string {
@@ -218,6 +245,22 @@ rules:
 			s.side.Early, s.side.NotRemoved, mib(s.side.PeakRSS), s.side.CPUSeconds)
 	}
 	return out, nil
+}
+
+// evictionEvidence reads the API server's and podjanitor's metrics once
+// podjanitor has removed its pods (unreadable metrics leave it empty).
+func (b *bench) evictionEvidence(ctx context.Context, serverBefore metrics, j *janitor, deschedRemoved int, since time.Duration) evictionEvidence {
+	e := evictionEvidence{Workers: b.cfg.workers, DeschedulerRemoved: deschedRemoved, Seconds: since.Seconds()}
+	if serverAfter, err := apiServerMetrics(ctx, b.cs); err == nil {
+		server := serverAfter.minus(serverBefore)
+		e.ServerEviction = quantiles(server.only(`verb="POST"`, `resource="pods"`, `subresource="eviction"`), "apiserver_request_duration_seconds")
+		e.ServerDelete = quantiles(server.only(`verb="DELETE"`, `resource="pods"`, `subresource=""`), "apiserver_request_duration_seconds")
+	}
+	if m, err := j.scrape(); err == nil {
+		e.ClientPost = quantiles(m.only(`verb="POST"`), "rest_client_request_duration_seconds")
+		e.QueueWait = quantiles(m, "workqueue_queue_duration_seconds")
+	}
+	return e
 }
 
 // fill computes the side's figures from the pods its watcher saw.
@@ -467,6 +510,19 @@ func printPeer(w *tabwriter.Writer, p *peerResult) {
 	fmt.Fprintf(w, "podjanitor's own lateness histogram (from its deadline): p50 %s, p90 %s, p99 %s\n", ms(h.P50*1000), ms(h.P90*1000), ms(h.P99*1000))
 	r := p.PodjanitorRequests
 	fmt.Fprintf(w, "podjanitor API requests by method %v, by code %v (a POST is an eviction or an Event)\n", roundMap(r.ByMethod), roundMap(r.ByCode))
+	e := p.Evictions
+	fmt.Fprintf(w, "evictions (%.0f s from creation to podjanitor's last removal, %d workers; the descheduler had removed %d by then):\n", e.Seconds, e.Workers, e.DeschedulerRemoved)
+	for _, h := range []struct {
+		what string
+		q    histQ
+	}{
+		{"API server, POST pods/eviction", e.ServerEviction},
+		{"API server, DELETE pods (kwok's final deletes)", e.ServerDelete},
+		{"podjanitor's client, POST (evictions and Events)", e.ClientPost},
+		{"podjanitor's workqueue wait", e.QueueWait},
+	} {
+		fmt.Fprintf(w, "  %s: %.0f, mean %s, p50 %s, p90 %s, p99 %s\n", h.what, h.q.Count, ms(h.q.Mean*1000), ms(h.q.P50*1000), ms(h.q.P90*1000), ms(h.q.P99*1000))
+	}
 	fmt.Fprintf(w, "lateness = removal seen by a watcher − (creationTimestamp + lifetime); pods created in %.1f s (%.0f/s, both copies) on nodes %v\n",
 		p.CreateSeconds, p.CreateRate, p.Nodes)
 }

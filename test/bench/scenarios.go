@@ -492,6 +492,7 @@ type histQ struct {
 	P50   float64 `json:"p50_seconds"`
 	P90   float64 `json:"p90_seconds"`
 	P99   float64 `json:"p99_seconds"`
+	Mean  float64 `json:"mean_seconds,omitempty"`
 }
 
 // latenessHistogram reads podjanitor's own lateness histogram.
@@ -547,12 +548,16 @@ type tailEvidence struct {
 }
 
 func quantiles(m metrics, name string) histQ {
-	return histQ{
+	q := histQ{
 		Count: m.sum(name + "_count"),
 		P50:   m.histQuantile(name, 0.50),
 		P90:   m.histQuantile(name, 0.90),
 		P99:   m.histQuantile(name, 0.99),
 	}
+	if q.Count > 0 {
+		q.Mean = m.sum(name+"_sum") / q.Count
+	}
+	return q
 }
 
 func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult, error) {
