@@ -32,6 +32,7 @@ type options struct {
 	kubeAPIQPS               float64
 	kubeAPIBurst             int
 	kubeAPIContentType       string
+	kubeAPICompression       bool
 	leaderElect              bool
 	lease                    leaseConfig     // --leader-elect-*
 	endpoints                endpointsConfig // --metrics-bind-address, --health-probe-bind-address, --profiling
@@ -69,6 +70,8 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of queries to the API server.")
 	fs.StringVar(&o.kubeAPIContentType, "kube-api-content-type", runtime.ContentTypeProtobuf,
 		"Content type of requests to the API server: "+runtime.ContentTypeProtobuf+" or "+runtime.ContentTypeJSON+".")
+	fs.BoolVar(&o.kubeAPICompression, "kube-api-compression", false,
+		"Ask the API server to gzip its responses, the pod watch included. Saves network bytes when podjanitor runs far from the API server; costs the API server CPU for every pod event.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 	if plan {
 		fs.StringVar(&o.output, "o", "table", "Output format: table or json.")

@@ -5,8 +5,13 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestFlagValidation(t *testing.T) {
@@ -93,5 +98,59 @@ func TestProfilingIsOptIn(t *testing.T) {
 			t.Errorf("--profiling=%v: /debug/pprof/cmdline = %d, want %d", profiling, resp.StatusCode, want)
 		}
 		cancel()
+	}
+}
+
+// TestAPIResponsesAreNotCompressedByDefault: the API server gzips a watch
+// that began as a streaming list for its whole life when the client accepts
+// gzip, one gzip stream per pod event on the API server's CPU. podjanitor's
+// clients do not ask for it unless --kube-api-compression says so.
+func TestAPIResponsesAreNotCompressedByDefault(t *testing.T) {
+	encodings := make(chan string, 1)
+	// TLS, as an API server: client-go gives a plain-HTTP config Go's default
+	// transport, which always asks for gzip.
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case encodings <- r.Header.Get("Accept-Encoding"):
+		default:
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`))
+	}))
+	defer srv.Close()
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "`+srv.URL+`", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--kube-api-compression"}, "gzip"},
+	} {
+		o, err := parseFlags("podjanitor", append([]string{"--kubeconfig", kubeconfig}, tc.args...), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := restConfig(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := newClients(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.kube.CoreV1().Pods("default").Get(context.Background(), "p", metav1.GetOptions{})
+		if got := <-encodings; got != tc.want {
+			t.Errorf("flags %q: Accept-Encoding %q, want %q", tc.args, got, tc.want)
+		}
 	}
 }

@@ -78,6 +78,13 @@ func withLimits(cfg *rest.Config, o *options) *rest.Config {
 	if o.kubeAPIContentType == runtime.ContentTypeProtobuf {
 		cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	}
+	// No gzip unless asked for: the API server compresses a watch that began
+	// as a streaming list (WatchListCompression) for its whole life, so every
+	// pod event would cost it a gzip stream of its own, on the CPU that serves
+	// the removals. A kubeconfig's disable-compression: true still holds.
+	if !o.kubeAPICompression {
+		cfg.DisableCompression = true
+	}
 	cfg.UserAgent = "podjanitor/" + version
 	return cfg
 }

@@ -590,9 +590,10 @@ func printReport(w0 *os.File, r *results) {
 			t := s.Tail
 			fmt.Fprintf(w, "window %s, what sets the tail: share of removals over 25 ms: watcher %.2f%%, DELETE in the API server %.2f%%, DELETE at podjanitor's client %.2f%%\n",
 				s.Window, 100*t.WatcherOver, 100*t.ServerDeleteOver, 100*t.ClientDeleteOver)
-			fmt.Fprintf(w, "  API server: DELETE pods p50 %s p90 %s p99 %s (%.0f); POST events p50 %s p99 %s (%.0f); APF: %.0f requests waited %.3f s in all\n",
+			fmt.Fprintf(w, "  API server: DELETE pods p50 %s p90 %s p99 %s (%.0f); POST events p50 %s p99 %s (%.0f); APF: %.0f requests waited %.3f s in all; CPU %.1f s (%.1f%% of one core)\n",
 				ms(t.ServerDelete.P50*1000), ms(t.ServerDelete.P90*1000), ms(t.ServerDelete.P99*1000), t.ServerDelete.Count,
-				ms(t.ServerCreateEvent.P50*1000), ms(t.ServerCreateEvent.P99*1000), t.ServerCreateEvent.Count, t.APFWaitCount, t.APFWaitSeconds)
+				ms(t.ServerCreateEvent.P50*1000), ms(t.ServerCreateEvent.P99*1000), t.ServerCreateEvent.Count, t.APFWaitCount, t.APFWaitSeconds,
+				t.ServerCPUSeconds, 100*t.ServerCPUSeconds/max(t.ServerSeconds, 1))
 			fmt.Fprintf(w, "  podjanitor: client DELETE p50 %s p90 %s p99 %s; %d GCs in the window, longest stop-the-world pause %.2f ms; clock offset used %s (the API server runs on this machine: every ms below 0 is a ms late)\n",
 				ms(t.ClientDelete.P50*1000), ms(t.ClientDelete.P90*1000), ms(t.ClientDelete.P99*1000), t.GCs, t.GCMaxPauseMs, ms(t.ClockOffset*1000))
 			printRequests(w, "Scenario 4 (steady "+s.Window+")", s.Requests)

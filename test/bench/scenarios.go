@@ -543,8 +543,12 @@ type tailEvidence struct {
 	APFWaitCount      float64 `json:"apf_requests"`
 	APFWaitSeconds    float64 `json:"apf_wait_seconds_total"`
 	ClockOffset       float64 `json:"podjanitor_clock_offset_seconds"`
-	GCs               int     `json:"podjanitor_gcs"`
-	GCMaxPauseMs      float64 `json:"podjanitor_gc_max_pause_ms"`
+	// ServerCPUSeconds is the kube-apiserver process's CPU between the end of
+	// creation and the end of the window (ServerSeconds).
+	ServerCPUSeconds float64 `json:"apiserver_cpu_seconds"`
+	ServerSeconds    float64 `json:"apiserver_cpu_interval_seconds"`
+	GCs              int     `json:"podjanitor_gcs"`
+	GCMaxPauseMs     float64 `json:"podjanitor_gc_max_pause_ms"`
 }
 
 func quantiles(m metrics, name string) histQ {
@@ -605,6 +609,7 @@ func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult
 	if err != nil {
 		return out, err
 	}
+	serverFrom := time.Now()
 	wait := time.Until(deadline(n-1)) + 60*time.Second
 	tr.waitGone(ctx, n-int(cr.errors), wait, "steady "+window.String())
 	if ctx.Err() != nil {
@@ -632,6 +637,8 @@ func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult
 		APFWaitCount:      apf.sum("apiserver_flowcontrol_request_wait_duration_seconds_count"),
 		APFWaitSeconds:    apf.sum("apiserver_flowcontrol_request_wait_duration_seconds_sum"),
 		ClockOffset:       m.sum("podjanitor_clock_offset_seconds"),
+		ServerCPUSeconds:  server.sum("process_cpu_seconds_total"),
+		ServerSeconds:     time.Since(serverFrom).Seconds(),
 	}
 	out.Tail.GCs, out.Tail.GCMaxPauseMs = j.gcPauses(first.Sub(j.started), time.Since(j.started))
 	p := j.proc()
