@@ -161,7 +161,10 @@ rules:
 	}
 	defer d.stop()
 
-	serverBefore, serverErr := apiServerMetrics(ctx, b.cs)
+	serverBefore, err := apiServerMetrics(ctx, b.cs)
+	if err != nil {
+		return nil, fmt.Errorf("peer: reading the API server's metrics: %w", err)
+	}
 	evidenceFrom := time.Now()
 
 	// The same pod, twice: one copy in each namespace, created one after the
@@ -182,9 +185,6 @@ rules:
 	if cr.errors > 0 {
 		return out, fmt.Errorf("peer: %d pods failed to be created", cr.errors)
 	}
-	if serverBefore == nil {
-		return out, fmt.Errorf("peer: reading the API server's metrics: %v", serverErr)
-	}
 	out.CreateSeconds, out.CreateRate = cr.duration.Seconds(), cr.rate
 
 	// Every pod is due by the end of creation plus the lifetime (and the
@@ -196,9 +196,12 @@ rules:
 		ns   string
 		proc func() procStats
 		wall func() float64
+		done func() // more to read when the side's last pod is gone
 	}{
-		{&out.Podjanitor, peerJanitorNS, j.proc, func() float64 { return time.Since(j.started).Seconds() }},
-		{&out.Descheduler, peerDeschedNS, d.proc, func() float64 { return time.Since(d.started).Seconds() }},
+		{&out.Podjanitor, peerJanitorNS, j.proc, func() float64 { return time.Since(j.started).Seconds() }, func() {
+			out.Evictions = b.evictionEvidence(ctx, serverBefore, j, watchers[peerDeschedNS].removed(), time.Since(evidenceFrom))
+		}},
+		{&out.Descheduler, peerDeschedNS, d.proc, func() float64 { return time.Since(d.started).Seconds() }, func() {}},
 	}
 	// Each process's RSS and CPU are read when its last pod is seen removed
 	// (or at the timeout).
@@ -209,9 +212,7 @@ rules:
 		s.side.Namespace = s.ns
 		s.side.RSS, s.side.PeakRSS, s.side.CPUSeconds, s.side.Wall = float64(p.RSSBytes), float64(p.PeakRSS), p.CPUSecond, s.wall()
 		done[i] = true
-		if s.ns == peerJanitorNS {
-			out.Evictions = b.evictionEvidence(ctx, serverBefore, j, watchers[peerDeschedNS].removed(), time.Since(evidenceFrom))
-		}
+		s.done()
 	}
 	start := time.Now()
 	stop := progress(func() string {
