@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -117,7 +118,13 @@ func setFlags(set []string) []string {
 
 func helmTemplate(t *testing.T, set ...string) (string, error) {
 	t.Helper()
-	args := []string{"template", "podjanitor", chartDir, "--namespace", deployNamespace}
+	return helmTemplateRelease(t, "podjanitor", set...)
+}
+
+// helmTemplateRelease renders the chart as release in namespace "podjanitor".
+func helmTemplateRelease(t *testing.T, release string, set ...string) (string, error) {
+	t.Helper()
+	args := []string{"template", release, chartDir, "--namespace", deployNamespace}
 	return runHelm(t, append(args, setFlags(set)...)...)
 }
 
@@ -207,13 +214,14 @@ func TestChartDefaults(t *testing.T) {
 	crb := one(t, "ClusterRoleBinding", r.clusterRoleBindings)
 	checkRoleBinding(t, "ClusterRoleBinding", crb.RoleRef, crb.Subjects, "ClusterRole", cr.Name, sa)
 	role := one(t, "Role", r.roles)
-	if got := permissions(t, "Role", role.Rules); !slices.Equal(got, leasePermissions) || role.Namespace != deployNamespace {
-		t.Errorf("Role %s/%s grants %q, want exactly %q in %s", role.Namespace, role.Name, got, leasePermissions, deployNamespace)
+	dep := one(t, "Deployment", r.deployments)
+	if lease := leaseFlag(t, dep); lease != "podjanitor" {
+		t.Errorf("--leader-elect-resource-name=%s, want podjanitor (the release's fullname)", lease)
 	}
+	checkLeaseRole(t, role, deployNamespace, "podjanitor")
 	rb := one(t, "RoleBinding", r.roleBindings)
 	checkRoleBinding(t, "RoleBinding", rb.RoleRef, rb.Subjects, "Role", role.Name, sa)
 
-	dep := one(t, "Deployment", r.deployments)
 	if dep.Spec.Template.Spec.ServiceAccountName != sa.Name {
 		t.Errorf("Deployment runs as %q, want the ServiceAccount %q", dep.Spec.Template.Spec.ServiceAccountName, sa.Name)
 	}
@@ -362,8 +370,8 @@ func TestChartScopeNamespace(t *testing.T) {
 	}
 	if lease := roles[deployNamespace]; lease == nil {
 		t.Errorf("no leader-election Role in %s", deployNamespace)
-	} else if got := permissions(t, "Role", lease.Rules); !slices.Equal(got, leasePermissions) {
-		t.Errorf("Role %s/%s grants %q, want exactly %q", lease.Namespace, lease.Name, got, leasePermissions)
+	} else {
+		checkLeaseRole(t, lease, deployNamespace, leaseFlag(t, one(t, "Deployment", r.deployments)))
 	}
 	for _, rb := range r.roleBindings {
 		role := roles[rb.Namespace]
@@ -413,6 +421,71 @@ func TestChartLeaderElection(t *testing.T) {
 	}
 }
 
+// TestChartReleasesElectApart: releases in one namespace — a dryRun canary
+// beside the live release, per-team scope namespace releases — each elect on
+// a Lease of their own, the release's fullname (or leaderElection.leaseName),
+// and each Role may get and update that Lease alone.
+func TestChartReleasesElectApart(t *testing.T) {
+	leases := map[string]string{} // Lease -> release
+	for _, tc := range []struct {
+		release   string
+		set       []string
+		wantLease string
+	}{
+		{release: "podjanitor", wantLease: "podjanitor"},
+		{release: "canary", set: []string{"dryRun=true"}, wantLease: "canary-podjanitor"},
+		{release: "team-a", set: []string{"scope=namespace", "watchNamespace=team-a"}, wantLease: "team-a-podjanitor"},
+		{release: "team-b", set: []string{"scope=namespace", "watchNamespace=team-b", "replicas=2"}, wantLease: "team-b-podjanitor"},
+		{release: "janitor-c", set: []string{"fullnameOverride=janitor-c"}, wantLease: "janitor-c"},
+	} {
+		out, err := helmTemplateRelease(t, tc.release, tc.set...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := decodeRender(t, out)
+		dep := one(t, "Deployment", r.deployments)
+		o := checkDeployment(t, dep, r.policyConfigMap())
+		lease := leaseFlag(t, dep)
+		if !o.leaderElect || lease != tc.wantLease {
+			t.Errorf("release %s: --leader-elect=%v --leader-elect-resource-name=%s, want true and %s", tc.release, o.leaderElect, lease, tc.wantLease)
+		}
+		if other, ok := leases[lease]; ok {
+			t.Errorf("releases %s and %s elect on the same Lease %s", other, tc.release, lease)
+		}
+		leases[lease] = tc.release
+		var leaseRole *rbacv1.Role
+		for _, role := range r.roles {
+			if strings.HasSuffix(role.Name, "-leader-election") {
+				leaseRole = role
+			}
+		}
+		if leaseRole == nil {
+			t.Fatalf("release %s: no leader-election Role", tc.release)
+		}
+		checkLeaseRole(t, leaseRole, deployNamespace, lease)
+	}
+
+	// leaderElection.leaseName names the Lease instead (the upgrade of a
+	// release that must keep the Lease podjanitor of earlier chart versions).
+	out, err := helmTemplateRelease(t, "team-a", "leaderElection.leaseName=podjanitor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := decodeRender(t, out)
+	if lease := leaseFlag(t, one(t, "Deployment", r.deployments)); lease != "podjanitor" {
+		t.Errorf("leaderElection.leaseName=podjanitor: --leader-elect-resource-name=%s", lease)
+	}
+	checkLeaseRole(t, one(t, "Role", r.roles), deployNamespace, "podjanitor")
+
+	// Without leader election there is no Lease, no flag and no Role for it.
+	r = renderChart(t, "leaderElection.enabled=false")
+	if args := one(t, "Deployment", r.deployments).Spec.Template.Spec.Containers[0].Args; slices.ContainsFunc(args, func(a string) bool {
+		return strings.HasPrefix(a, "--leader-elect-resource-name")
+	}) || len(r.roles) != 0 {
+		t.Errorf("leader election off: args %q and %d Roles, want neither a Lease name nor a Lease Role", args, len(r.roles))
+	}
+}
+
 // TestChartValuesReachTheFlags: dryRun, logging, the annotation prefix,
 // extraArgs, scheduling values, and an empty policy.
 func TestChartValuesReachTheFlags(t *testing.T) {
@@ -445,6 +518,9 @@ func TestChartSchemaRejectsBadValues(t *testing.T) {
 		"scope=cluster-wide", "replicas=0", "logging.format=yaml", "replica=2", "dryRun=yes",
 		"policy.rules[0].name=x", "policy.rules[0].clock=sometime", "extraArgs={dry-run}",
 		"admissionPolicy.validationActions={Block}", "podMonitor.interval=often", "annotationPrefix=Not/A/Prefix",
+		// The Role names the chart's Lease: another name would leave podjanitor without one.
+		"extraArgs={--leader-elect-resource-name=other}", "extraArgs={--leader-elect-resource-namespace,kube-system}",
+		"leaderElection.leaseName=Not_A_Name",
 	} {
 		if _, err := helmTemplate(t, set); err == nil {
 			t.Errorf("helm template --set %s succeeded, want values.schema.json to refuse it", set)
@@ -667,6 +743,164 @@ func TestMonitoringComponent(t *testing.T) {
 	for _, f := range listed {
 		if _, err := os.Stat(filepath.Join("artifacts/monitoring", f)); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestChartSchemaAgreesWithThePolicyLoader: values.schema.json refuses a
+// policy rule exactly when podjanitor's loader (policy.Parse, which refuses
+// the file at start: the pod would crash-loop) does, except where JSON
+// Schema cannot see the loader's reason (loaderOnly). What the schema lets
+// through renders a ConfigMap that the loader accepts.
+func TestChartSchemaAgreesWithThePolicyLoader(t *testing.T) {
+	const base = `"name":"r","clock":"created","after":"1h"`
+	for _, tc := range []struct {
+		rules      string // the JSON of policy.rules
+		valid      bool
+		loaderOnly bool // refused by the loader alone
+	}{
+		{rules: `[{` + base + `}]`, valid: true},
+		{rules: `[{"name":"a.b_c-1","clock":"created","after":"0"}]`, valid: true},
+		{rules: `[{"name":"r","clock":"created","after":"0s"}]`, valid: true},
+		{rules: `[{"name":"r","clock":"created","after":"+1h30m"}]`, valid: true},
+		{rules: `[{"name":"r","clock":"created","after":"1.5d"}]`, valid: true},
+		{rules: `[{"name":"r","clock":"created","after":".5s"}]`, valid: true},
+		{rules: `[{"name":"r","clock":"created","after":"1.s"}]`, valid: true},
+		{rules: `[{"name":"r","clock":"created","after":"2w1µs"}]`, valid: true},
+		{rules: `[{` + base + `,"gracePeriodSeconds":1}]`, valid: true},
+		{rules: `[{` + base + `,"action":"evict"}]`, valid: true},
+		{rules: `[{"name":"r","clock":"crashLooping","after":"1h","minRestarts":0}]`, valid: true},
+		{rules: `[{"name":"r","clock":"crashLooping","after":"1h","minRestarts":5,"match":{"phases":["Running","Pending"]}}]`, valid: true},
+		{rules: `[{"name":"r","clock":"finished","after":"1h","match":{"phases":["Succeeded","Failed"]}}]`, valid: true},
+		{rules: `[{"name":"r","clock":"pending","after":"1h","match":{"phases":["Pending"]}}]`, valid: true},
+		{rules: `[{` + base + `,"match":{"namespaces":{"include":["ci-*"],"exclude":["ci-prod"]},"ownerKinds":{"include":["<none>","ReplicaSet"]},` +
+			`"priorityClassNames":{"exclude":["system-cluster-critical"]},"reasons":["Evicted"],"labelSelector":"app=web","namespaceSelector":"team!=x","phases":["Running"]}}]`, valid: true},
+
+		{rules: `[{` + base + `,"gracePeriodSeconds":0}]`},
+		{rules: `[{` + base + `,"gracePeriodSeconds":-1}]`},
+		{rules: `[{` + base + `,"gracePeriodSeconds":1.5}]`},
+		{rules: `[{"name":"r","clock":"crashLooping","after":"1h","minRestarts":-1}]`},
+		{rules: `[{"name":"r","clock":"crashLooping","after":"1h","minRestarts":2147483648}]`},
+		{rules: `[{` + base + `,"minRestarts":1}]`},
+		{rules: `[{` + base + `,"minRestarts":0}]`},
+		{rules: `[{"name":"-r","clock":"created","after":"1h"}]`},
+		{rules: `[{"name":"r s","clock":"created","after":"1h"}]`},
+		{rules: `[{"name":"","clock":"created","after":"1h"}]`},
+		{rules: `[{"name":"r","clock":"created"}]`},
+		{rules: `[{"name":"r","clock":"created","after":""}]`},
+		{rules: `[{"name":"r","clock":"created","after":"1x"}]`},
+		{rules: `[{"name":"r","clock":"created","after":"-1h"}]`},
+		{rules: `[{"name":"r","clock":"created","after":"1"}]`},
+		{rules: `[{"name":"r","clock":"created","after":"1.5"}]`},
+		{rules: `[{"name":"r","clock":"created","after":"h"}]`},
+		{rules: `[{"name":"r","clock":"created","after":"+"}]`},
+		{rules: `[{"name":"r","clock":"created","after":".s"}]`},
+		{rules: `[{"name":"r","clock":"created","after":"1hs"}]`},
+		{rules: `[{"name":"r","clock":"created","after":"1h 30m"}]`},
+		{rules: `[{"name":"r","clock":"created","after":60}]`},
+		{rules: `[{"name":"r","clock":"finished","after":"1h","match":{"phases":["Running"]}}]`},
+		{rules: `[{"name":"r","clock":"pending","after":"1h","match":{"phases":["Running"]}}]`},
+		{rules: `[{"name":"r","clock":"crashLooping","after":"1h","match":{"phases":["Succeeded"]}}]`},
+		{rules: `[{` + base + `,"match":{"phases":["running"]}}]`},
+		{rules: `[{` + base + `,"match":{"reasons":[""]}}]`},
+		{rules: `[{` + base + `,"match":{"namespaces":{"include":[""]}}}]`},
+		{rules: `[{` + base + `,"match":{"namespaces":{"include":"ci"}}}]`},
+		{rules: `[{` + base + `,"match":{"ownerKinds":{"include":["apps/v1 ReplicaSet"]}}}]`},
+		{rules: `[{` + base + `,"match":{"priorityClassNames":{"include":["High"]}}}]`},
+		{rules: `[{` + base + `,"match":{"namespace":["ci"]}}]`},
+		{rules: `[{` + base + `,"action":"kill"}]`},
+		{rules: `[{` + base + `,"Clock":"created"}]`},
+
+		{rules: `[{"name":"r","clock":"created","after":"15251w"}]`, loaderOnly: true},
+		{rules: `[{` + base + `,"match":{"labelSelector":"a b"}}]`, loaderOnly: true},
+		{rules: `[{` + base + `,"match":{"namespaces":{"include":["ci-["]}}}]`, loaderOnly: true},
+		{rules: `[{` + base + `},{` + base + `}]`, loaderOnly: true},
+	} {
+		t.Run("", func(t *testing.T) {
+			t.Parallel()
+			out, schemaErr := helmTemplate(t, "json:policy.rules="+tc.rules)
+			var loaderErr error
+			if schemaErr == nil {
+				cm := decodeRender(t, out).policyConfigMap()
+				if cm == nil {
+					t.Fatalf("policy.rules=%s: no policy ConfigMap", tc.rules)
+				}
+				_, loaderErr = policy.Parse([]byte(cm.Data["policy.yaml"]))
+			} else {
+				// The file podjanitor would get, as the ConfigMap template writes it.
+				_, loaderErr = policy.Parse([]byte("apiVersion: podjanitor.io/v1alpha1\nkind: PodJanitorPolicy\nrules: " + tc.rules + "\n"))
+			}
+			switch {
+			case (loaderErr == nil) != tc.valid:
+				t.Errorf("policy.rules=%s: the loader says %v, the table valid=%v", tc.rules, loaderErr, tc.valid)
+			case tc.loaderOnly && schemaErr != nil:
+				t.Errorf("policy.rules=%s: the schema refuses it (%v); move it out of loaderOnly", tc.rules, schemaErr)
+			case !tc.loaderOnly && (schemaErr == nil) != (loaderErr == nil):
+				t.Errorf("policy.rules=%s: the schema says %v, the loader %v; want them to agree", tc.rules, schemaErr, loaderErr)
+			}
+		})
+	}
+}
+
+// TestChartNotesNameRealEvents: the event reasons NOTES.txt tells users to
+// select on are the reasons podjanitor records.
+func TestChartNotesNameRealEvents(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(chartDir, "templates/NOTES.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := []string{ReasonLifetimeExpired, ReasonWouldRemove, ReasonInvalidAnnotation, ReasonEvictionBlocked}
+	found := regexp.MustCompile(`reason=([A-Za-z]+)`).FindAllStringSubmatch(string(data), -1)
+	if len(found) == 0 {
+		t.Fatal("NOTES.txt selects no event reason")
+	}
+	for _, m := range found {
+		if !slices.Contains(known, m[1]) {
+			t.Errorf("NOTES.txt selects events with reason=%s; podjanitor's reasons are %q", m[1], known)
+		}
+	}
+}
+
+// TestChartValuesHeaderMatchesTheDefaultRules: the comment at the top of
+// values.yaml, which says what an install removes, gives the default rules'
+// own delays.
+func TestChartValuesHeaderMatchesTheDefaultRules(t *testing.T) {
+	var values struct {
+		Policy struct {
+			Rules []struct {
+				Name  string `json:"name"`
+				After string `json:"after"`
+			} `json:"rules"`
+		} `json:"policy"`
+	}
+	readYAML(t, filepath.Join(chartDir, "values.yaml"), &values)
+	data, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var header []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			break
+		}
+		header = append(header, strings.TrimSpace(strings.TrimPrefix(line, "#")))
+	}
+	text := strings.Join(header, " ")
+	words := map[time.Duration]string{time.Hour: "an hour", 24 * time.Hour: "a day", 7 * 24 * time.Hour: "a week"}
+	// What the header calls each default rule's pods.
+	phrases := map[string]string{"evicted": "evicted pods %s after", "finished-bare-pods": "no controller owns %s after"}
+	for _, rule := range values.Policy.Rules {
+		after, err := policy.ParseDuration(rule.After)
+		if err != nil {
+			t.Fatal(err)
+		}
+		phrase, ok := phrases[rule.Name]
+		if !ok || words[after] == "" {
+			t.Errorf("rule %s (after %s): no phrase for it in this test", rule.Name, rule.After)
+			continue
+		}
+		if want := fmt.Sprintf(phrase, words[after]); !strings.Contains(text, want) {
+			t.Errorf("values.yaml's header does not say %q (rule %s, after %s):\n%s", want, rule.Name, rule.After, text)
 		}
 	}
 }

@@ -265,8 +265,53 @@ var (
 		"/pods/eviction create",
 		"events.k8s.io/events create", "events.k8s.io/events patch",
 	}
-	leasePermissions = []string{"coordination.k8s.io/leases create", "coordination.k8s.io/leases get", "coordination.k8s.io/leases update"}
 )
+
+// checkLeaseRole: role grants create on Leases (which RBAC cannot restrict by
+// name) and get and update on the Lease lease alone (resourceNames), the
+// calls of client-go's LeaseLock, in namespace ns; nothing else.
+func checkLeaseRole(t *testing.T, role *rbacv1.Role, ns, lease string) {
+	t.Helper()
+	var got []string
+	for _, r := range role.Rules {
+		if len(r.NonResourceURLs) > 0 {
+			t.Errorf("Role %s: unexpected nonResourceURLs in %+v", role.Name, r)
+		}
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					if len(r.ResourceNames) == 0 {
+						got = append(got, g+"/"+res+" "+v)
+					}
+					for _, name := range r.ResourceNames {
+						got = append(got, g+"/"+res+" "+v+" "+name)
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(got)
+	want := []string{"coordination.k8s.io/leases create", "coordination.k8s.io/leases get " + lease, "coordination.k8s.io/leases update " + lease}
+	if !slices.Equal(got, want) || role.Namespace != ns {
+		t.Errorf("Role %s/%s grants\n  %q\nwant exactly\n  %q in %s", role.Namespace, role.Name, got, want, ns)
+	}
+}
+
+// leaseFlag is the Deployment's --leader-elect-resource-name, which it must
+// set explicitly: the Role names that Lease, and the flag's default is no
+// promise.
+func leaseFlag(t *testing.T, dep *appsv1.Deployment) string {
+	t.Helper()
+	args := dep.Spec.Template.Spec.Containers[0].Args
+	o, err := parseFlags("podjanitor", args, false)
+	if err != nil {
+		t.Fatalf("args %q: %v", args, err)
+	}
+	if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--leader-elect-resource-name=") }) {
+		t.Errorf("Deployment %s: args %q do not set --leader-elect-resource-name; its Role names the Lease", dep.Name, args)
+	}
+	return o.lease.name
+}
 
 // TestDeployRBACIsLeastPrivilege pins the RBAC to exactly the calls podjanitor
 // makes (see rbac.yaml for why each is needed); a new API call needs a new
@@ -281,10 +326,11 @@ func TestDeployRBACIsLeastPrivilege(t *testing.T) {
 		t.Errorf("ClusterRole %s grants\n  %q\nwant exactly\n  %q", cr.Name, got, want)
 	}
 	role := one(t, "Role", d.roles)
-	want = leasePermissions
-	if got := permissions(t, "Role", role.Rules); !slices.Equal(got, want) {
-		t.Errorf("Role %s grants\n  %q\nwant exactly\n  %q", role.Name, got, want)
+	lease := leaseFlag(t, one(t, "Deployment", d.deployments))
+	if lease != deployName {
+		t.Errorf("--leader-elect-resource-name=%s, want %s", lease, deployName)
 	}
+	checkLeaseRole(t, role, deployNamespace, lease)
 
 	wantSubject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}
 	crb := one(t, "ClusterRoleBinding", d.clusterRoleBindings)

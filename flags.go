@@ -90,7 +90,7 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	fs.DurationVar(&o.lease.duration, "leader-elect-lease-duration", 15*time.Second, "How long followers wait before taking over a lease that is not renewed.")
 	fs.DurationVar(&o.lease.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew before it gives up (and exits).")
 	fs.DurationVar(&o.lease.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often to try to acquire or renew the lease.")
-	fs.StringVar(&o.lease.name, "leader-elect-resource-name", "podjanitor", "Name of the Lease object.")
+	fs.StringVar(&o.lease.name, "leader-elect-resource-name", "podjanitor", "Name of the Lease object. Installations that share a namespace need one each; RBAC can then limit get and update to it (resourceNames).")
 	fs.StringVar(&o.lease.namespace, "leader-elect-resource-namespace", "", "Namespace of the Lease. Default: the pod's own namespace, else kube-system.")
 	fs.StringVar(&o.endpoints.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; 0 disables it.")
 	fs.StringVar(&o.endpoints.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz; 0 disables them.")

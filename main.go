@@ -53,7 +53,7 @@ func runDaemon(args []string) int {
 func daemon(ctx context.Context, o *options) error {
 	logger := klog.FromContext(ctx)
 	applyMemoryDefaults(logger)
-	evaluator, err := loadEvaluator(o)
+	evaluator, policyData, err := loadEvaluatorData(o)
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func daemon(ctx context.Context, o *options) error {
 		recording.drain()
 	}()
 	if o.configFile != "" {
-		go watchPolicyFile(ctx, o.configFile, policyEvaluator(o.annotationPrefix), func(e *policy.Evaluator, err error) {
+		go watchPolicyFile(ctx, o.configFile, policyData, policyEvaluator(o.annotationPrefix), func(e *policy.Evaluator, err error) {
 			if err == nil {
 				if err := controller.SetEvaluator(e); err != nil {
 					logger.Error(err, "Re-evaluating pods after a policy reload", "config", o.configFile)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/pager"
+	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/policy"
 )
@@ -73,7 +74,15 @@ func plan(ctx context.Context, o *options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	clients, err := newClients(cfg)
+	// "In 11s" in the API server's time, as the daemon counts: the Date
+	// headers of the listing's responses give the offset (uncalibrated, to
+	// within a second and a round trip).
+	clk, err := processClock(klog.Background())
+	if err != nil {
+		return err
+	}
+	apiClk := newAPIClock(clk, nil)
+	clients, err := newClients(cfg, apiClk.wrap)
 	if err != nil {
 		return err
 	}
@@ -85,7 +94,7 @@ func plan(ctx context.Context, o *options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	report := buildPlan(evaluator, pods, namespaces, time.Now())
+	report := buildPlan(evaluator, pods, namespaces, clk.Now().Add(apiClk.Offset()))
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")

@@ -16,13 +16,16 @@ import (
 const policyPollInterval = 2 * time.Second
 
 // watchPolicyFile reads the policy file at path for changes until ctx ends.
-// Each changed content is made into an evaluator by newEvaluator and handed
-// to reloaded; a file that cannot be read or does not validate is rejected:
-// reloaded gets the error, and the running policy stays.
-func watchPolicyFile(ctx context.Context, path string, newEvaluator func([]byte) (*policy.Evaluator, error),
+// loaded is the content the running policy was made from (loadEvaluatorData
+// read it once): a change is a difference from those bytes, so a file changed
+// after they were read is applied at the first poll, not taken for the
+// running policy. Each changed content is made into an evaluator by
+// newEvaluator and handed to reloaded; a file that cannot be read or does not
+// validate is rejected: reloaded gets the error, and the running policy stays.
+func watchPolicyFile(ctx context.Context, path string, loaded []byte, newEvaluator func([]byte) (*policy.Evaluator, error),
 	reloaded func(*policy.Evaluator, error)) {
 	logger := klog.FromContext(ctx).WithValues("config", path)
-	last, _ := os.ReadFile(path)
+	last := loaded
 	ticker := time.NewTicker(policyPollInterval)
 	defer ticker.Stop()
 	for {

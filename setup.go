@@ -92,15 +92,26 @@ func withLimits(cfg *rest.Config, o *options) *rest.Config {
 // loadEvaluator is the evaluator of the flags: the annotations under
 // --annotation-prefix and the policy file of --config, if any.
 func loadEvaluator(o *options) (*policy.Evaluator, error) {
-	e := &policy.Evaluator{Prefix: o.annotationPrefix}
-	if o.configFile != "" {
-		p, err := policy.LoadFile(o.configFile)
-		if err != nil {
-			return nil, err
-		}
-		e.Policy = p
+	e, _, err := loadEvaluatorData(o)
+	return e, err
+}
+
+// loadEvaluatorData is loadEvaluator, and the policy file's content that it
+// read once and made the evaluator of (nil without --config): the policy
+// watcher compares with these bytes.
+func loadEvaluatorData(o *options) (*policy.Evaluator, []byte, error) {
+	if o.configFile == "" {
+		return &policy.Evaluator{Prefix: o.annotationPrefix}, nil, nil
 	}
-	return e, nil
+	data, err := os.ReadFile(o.configFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := policyEvaluator(o.annotationPrefix)(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", o.configFile, err)
+	}
+	return e, data, nil
 }
 
 // policyEvaluator returns the constructor of evaluators from a policy

@@ -122,7 +122,7 @@ func TestHelmInstallClusterScope(t *testing.T) {
 	sa := impersonate(t, ns, fullname)
 	waitForRBAC(t, ctx, sa, other)
 	checkPodPermissions(t, ctx, sa, other, true)
-	checkLeasePermissions(t, ctx, sa, ns, other)
+	checkLeasePermissions(t, ctx, sa, ns, other, leaseArg(t, args))
 
 	helm(t, "uninstall", release, "--namespace", ns)
 	uninstalled = true
@@ -169,36 +169,20 @@ func TestHelmInstallNamespaceScope(t *testing.T) {
 	waitForRBAC(t, ctx, sa, apps)
 	checkPodPermissions(t, ctx, sa, apps, true)
 	checkPodPermissions(t, ctx, sa, other, false)
-	checkLeasePermissions(t, ctx, sa, ns, other)
 
 	// podjanitor as installed: the Deployment's args, the ServiceAccount's token.
 	dep, err := client.AppsV1().Deployments(ns).Get(ctx, fullname, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var args []string
-	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
-		switch {
-		case strings.HasPrefix(a, "--config="):
-			a = "--config=" + cfgPath
-		case strings.HasPrefix(a, "--metrics-bind-address="), strings.HasPrefix(a, "--health-probe-bind-address="):
-			continue // the test runs several daemons on one host; startDaemon turns them off
-		}
-		args = append(args, a)
-	}
+	args := dep.Spec.Template.Spec.Containers[0].Args
 	if !containsArg(args, "--namespace="+apps) {
 		t.Errorf("args %q lack --namespace=%s", args, apps)
 	}
-	tr, err := client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, fullname, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease := fmt.Sprintf("podjanitor-e2e-helm-%04d", rand.IntN(10000))
-	args = append(args, "--leader-elect-resource-namespace="+ns, "--leader-elect-resource-name="+lease)
+	checkLeasePermissions(t, ctx, sa, ns, other, leaseArg(t, args))
+
 	r := watchRemovals(t, apps)
-	d := startDaemonAs(t, writeTokenKubeconfig(t, tr.Status.Token), "Started workers", args...)
+	d := startInstalled(t, ctx, ns, fullname, cfgPath, "Started workers")
 	due := createPod(t, apps, "due", ttl(3*time.Second))
 	elsewhere := createPod(t, other, "elsewhere", ttl(time.Second))
 	r.checkOnTime(t, due, created(due).Add(3*time.Second))
@@ -305,18 +289,20 @@ func checkPodPermissions(t *testing.T, ctx context.Context, sa kubernetes.Interf
 	}
 }
 
-// checkLeasePermissions: the Lease in the release's namespace (create, get,
-// update), and none elsewhere.
-func checkLeasePermissions(t *testing.T, ctx context.Context, sa kubernetes.Interface, ns, other string) {
+// checkLeasePermissions: as the chart's ServiceAccount, the release's own
+// Lease in its namespace (create, get, update: client-go's LeaseLock), no
+// other component's Lease there (RBAC cannot restrict create by name, but get
+// and update it can), and no Lease elsewhere. The Lease is deleted again, so
+// that a podjanitor of the release can take it at once.
+func checkLeasePermissions(t *testing.T, ctx context.Context, sa kubernetes.Interface, ns, other, name string) {
 	t.Helper()
-	name := fmt.Sprintf("podjanitor-e2e-lease-%04d", rand.IntN(10000))
 	lease, err := sa.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("as the chart's ServiceAccount, create a Lease in %s: %v", ns, err)
+		t.Fatalf("as the chart's ServiceAccount, create its Lease %s/%s: %v", ns, name, err)
 	}
-	t.Cleanup(func() {
+	defer func() {
 		_ = client.CoordinationV1().Leases(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
+	}()
 	holder := "e2e"
 	lease.Spec.HolderIdentity = &holder
 	if _, err := sa.CoordinationV1().Leases(ns).Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
@@ -325,7 +311,149 @@ func checkLeasePermissions(t *testing.T, ctx context.Context, sa kubernetes.Inte
 	if _, err := sa.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
 		t.Errorf("as the chart's ServiceAccount, get its Lease: %v", err)
 	}
+
+	// Another component's Lease beside it.
+	foreign, err := client.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("other-component-%04d", rand.IntN(10000))},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptrTo("other-component")},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = client.CoordinationV1().Leases(ns).Delete(context.Background(), foreign.Name, metav1.DeleteOptions{})
+	}()
+	if _, err := sa.CoordinationV1().Leases(ns).Get(ctx, foreign.Name, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("as the chart's ServiceAccount, get another component's Lease %s: err = %v, want Forbidden", foreign.Name, err)
+	}
+	foreign.Spec.HolderIdentity = &holder
+	if _, err := sa.CoordinationV1().Leases(ns).Update(ctx, foreign, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("as the chart's ServiceAccount, take over another component's Lease %s: err = %v, want Forbidden", foreign.Name, err)
+	}
+
 	if _, err := sa.CoordinationV1().Leases(other).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("as the chart's ServiceAccount, create a Lease in %s: err = %v, want Forbidden", other, err)
+	}
+}
+
+// leaseArg is the Deployment's --leader-elect-resource-name, which the chart
+// must set (its Role names that Lease); without it, the flag's default.
+func leaseArg(t *testing.T, args []string) string {
+	t.Helper()
+	for _, a := range args {
+		if name, ok := strings.CutPrefix(a, "--leader-elect-resource-name="); ok {
+			return name
+		}
+	}
+	t.Errorf("args %q do not name the Lease (--leader-elect-resource-name)", args)
+	return "podjanitor"
+}
+
+// startInstalled runs podjanitor as the release's Deployment in ns would:
+// its args (with the policy file at cfgPath, no listeners: the tests run
+// several daemons on one host), a token of its ServiceAccount, and
+// POD_NAMESPACE from the downward API, which places the Lease.
+func startInstalled(t *testing.T, ctx context.Context, ns, fullname, cfgPath, waitFor string) *daemon {
+	t.Helper()
+	dep, err := client.AppsV1().Deployments(ns).Get(ctx, fullname, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+		switch {
+		case strings.HasPrefix(a, "--config="):
+			a = "--config=" + cfgPath
+		case strings.HasPrefix(a, "--metrics-bind-address="), strings.HasPrefix(a, "--health-probe-bind-address="):
+			continue // startDaemon turns them off
+		}
+		args = append(args, a)
+	}
+	tr, err := client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, fullname, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append(args, "--kubeconfig", writeTokenKubeconfig(t, tr.Status.Token))
+	return startDaemonEnv(t, []string{"POD_NAMESPACE=" + ns}, waitFor, args...)
+}
+
+// TestHelmTwoReleasesInOneNamespace installs two releases of the chart in one
+// namespace, each for its own team's namespace (scope namespace), and runs
+// both as installed: each elects on a Lease of its own and removes its pods.
+// With one Lease for every release, one of them never became the leader and
+// its pods stayed.
+func TestHelmTwoReleasesInOneNamespace(t *testing.T) {
+	t.Parallel()
+	ctx := ctxFor(t)
+	ns := newNamespace(t)
+	run := rand.IntN(10000)
+	type release struct {
+		name, fullname, apps, cfgPath, lease string
+		d                                    *daemon
+		r                                    *removals
+	}
+	var releases []*release
+	for _, team := range []string{"a", "b"} {
+		rel := &release{name: fmt.Sprintf("pj-%04d-%s", run, team), apps: newNamespace(t)}
+		rel.fullname = rel.name + "-podjanitor"
+		helm(t, "install", rel.name, chartPath, "--namespace", ns, "--set", "scope=namespace", "--set", "watchNamespace="+rel.apps)
+		t.Cleanup(func() { helm(t, "uninstall", rel.name, "--namespace", ns) })
+		rel.cfgPath = checkChartPolicy(t, ctx, ns, rel.fullname)
+		releases = append(releases, rel)
+	}
+	for _, rel := range releases {
+		dep, err := client.AppsV1().Deployments(ns).Get(ctx, rel.fullname, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel.lease = leaseArg(t, dep.Spec.Template.Spec.Containers[0].Args)
+		sa := impersonate(t, ns, rel.fullname)
+		waitForRBAC(t, ctx, sa, rel.apps)
+		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			return saCanName(t, ctx, sa, "coordination.k8s.io", "leases", "", "update", ns, rel.lease), nil
+		})
+		if err != nil {
+			t.Fatalf("release %s: its Lease Role never took effect: %v", rel.name, err)
+		}
+	}
+	if releases[0].lease == releases[1].lease {
+		t.Errorf("releases %s and %s both elect on the Lease %s", releases[0].name, releases[1].name, releases[0].lease)
+	}
+
+	for _, rel := range releases {
+		rel.r = watchRemovals(t, rel.apps)
+		rel.d = startInstalled(t, ctx, ns, rel.fullname, rel.cfgPath, "Waiting to become the leader")
+	}
+	for _, rel := range releases {
+		identity := leaderIdentity(t, rel.d)
+		rel.d.waitLog("Started workers", 30*time.Second)
+		l, err := client.CoordinationV1().Leases(ns).Get(ctx, rel.lease, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("release %s: Lease %s/%s: %v", rel.name, ns, rel.lease, err)
+		}
+		if h := l.Spec.HolderIdentity; h == nil || *h != identity {
+			t.Errorf("release %s: Lease %s/%s held by %v, want its podjanitor %s", rel.name, ns, rel.lease, h, identity)
+		}
+	}
+
+	var pods []*corev1.Pod
+	for _, rel := range releases {
+		pods = append(pods, createPod(t, rel.apps, "due", ttl(3*time.Second)))
+	}
+	for i, rel := range releases {
+		rel.r.checkOnTime(t, pods[i], created(pods[i]).Add(3*time.Second))
+	}
+	for _, rel := range releases {
+		for _, msg := range []string{"forbidden", "Forbidden"} {
+			if rel.d.logContains(msg) {
+				rel.d.dumpLog()
+				t.Errorf("release %s: podjanitor's log mentions %q: the chart's RBAC lacks a permission", rel.name, msg)
+			}
+		}
+		if code := rel.d.stop(30 * time.Second); code != 0 {
+			t.Errorf("release %s: podjanitor exited %d, want 0", rel.name, code)
+		}
 	}
 }

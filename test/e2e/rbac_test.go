@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -53,10 +54,9 @@ func TestRBACIsSufficient(t *testing.T) {
 	ns := newNamespace(t)
 	r := watchRemovals(t, ns)
 	run := fmt.Sprintf("%04d", rand.IntN(10000))
-	lease := "podjanitor-e2e-rbac-" + run
-	t.Cleanup(func() {
-		_ = client.CoordinationV1().Leases(rbacNS).Delete(context.Background(), lease, metav1.DeleteOptions{})
-	})
+	// The Lease the Deployment names, the only one its Role may get and update.
+	lease := deployLeaseName(t)
+	t.Cleanup(func() { deleteReleasedLease(rbacNS, lease) })
 	cfg := writePolicy(t, "", `
   - name: finished
     match: {labelSelector: "rbac-rule=finished"}
@@ -154,9 +154,7 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		{"", "namespaces", "", "watch", ""},
 		{"events.k8s.io", "events", "", "create", ns},
 		{"events.k8s.io", "events", "", "patch", ns},
-		{"coordination.k8s.io", "leases", "", "get", rbacNS},
-		{"coordination.k8s.io", "leases", "", "create", rbacNS},
-		{"coordination.k8s.io", "leases", "", "update", rbacNS},
+		{"coordination.k8s.io", "leases", "", "create", rbacNS}, // RBAC cannot restrict create by name
 	}
 	denied := []check{
 		{"", "pods", "", "create", ns},
@@ -176,7 +174,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		{"apps", "deployments", "", "delete", ns},
 		{"coordination.k8s.io", "leases", "", "get", metav1.NamespaceSystem},
 		{"coordination.k8s.io", "leases", "", "create", metav1.NamespaceSystem},
-		{"coordination.k8s.io", "leases", "", "delete", rbacNS},
+		{"coordination.k8s.io", "leases", "", "get", rbacNS}, // only its own Lease, by name (below)
+		{"coordination.k8s.io", "leases", "", "update", rbacNS},
+		{"coordination.k8s.io", "leases", "", "list", rbacNS},
 		{"rbac.authorization.k8s.io", "clusterroles", "", "escalate", ""},
 	}
 	for _, c := range append(allowed, denied...) {
@@ -185,6 +185,26 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		if got != want {
 			t.Errorf("ServiceAccount can %s %s/%s (subresource %q) in namespace %q: %v, want %v",
 				c.verb, c.group, c.resource, c.subresource, c.namespace, got, want)
+		}
+	}
+	// Leases by name: get and update the Deployment's own, nothing more on it,
+	// and not another component's Lease beside it, nor its own elsewhere.
+	lease := deployLeaseName(t)
+	for _, c := range []struct {
+		verb, namespace, name string
+		want                  bool
+	}{
+		{"get", rbacNS, lease, true},
+		{"update", rbacNS, lease, true},
+		{"patch", rbacNS, lease, false},
+		{"delete", rbacNS, lease, false},
+		{"get", rbacNS, "kube-controller-manager", false},
+		{"update", rbacNS, "kube-controller-manager", false},
+		{"get", metav1.NamespaceSystem, lease, false},
+		{"update", metav1.NamespaceSystem, lease, false},
+	} {
+		if got := saCanName(t, ctx, sa, "coordination.k8s.io", "leases", "", c.verb, c.namespace, c.name); got != c.want {
+			t.Errorf("ServiceAccount can %s Lease %s/%s: %v, want %v", c.verb, c.namespace, c.name, got, c.want)
 		}
 	}
 
@@ -224,15 +244,56 @@ func rbacContains[T comparable](list []T, v T) bool {
 // saCan asks the API server whether the ServiceAccount may do verb.
 func saCan(t *testing.T, ctx context.Context, sa kubernetes.Interface, group, resource, subresource, verb, namespace string) bool {
 	t.Helper()
+	return saCanName(t, ctx, sa, group, resource, subresource, verb, namespace, "")
+}
+
+// saCanName is saCan on the object name ("" for any).
+func saCanName(t *testing.T, ctx context.Context, sa kubernetes.Interface, group, resource, subresource, verb, namespace, name string) bool {
+	t.Helper()
 	review, err := sa.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Group: group, Resource: resource, Subresource: subresource, Verb: verb, Namespace: namespace,
+			Group: group, Resource: resource, Subresource: subresource, Verb: verb, Namespace: namespace, Name: name,
 		}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("SelfSubjectAccessReview: %v", err)
 	}
 	return review.Status.Allowed
+}
+
+// deployLeaseName is the Lease artifacts/deploy's Deployment names
+// (--leader-elect-resource-name), which its Role lets it get and update.
+func deployLeaseName(t *testing.T) string {
+	t.Helper()
+	docs, err := deployDocuments(filepath.Join(rbacDeployDir, "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range docs {
+		var dep appsv1.Deployment
+		if err := json.Unmarshal(doc, &dep); err != nil || dep.Kind != "Deployment" {
+			continue
+		}
+		for _, a := range dep.Spec.Template.Spec.Containers[0].Args {
+			if name, ok := strings.CutPrefix(a, "--leader-elect-resource-name="); ok {
+				return name
+			}
+		}
+	}
+	t.Fatalf("%s/deployment.yaml sets no --leader-elect-resource-name", rbacDeployDir)
+	return ""
+}
+
+// deleteReleasedLease deletes the Lease unless a process holds it (a test
+// daemon releases it on SIGTERM): one that another run holds is left alone.
+func deleteReleasedLease(ns, name string) {
+	ctx := context.Background()
+	l, err := client.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || (l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "") {
+		return
+	}
+	_ = client.CoordinationV1().Leases(ns).Delete(ctx, name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{ResourceVersion: &l.ResourceVersion}})
 }
 
 // startDaemonAs runs podjanitor with another kubeconfig: the flag package keeps

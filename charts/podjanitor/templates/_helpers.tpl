@@ -31,6 +31,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if or .Values.leaderElection.enabled (gt (int .Values.replicas) 1) }}true{{ else }}false{{ end }}
 {{- end }}
 
+{{/*
+The leader-election Lease (--leader-elect-resource-name): leaderElection.leaseName,
+else the fullname, so that releases in one namespace (a dryRun canary beside the
+live release, per-team scope namespace releases) elect apart.
+*/}}
+{{- define "podjanitor.leaseName" -}}
+{{- .Values.leaderElection.leaseName | default (include "podjanitor.fullname" .) }}
+{{- end }}
+
 {{/* The namespace whose pods podjanitor watches with scope namespace. */}}
 {{- define "podjanitor.watchNamespace" -}}
 {{- .Values.watchNamespace | default .Release.Namespace }}
