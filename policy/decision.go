@@ -230,7 +230,7 @@ func (e *Evaluator) decideByAnnotations(pod *corev1.Pod, now time.Time) (decisio
 		}
 		if finished, ok := FinishTime(pod); ok {
 			var skewed bool
-			finished, skewed = notAfter(finished, now)
+			finished, skewed = fromNode(pod, finished, now)
 			consider(finished.Add(ttl), key, ReasonTTLAfterFinished)
 			decision.ClockSkew = skewed && decision.Source == key
 		}
