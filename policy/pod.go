@@ -90,6 +90,11 @@ func NodeClocksOf(pod *corev1.Pod) NodeClocks {
 	return c
 }
 
+// Equal reports whether c and o hold the same instants.
+func (c NodeClocks) Equal(o NodeClocks) bool {
+	return c.Finished.Equal(o.Finished) && c.Pending.Equal(o.Pending) && c.CrashLooping.Equal(o.CrashLooping)
+}
+
 // IsZero reports whether no clock applies.
 func (c NodeClocks) IsZero() bool {
 	return c.Finished.IsZero() && c.Pending.IsZero() && c.CrashLooping.IsZero()
