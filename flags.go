@@ -65,7 +65,7 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	fs.StringVar(&o.namespace, "namespace", "", "Only watch pods in this namespace. Default: all namespaces.")
 	fs.StringVar(&o.labelSelector, "label-selector", "", "Only watch pods matching this label selector (applied by the API server), e.g. 'team=ci,!keep'.")
 	fs.StringVar(&o.configFile, "config", "", "Policy file (YAML, kind PodJanitorPolicy) with cluster-wide rules. Default: annotations only. Changes are reloaded without a restart.")
-	fs.StringVar(&o.annotationPrefix, "annotation-prefix", policy.DefaultAnnotationPrefix, "Prefix of the per-pod annotations (<prefix>/ttl, /expires-at, /ttl-after-finished, /keep).")
+	fs.StringVar(&o.annotationPrefix, "annotation-prefix", policy.DefaultAnnotationPrefix, "Prefix of the per-pod annotations (<prefix>/ttl, /expires-at, /ttl-after-finished, /keep). Every key under it is podjanitor's: a pod with any other is left alone as invalid.")
 	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 50, "Queries per second to the API server.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of queries to the API server.")
 	fs.StringVar(&o.kubeAPIContentType, "kube-api-content-type", runtime.ContentTypeProtobuf,

@@ -21,7 +21,8 @@ import (
 	"github.com/podjanitor/podjanitor/policy"
 )
 
-// planEntry is one pod that has a deadline, or an annotation that does not parse.
+// planEntry is one pod that has a deadline; planInvalid one whose annotation
+// does not parse or is not one podjanitor knows.
 type planEntry struct {
 	Namespace string    `json:"namespace"`
 	Pod       string    `json:"pod"`
@@ -202,7 +203,7 @@ func printPlan(out io.Writer, r planReport) error {
 		fmt.Fprintf(out, "  %-40s %d\n", s, r.Totals[s])
 	}
 	if len(r.Invalid) > 0 {
-		fmt.Fprintf(out, "\n%d pod(s) have an annotation that does not parse; podjanitor leaves them alone:\n", len(r.Invalid))
+		fmt.Fprintf(out, "\n%d pod(s) have an annotation that does not parse or that podjanitor does not know; podjanitor leaves them alone:\n", len(r.Invalid))
 		for _, i := range r.Invalid {
 			fmt.Fprintf(out, "  %s/%s: %s\n", i.Namespace, i.Pod, i.Error)
 		}

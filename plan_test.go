@@ -49,6 +49,26 @@ func TestBuildPlanSortsByDeadlineAndCounts(t *testing.T) {
 	}
 }
 
+// TestPlanListsUnknownKeys: a key under the prefix that podjanitor does not
+// know is listed with the invalid annotations, and the pod has no deadline.
+func TestPlanListsUnknownKeys(t *testing.T) {
+	pods := []*corev1.Pod{newPod("typo", t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1s", "podjanitor.io/keeps": "true"})}
+	r := buildPlan(&policy.Evaluator{}, pods, map[string]*policy.Namespace{"default": {}}, t0)
+	if len(r.Pods) != 0 || len(r.Invalid) != 1 {
+		t.Fatalf("plan %+v: want the pod invalid, without a deadline", r)
+	}
+	var out bytes.Buffer
+	if err := printPlan(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"1 pod(s) have an annotation that does not parse or that podjanitor does not know",
+		`default/typo: annotation podjanitor.io/keeps="true": unknown annotation: did you mean podjanitor.io/keep?`} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("table output lacks %q:\n%s", line, out.String())
+		}
+	}
+}
+
 // TestBuildPlanReadsNamespaces proves that plan answers as the daemon does
 // about namespaces: a kept namespace's pods have no deadline, a rule's
 // namespaceSelector reads the namespace's labels, and a pod whose namespace

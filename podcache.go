@@ -17,8 +17,9 @@ import (
 // every pod: the key (namespace/name) and the resourceVersion. Labels, owner
 // references and the priority class name are one protobuf message interned
 // with unique.Make, so the pods of one workload share a single copy; the uid,
-// the creation and deletion timestamps, the kept annotations and the status
-// are a protobuf message of their own.
+// the creation and deletion timestamps, the kept annotations, the one
+// managedFields entry (the status write's time) and the status are a protobuf
+// message of their own.
 //
 // A cachedPod is not a Pod: the controller reads it with podFromCache, never
 // through a PodLister. It is immutable once stored: its metav1.Object getters
@@ -28,7 +29,7 @@ type cachedPod struct {
 	slash           int    // index of the '/' in key
 	resourceVersion string
 	workload        unique.Handle[string] // corev1.Pod{ObjectMeta{Labels, OwnerReferences}, Spec{PriorityClassName}}, marshalled
-	rest            string                // corev1.Pod{ObjectMeta{UID, CreationTimestamp, DeletionTimestamp, Annotations}, Status}, marshalled
+	rest            string                // corev1.Pod{ObjectMeta{UID, CreationTimestamp, DeletionTimestamp, Annotations, ManagedFields}, Status}, marshalled
 }
 
 var (
@@ -53,6 +54,7 @@ func packPod(lean *corev1.Pod) (*cachedPod, error) {
 			CreationTimestamp: lean.CreationTimestamp,
 			DeletionTimestamp: lean.DeletionTimestamp,
 			Annotations:       lean.Annotations,
+			ManagedFields:     lean.ManagedFields,
 		},
 		Status: lean.Status,
 	}).Marshal()
@@ -109,8 +111,8 @@ func podFromCache(obj interface{}) (*corev1.Pod, error) {
 
 // metav1.Object: the namespace, name and resourceVersion are read from
 // fields, as the informer reads them of every pod; the rest unpacks the pod.
-// Nothing the pod cache keeps has a generateName, generation, selfLink,
-// finalizers or managedFields, so those are empty.
+// Nothing the pod cache keeps has a generateName, generation, selfLink or
+// finalizers, so those are empty; its one managedFields entry is read with Pod.
 
 func (p *cachedPod) GetNamespace() string         { return p.key[:p.slash] }
 func (p *cachedPod) GetName() string              { return p.key[p.slash+1:] }

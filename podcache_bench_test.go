@@ -35,6 +35,7 @@ func BenchmarkCacheMemory(b *testing.B) {
 		pod.ResourceVersion = fmt.Sprint(100000 + i)
 		pod.CreationTimestamp = metav1.NewTime(far.Add(-24 * time.Hour))
 		pod.Status = workload.RunningStatus(pod, far.Add(-24*time.Hour), i)
+		pod.ManagedFields = benchManagedFields(far.Add(-24*time.Hour + time.Duration(i)*time.Millisecond))
 		var err error
 		if raw[i], err = json.Marshal(pod); err != nil {
 			b.Fatal(err)
@@ -81,6 +82,19 @@ func BenchmarkCacheMemory(b *testing.B) {
 			}
 			b.ReportMetric(perPod, "B/pod")
 		})
+	}
+}
+
+// benchManagedFields are the managedFields of a workload pod: its
+// controller's create and the kubelet's status writes (the policy keeps the
+// latest status time, see leanManagedFields).
+func benchManagedFields(at time.Time) []metav1.ManagedFieldsEntry {
+	t := metav1.NewTime(at.Truncate(time.Second))
+	return []metav1.ManagedFieldsEntry{
+		{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &t, FieldsType: "FieldsV1",
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:podjanitor.io/expires-at":{}},"f:generateName":{},"f:labels":{".":{},"f:app":{},"f:pod-template-hash":{}},"f:ownerReferences":{".":{},"k:{\"uid\":\"x\"}":{}}},"f:spec":{"f:containers":{"k:{\"name\":\"main\"}":{".":{},"f:image":{},"f:name":{},"f:resources":{}}},"f:dnsPolicy":{},"f:restartPolicy":{}}}`)}},
+		{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &t, Subresource: "status", FieldsType: "FieldsV1",
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:lastTransitionTime":{},"f:status":{},"f:type":{}}},"f:containerStatuses":{},"f:hostIP":{},"f:phase":{},"f:podIP":{},"f:startTime":{}}}`)}},
 	}
 }
 

@@ -133,13 +133,17 @@ func informerFactory(client kubernetes.Interface, o *options) informers.SharedIn
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(o.namespace),
 		informers.WithTweakListOptions(tweak),
-		informers.WithTransform(podTransform(o.annotationPrefix)),
 	)
 	// The pod informer without the namespace index that the factory would
 	// give it: nothing reads pods by namespace often enough to pay a map
-	// entry per cached pod (see enqueueNamespacePods).
+	// entry per cached pod (see enqueueNamespacePods). Its transform reads
+	// its own store (rememberingPodTransform).
 	factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		return coreinformers.NewFilteredPodInformer(client, o.namespace, resync, cache.Indexers{}, tweak)
+		informer := coreinformers.NewFilteredPodInformer(client, o.namespace, resync, cache.Indexers{}, tweak)
+		if err := informer.SetTransform(rememberingPodTransform(o.annotationPrefix, informer.GetStore())); err != nil {
+			panic(err) // cannot happen: the informer has not started
+		}
+		return informer
 	})
 	return factory
 }

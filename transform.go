@@ -7,19 +7,67 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/podjanitor/podjanitor/policy"
 )
 
 // podTransform returns the pod informer's transform: the fields leanPod keeps,
 // packed into a cachedPod. TestLeanPodKeepsDecisions proves that decisions on
 // what the cache gives back equal decisions on full pods.
 func podTransform(prefix string) cache.TransformFunc {
+	return rememberingPodTransform(prefix, nil)
+}
+
+// rememberingPodTransform is podTransform that also reads the version of the
+// pod the informer's store holds (nil: none), to keep its status time while
+// the policy's clocks read the same times from the status (see
+// keptStatusTime).
+func rememberingPodTransform(prefix string, store cache.KeyGetter) cache.TransformFunc {
 	annotationPrefix := prefix + "/"
 	return func(obj interface{}) (interface{}, error) {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
 			return obj, nil // a cachedPod or a tombstone: already transformed
 		}
-		return packPod(leanPod(pod, annotationPrefix))
+		lean := leanPod(pod, annotationPrefix)
+		keptStatusTime(lean, store)
+		return packPod(lean)
+	}
+}
+
+// keptStatusTime gives the lean pod the status time of the version in store
+// when both are the same pod whose status reports the same NodeClocks, and
+// that version's time is earlier.
+//
+// The policy bounds the times a node writes by when the API server stored the
+// status (policy.StatusWrittenAt), so a node's clock cannot make a removal
+// early. A crash-looping pod's status changes at every restart, and a pod
+// stuck pulling an image flips between ErrImagePull and ImagePullBackOff,
+// while the times its clock counts from stay; counting from the latest write
+// would start its clock over every few minutes, for ever. The earlier version
+// already carried those times, so the API server knew them by its status time
+// too. Since the informer transforms an event before it stores the previous
+// one, store may hold an older version than the one before: its time is then
+// the later one or not kept, late, never early.
+func keptStatusTime(lean *corev1.Pod, store cache.KeyGetter) {
+	if store == nil || len(lean.ManagedFields) == 0 {
+		return
+	}
+	clocks := policy.NodeClocksOf(lean)
+	if clocks.IsZero() {
+		return
+	}
+	obj, exists, err := store.GetByKey(lean.Namespace + "/" + lean.Name)
+	if err != nil || !exists {
+		return
+	}
+	old, err := podFromCache(obj)
+	if err != nil || old.UID != lean.UID || !policy.NodeClocksOf(old).Equal(clocks) {
+		return
+	}
+	oldTime, ok := policy.StatusWrittenAt(old)
+	if ok && oldTime.Before(lean.ManagedFields[0].Time.Time) {
+		lean.ManagedFields[0].Time = &metav1.Time{Time: oldTime}
 	}
 }
 
@@ -28,7 +76,9 @@ func podTransform(prefix string) cache.TransformFunc {
 //   - metadata: name, namespace, uid, resourceVersion (delete preconditions),
 //     creationTimestamp, deletionTimestamp, labels (rule label selectors),
 //     ownerReferences (apiVersion, kind, name, uid, controller; rule owner kinds),
-//     annotations under annotationPrefix and kubernetes.io/config.mirror (mirror pods);
+//     annotations under annotationPrefix and kubernetes.io/config.mirror (mirror pods),
+//     and of managedFields one entry: subresource status and the latest time
+//     of the status entries (policy.StatusWrittenAt; no manager, no fields);
 //   - spec: priorityClassName (rules leave critical pods alone);
 //   - status: phase, reason, startTime, the conditions the policy reads
 //     (DisruptionTarget, Ready, PodScheduled: type, status, reason,
@@ -38,7 +88,7 @@ func podTransform(prefix string) cache.TransformFunc {
 //     (without startedAt) or without a state included: they tell a pod making
 //     progress from one stuck Pending.
 //
-// Dropped: managedFields, every other annotation, the rest of the spec, other
+// Dropped: the rest of managedFields, every other annotation, the rest of the spec, other
 // conditions, the statuses of running containers of pods not Pending, and the
 // rest of the status (messages, IPs, images, resources, lastTerminationState, ...).
 func leanPod(pod *corev1.Pod, annotationPrefix string) *corev1.Pod {
@@ -54,6 +104,7 @@ func leanPod(pod *corev1.Pod, annotationPrefix string) *corev1.Pod {
 			Labels:            pod.Labels,
 			Annotations:       keptAnnotations(pod.Annotations, annotationPrefix),
 			OwnerReferences:   leanOwners(pod.OwnerReferences),
+			ManagedFields:     leanManagedFields(pod),
 		},
 		Spec: corev1.PodSpec{PriorityClassName: pod.Spec.PriorityClassName},
 		Status: corev1.PodStatus{
@@ -65,6 +116,16 @@ func leanPod(pod *corev1.Pod, annotationPrefix string) *corev1.Pod {
 			InitContainerStatuses: leanContainerStatuses(pod.Status.InitContainerStatuses, pending),
 		},
 	}
+}
+
+// leanManagedFields is one status entry with the pod's StatusWrittenAt, or
+// none when the pod has no status entry.
+func leanManagedFields(pod *corev1.Pod) []metav1.ManagedFieldsEntry {
+	t, ok := policy.StatusWrittenAt(pod)
+	if !ok {
+		return nil
+	}
+	return []metav1.ManagedFieldsEntry{{Subresource: "status", Time: &metav1.Time{Time: t}}}
 }
 
 func keptAnnotations(all map[string]string, prefix string) map[string]string {

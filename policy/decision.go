@@ -3,6 +3,8 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +20,12 @@ const (
 	AnnotationTTLAfterFinished = "ttl-after-finished"
 	AnnotationKeep             = "keep"
 )
+
+// AnnotationNames are the only names under the prefix: every annotation
+// under it is podjanitor's, and a pod with any other (a typo such as "keeps"
+// or "Keep") is invalid, as a value that does not parse is. A tool that wants
+// annotations of its own uses a prefix of its own.
+var AnnotationNames = []string{AnnotationKeep, AnnotationTTL, AnnotationExpiresAt, AnnotationTTLAfterFinished}
 
 // Action is how a pod is removed.
 type Action string
@@ -86,7 +94,8 @@ type Decision struct {
 // HasDeadline reports whether the pod must go at some point.
 func (d Decision) HasDeadline() bool { return !d.Deadline.IsZero() }
 
-// AnnotationError is an annotation value that does not parse. It is terminal:
+// AnnotationError is an annotation value that does not parse, or an annotation
+// under the prefix that podjanitor does not know (Err says which). It is terminal:
 // retrying cannot help until the pod changes.
 type AnnotationError struct {
 	Key, Value string
@@ -125,13 +134,17 @@ func (e *Evaluator) AnnotationKey(name string) string {
 // namespace, nil when it is not known. It never returns a deadline for mirror
 // pods, pods with a deletionTimestamp, pods whose namespace is not known, or
 // pods whose namespace carries the keep annotation. An annotation that does
-// not parse returns an *AnnotationError and no deadline.
+// not parse, or a key under the prefix that is not one of AnnotationNames,
+// returns an *AnnotationError and no deadline.
 func (e *Evaluator) Decide(pod *corev1.Pod, ns *Namespace, now time.Time) (Decision, error) {
 	if IsMirrorPod(pod) {
 		return Decision{Skipped: SkippedMirrorPod}, nil
 	}
 	if pod.DeletionTimestamp != nil {
 		return Decision{Skipped: SkippedTerminating}, nil
+	}
+	if err := e.unknownAnnotation(pod.Annotations); err != nil {
+		return Decision{}, err
 	}
 	keep, err := e.keep(pod.Annotations)
 	if err != nil {
@@ -167,6 +180,51 @@ func (e *Evaluator) Decide(pod *corev1.Pod, ns *Namespace, now time.Time) (Decis
 		return Decision{Kept: true}, nil
 	}
 	return decision, nil
+}
+
+// unknownAnnotation returns an *AnnotationError for the first key, in byte
+// order, under the prefix whose name is not one of AnnotationNames. It is read
+// before keep: a pod whose owner wrote "Keep" or "keeps" meant to keep it, and
+// is left alone with a warning that says so, never removed by its ttl.
+func (e *Evaluator) unknownAnnotation(annotations map[string]string) error {
+	prefix := e.AnnotationKey("")
+	first := ""
+	for key := range annotations {
+		name, ok := strings.CutPrefix(key, prefix)
+		if ok && !slices.Contains(AnnotationNames, name) && (first == "" || key < first) {
+			first = key
+		}
+	}
+	if first == "" {
+		return nil
+	}
+	return &AnnotationError{Key: first, Value: annotations[first], Err: e.unknownNameError(first[len(prefix):])}
+}
+
+// unknownNameError suggests the name meant when name differs from it only in
+// case, '-', '_' and '.', or a trailing 's' ("Keep", "keeps",
+// "ttl_after_finished", "expiresAt"). The admission policy
+// (charts/podjanitor/templates/admission-policy.yaml) says the same.
+func (e *Evaluator) unknownNameError(name string) error {
+	folded := asciiLower(strings.NewReplacer("-", "", "_", "", ".", "").Replace(name))
+	for _, known := range AnnotationNames {
+		if k := strings.ReplaceAll(known, "-", ""); folded == k || folded == k+"s" {
+			return fmt.Errorf("unknown annotation: did you mean %s?", e.AnnotationKey(known))
+		}
+	}
+	return fmt.Errorf("unknown annotation: podjanitor reads %s, %s, %s and %s under %s",
+		AnnotationKeep, AnnotationTTL, AnnotationExpiresAt, AnnotationTTLAfterFinished, e.AnnotationKey(""))
+}
+
+// asciiLower lowers ASCII letters only, as CEL's lowerAscii does.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // keep reads the keep annotation: "true" keeps, "false" or absent does not.
@@ -230,7 +288,7 @@ func (e *Evaluator) decideByAnnotations(pod *corev1.Pod, now time.Time) (decisio
 		}
 		if finished, ok := FinishTime(pod); ok {
 			var skewed bool
-			finished, skewed = notAfter(finished, now)
+			finished, skewed = fromNode(pod, finished, now)
 			consider(finished.Add(ttl), key, ReasonTTLAfterFinished)
 			decision.ClockSkew = skewed && decision.Source == key
 		}

@@ -261,6 +261,41 @@ func TestDecideInvalidAnnotations(t *testing.T) {
 			wantErr: `annotation podjanitor.io/keep="True": want "true" or "false"`,
 		},
 		{
+			name:    "unknown key: keep in another case",
+			pod:     newPod(annotated("podjanitor.io/Keep", "true", keyTTL, "1h")),
+			wantErr: `annotation podjanitor.io/Keep="true": unknown annotation: did you mean podjanitor.io/keep?`,
+		},
+		{
+			name:    "unknown key: keeps, beside a keep that parses",
+			pod:     newPod(annotated("podjanitor.io/keeps", "true", keyKeep, "true")),
+			wantErr: `annotation podjanitor.io/keeps="true": unknown annotation: did you mean podjanitor.io/keep?`,
+		},
+		{
+			name:    "unknown key: ttl_after_finished",
+			pod:     newPod(inPhase(corev1.PodSucceeded), annotated("podjanitor.io/ttl_after_finished", "1h")),
+			wantErr: `annotation podjanitor.io/ttl_after_finished="1h": unknown annotation: did you mean podjanitor.io/ttl-after-finished?`,
+		},
+		{
+			name:    "unknown key: expiresAt",
+			pod:     newPod(annotated("podjanitor.io/expiresAt", "2026-12-01")),
+			wantErr: `annotation podjanitor.io/expiresAt="2026-12-01": unknown annotation: did you mean podjanitor.io/expires-at?`,
+		},
+		{
+			name:    "unknown key without a near name",
+			pod:     newPod(annotated("podjanitor.io/owner", "team-a")),
+			wantErr: `annotation podjanitor.io/owner="team-a": unknown annotation: podjanitor reads keep, ttl, expires-at and ttl-after-finished under podjanitor.io/`,
+		},
+		{
+			name:    "several unknown keys: the first in byte order",
+			pod:     newPod(annotated("podjanitor.io/zz", "", "podjanitor.io/TTL", "1h", "podjanitor.io/max-age", "1d")),
+			wantErr: `annotation podjanitor.io/TTL="1h": unknown annotation: did you mean podjanitor.io/ttl?`,
+		},
+		{
+			name:    "an unknown key before a value that does not parse",
+			pod:     newPod(annotated("podjanitor.io/keeps", "true", keyTTL, "3x")),
+			wantErr: `annotation podjanitor.io/keeps="true": unknown annotation: did you mean podjanitor.io/keep?`,
+		},
+		{
 			name:    "one invalid annotation among valid ones",
 			pod:     newPod(annotated(keyTTL, "1h", keyExpiresAt, "soon")),
 			wantErr: `annotation podjanitor.io/expires-at="soon": want RFC 3339 with an offset ("2026-12-01T10:00:00+01:00") or a date ("2026-12-01")`,
@@ -281,6 +316,33 @@ func TestDecideInvalidAnnotations(t *testing.T) {
 				t.Errorf("Decide() with an error (-want,+got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestUnknownKeysOfOtherPrefixes: only keys under the prefix are podjanitor's:
+// other prefixes that contain it, keys without a prefix, and with another
+// --annotation-prefix the default one, are not read.
+func TestUnknownKeysOfOtherPrefixes(t *testing.T) {
+	for _, tt := range []struct {
+		prefix string
+		key    string
+	}{
+		{"", "e2e.podjanitor.io/fate"},
+		{"", "podjanitor.io.example.com/keeps"},
+		{"", "podjanitor.io"},
+		{"", "keeps"},
+		{"janitor.example.com", "podjanitor.io/keeps"},
+	} {
+		e := &Evaluator{Prefix: tt.prefix}
+		d, err := e.Decide(newPod(annotated(tt.key, "true"), annotated(e.AnnotationKey(AnnotationTTL), "1h")), anyNamespace, now)
+		if err != nil || d.Source != e.AnnotationKey(AnnotationTTL) {
+			t.Errorf("prefix %q, key %s: Decide() = %+v, %v; want the ttl's deadline", tt.prefix, tt.key, d, err)
+		}
+	}
+	e := &Evaluator{Prefix: "janitor.example.com"}
+	_, err := e.Decide(newPod(annotated("janitor.example.com/keeps", "true")), anyNamespace, now)
+	if want := `annotation janitor.example.com/keeps="true": unknown annotation: did you mean janitor.example.com/keep?`; err == nil || err.Error() != want {
+		t.Errorf("custom prefix: error %v, want %s", err, want)
 	}
 }
 

@@ -8,7 +8,13 @@
 // left alone until it is; a pod carrying any deadline annotation is decided by
 // its annotations alone (the earliest deadline wins); otherwise the first
 // policy rule whose match and clock apply decides. Last, the keep annotation
-// of the pod's namespace vetoes whatever deadline was found.
+// of the pod's namespace vetoes whatever deadline was found. A key under the
+// prefix that is not one of AnnotationNames makes the pod's annotations
+// invalid, as a value that does not parse does.
+//
+// Times that nodes write (finish times, condition transitions) are bounded by
+// the API server's time of the pod's latest status write (fromNode), so a
+// node's clock can make a removal late, never early.
 //
 // Where to read: decision.go holds Evaluator.Decide and the annotations;
 // rule.go how a rule of the policy file matches a pod and when its clock

@@ -72,6 +72,80 @@ func FinishTime(pod *corev1.Pod) (t time.Time, ok bool) {
 	return finished, true
 }
 
+// NodeClocks are the times a pod's status reports that the policy's clocks
+// count from, as FinishTime, the pending clock and the crashLooping clock
+// read them (zero where a clock does not apply): mostly times of the node's
+// clock. The lean pod cache compares them between versions of a pod to tell
+// whether the status write it last saw changed them (see StatusWrittenAt).
+type NodeClocks struct {
+	Finished, Pending, CrashLooping time.Time
+}
+
+// NodeClocksOf reads the pod's NodeClocks.
+func NodeClocksOf(pod *corev1.Pod) NodeClocks {
+	var c NodeClocks
+	c.Finished, _ = FinishTime(pod)
+	c.Pending, _ = pendingSince(pod)
+	c.CrashLooping, _ = crashLoopingSince(pod, 0)
+	return c
+}
+
+// Equal reports whether c and o hold the same instants.
+func (c NodeClocks) Equal(o NodeClocks) bool {
+	return c.Finished.Equal(o.Finished) && c.Pending.Equal(o.Pending) && c.CrashLooping.Equal(o.CrashLooping)
+}
+
+// IsZero reports whether no clock applies.
+func (c NodeClocks) IsZero() bool {
+	return c.Finished.IsZero() && c.Pending.IsZero() && c.CrashLooping.IsZero()
+}
+
+// StatusWrittenAt is the latest time of the pod's managedFields entries for
+// the status subresource: when the API server last stored a change to the
+// pod's status, by anyone (the kubelet, the scheduler, the controller
+// manager), stamped by the API server's clock and truncated by it to the
+// second. ok is false when the pod has no such entry (managedFields cleared).
+//
+// Every time a status reports came in by such a write (the API server ignores
+// the status of a create and of an update of the pod itself), so the API
+// server knew each of them at the latest by this time. The pod cache may keep
+// an earlier time here: that of the first version it saw with the same
+// NodeClocks, which the API server knew by then already.
+func StatusWrittenAt(pod *corev1.Pod) (t time.Time, ok bool) {
+	for _, f := range pod.ManagedFields {
+		if f.Subresource == "status" && f.Time != nil {
+			t, ok = latest(t, f.Time.Time), true
+		}
+	}
+	return t, ok
+}
+
+// fromNode bounds a clock's start read from the pod's status by when the API
+// server could first have known it. Nodes write these times with their own
+// clocks: a node whose clock is 2h behind reports, in a status that arrives
+// now, a pod that finished "2h ago". The start used is the latest of the
+// reported time and the second after StatusWrittenAt (the API server
+// truncates that time to the second, so the write happened before the next
+// one): a node's clock can make a removal late, never early. A start in the
+// future (a node clock ahead) counts from now, and skewed says so.
+//
+// Why the status write's time rather than the first time podjanitor saw the
+// pod so: it is the API server's clock, it survives a restart of podjanitor
+// and is the same for `plan` and the daemon. The pod cache keeps one such time
+// per pod, and keeps that of an earlier version as long as the clocks' times
+// did not change (a crash-looping pod's status changes at every restart, its
+// Ready=False transition does not), so such a pod's clock does not start over
+// at every status write; `plan`, without that history, and the daemon after a
+// restart count from the latest status write, later. A pod without a status
+// entry in its managedFields is counted from the reported time, as before.
+func fromNode(pod *corev1.Pod, t, now time.Time) (_ time.Time, skewed bool) {
+	t, skewed = notAfter(t, now)
+	if written, ok := StatusWrittenAt(pod); ok {
+		t = latest(t, written.Truncate(time.Second).Add(time.Second))
+	}
+	return t, skewed
+}
+
 // latestContainerFinish is the latest terminated finishedAt of the pod's
 // (init) containers, or zero.
 func latestContainerFinish(pod *corev1.Pod) time.Time {

@@ -23,7 +23,7 @@ func (p *Policy) decide(pod *corev1.Pod, ns *Namespace, now time.Time) Decision 
 		}
 		var skewed bool
 		if rule.Clock != ClockCreated {
-			start, skewed = notAfter(start, now)
+			start, skewed = fromNode(pod, start, now)
 		}
 		action := rule.Action
 		if action == "" {

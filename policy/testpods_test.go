@@ -132,3 +132,13 @@ func ptr[T any](v T) *T { return &v }
 
 // anyNamespace is a known namespace without labels or annotations.
 var anyNamespace = &Namespace{}
+
+// statusWritten gives the pod a managedFields entry of a status write the
+// API server stamped at (whole seconds, as it stores them).
+func statusWritten(manager string, at time.Time) podOption {
+	return func(p *corev1.Pod) {
+		stamp := metav1.NewTime(at.Truncate(time.Second))
+		p.ManagedFields = append(p.ManagedFields, metav1.ManagedFieldsEntry{
+			Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", Time: &stamp})
+	}
+}

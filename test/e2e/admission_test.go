@@ -180,7 +180,14 @@ func TestAdmissionPolicyTable(t *testing.T) {
 		{prefix + "ttl": "3x", prefix + "expires-at": "tomorrow", prefix + "ttl-after-finished": "1x"},
 		{prefix + "expires-at": "tomorrow", prefix + "ttl-after-finished": "1x"},
 		{prefix + "keep": "true", prefix + "ttl": "1h", prefix + "expires-at": "2026-12-01", prefix + "ttl-after-finished": "1d"},
-		{"other.example.com/ttl": "3x", prefix + "owner": "team-a"}, // not podjanitor's
+		{"other.example.com/ttl": "3x", "e2e.podjanitor.io/ttl": "3x", prefix + "ttl": "1h"}, // other prefixes
+		// Every key under the prefix is podjanitor's: another one is refused,
+		// before any value, the first in byte order.
+		{prefix + "owner": "team-a"},
+		{prefix + "keeps": "true", prefix + "ttl": "3x"},
+		{prefix + "Keep": "true", prefix + "keep": "true"},
+		{prefix + "zz": "", prefix + "TTL": "1h", prefix + "max-age": "1d"},
+		{prefix + "ttl_after_finished": "1h", prefix + "ttl-after-finished": "1x"},
 	} {
 		checkAdmission(t, ctx, ns, annotations, goError(annotations))
 	}
@@ -228,6 +235,39 @@ func generatedValues() map[string][]string {
 	}
 }
 
+// generatedNames are names under the prefix built from podjanitor's names
+// and the typos the hint looks for (case, '-', '_', '.', a trailing 's'),
+// and other words, the same for every run; all are valid annotation names.
+func generatedNames() []string {
+	r := rand.New(rand.NewPCG(21, 2026))
+	words := [][]string{{"keep"}, {"ttl"}, {"expires", "at"}, {"ttl", "after", "finished"}, {"expire", "at"}, {"ttl", "after", "finish"},
+		{"owner"}, {"max", "age"}, {"k"}, {"s"}, {"keep", "s"}}
+	seps := []string{"-", "_", ".", ""}
+	var names []string
+	for range 150 {
+		w := words[r.IntN(len(words))]
+		sep := seps[r.IntN(len(seps))]
+		var b strings.Builder
+		for i, part := range w {
+			if i > 0 {
+				b.WriteString(sep)
+			}
+			switch r.IntN(4) {
+			case 0:
+				part = strings.ToUpper(part)
+			case 1:
+				part = strings.ToUpper(part[:1]) + part[1:]
+			}
+			b.WriteString(part)
+		}
+		if r.IntN(3) == 0 {
+			b.WriteString([]string{"s", "S", "2", "x"}[r.IntN(4)])
+		}
+		names = append(names, b.String())
+	}
+	return names
+}
+
 // TestAdmissionPolicyAgreesWithParser: on values built from the pieces the
 // parsers care about, the API server's verdict and message equal podjanitor's.
 func TestAdmissionPolicyAgreesWithParser(t *testing.T) {
@@ -258,6 +298,11 @@ func TestAdmissionPolicyAgreesWithParser(t *testing.T) {
 			jobs <- job{map[string]string{prefix + name: v}}
 		}
 	}
+	names := generatedNames()
+	for i, name := range names {
+		jobs <- job{map[string]string{prefix + name: "true"}}
+		jobs <- job{map[string]string{prefix + name: "true", prefix + names[(i+1)%len(names)]: "1h"}}
+	}
 	close(jobs)
 	wg.Wait()
 	t.Logf("%d values checked, %d of them refused", checked, refused)
@@ -274,7 +319,7 @@ func TestAdmissionPolicyUpdates(t *testing.T) {
 	// The pod predates the policy: created in a namespace the binding does
 	// not select yet.
 	ns := newNamespace(t)
-	pod := createPod(t, ns, "old-bad-value", annotate(prefix+"ttl", "3x"))
+	pod := createPod(t, ns, "old-bad-value", annotate(prefix+"ttl", "3x", prefix+"keeps", "true"))
 	bound := admission(t)
 	if _, err := client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType,
 		fmt.Appendf(nil, `{"metadata":{"labels":{%q:%q}}}`, admissionLabel, bound), metav1.PatchOptions{}); err != nil {
@@ -291,13 +336,16 @@ func TestAdmissionPolicyUpdates(t *testing.T) {
 		return err
 	}
 	if err := patch(`{"metadata":{"labels":{"team":"a"}}}`); err != nil {
-		t.Errorf("a label update on a pod whose old ttl does not parse was refused: %v", err)
+		t.Errorf("a label update on a pod whose old ttl does not parse and old key is unknown was refused: %v", err)
+	}
+	if err := patch(`{"metadata":{"annotations":{"podjanitor.io/Keep":"true"}}}`); err == nil || !strings.Contains(err.Error(), "unknown annotation") {
+		t.Errorf("adding the key podjanitor.io/Keep: err = %v, want a refusal for an unknown annotation", err)
 	}
 	want := goError(map[string]string{prefix + "ttl": "4x"})
 	if err := patch(`{"metadata":{"annotations":{"podjanitor.io/ttl":"4x"}}}`); err == nil || !strings.HasSuffix(err.Error(), want) {
 		t.Errorf("setting ttl=4x: err = %v, want the message %s", err, want)
 	}
-	if err := patch(`{"metadata":{"annotations":{"podjanitor.io/ttl":"1h","podjanitor.io/keep":"true"}}}`); err != nil {
+	if err := patch(`{"metadata":{"annotations":{"podjanitor.io/ttl":"1h","podjanitor.io/keep":"true","podjanitor.io/keeps":null}}}`); err != nil {
 		t.Errorf("setting values that parse was refused: %v", err)
 	}
 	if err := patch(`{"metadata":{"annotations":{"podjanitor.io/keep":"maybe"}}}`); err == nil {

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,16 +131,32 @@ func TestInvalidAnnotationWarnsAndDeletesNothing(t *testing.T) {
 
 	bad := createPod(t, ns, "bad-ttl", annotate(prefix+"ttl", "3x"))
 	badDate := createPod(t, ns, "bad-date", annotate(prefix+"expires-at", "yesterday"))
-	for _, p := range []*corev1.Pod{bad, badDate} {
+	// Keys under the prefix that podjanitor does not know (typos of keep)
+	// make the annotations invalid too: the ttl beside them does not apply.
+	keeps := createPod(t, ns, "typo-keeps", ttl(2*time.Second), annotate(prefix+"keeps", "true"))
+	capital := createPod(t, ns, "typo-capital-keep", onNode, ttl(2*time.Second), annotate(prefix+"Keep", "true"))
+	control := createPod(t, ns, "control", ttl(2*time.Second))
+	for _, p := range []*corev1.Pod{bad, badDate, keeps, capital} {
 		e := waitEvent(t, p, "InvalidAnnotation", 15*time.Second)
 		if e.Type != corev1.EventTypeWarning {
 			t.Errorf("InvalidAnnotation event type %q, want Warning", e.Type)
 		}
 		t.Logf("event: %s", e.Note)
 	}
+	for p, want := range map[*corev1.Pod]string{
+		keeps:   `annotation podjanitor.io/keeps="true": unknown annotation: did you mean podjanitor.io/keep?`,
+		capital: `annotation podjanitor.io/Keep="true": unknown annotation: did you mean podjanitor.io/keep?`,
+	} {
+		if e := waitEvent(t, p, "InvalidAnnotation", 15*time.Second); !strings.Contains(e.Note, want) {
+			t.Errorf("pod %s: InvalidAnnotation note %q, want it to say %s", p.Name, e.Note, want)
+		}
+	}
+	r.checkOnTime(t, control, created(control).Add(2*time.Second))
 	time.Sleep(3 * time.Second)
 	r.checkNotRemoved(t, bad)
 	r.checkNotRemoved(t, badDate)
+	r.checkNotRemoved(t, keeps)
+	r.checkNotRemoved(t, capital)
 }
 
 func TestNamespaceAndLabelSelectorScoping(t *testing.T) {
