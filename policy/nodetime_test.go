@@ -11,11 +11,11 @@ import (
 
 // A node whose clock is 2h behind reports, in a status the API server stores
 // now, times 2h in the past. Every clock that reads such a time counts from
-// no earlier than the second after that status write.
+// no earlier than that status write.
 func TestNodeTimesAreBoundedByTheStatusWrite(t *testing.T) {
 	const behind = 2 * time.Hour
 	written := now.Add(-10*time.Second + 300*time.Millisecond) // stored as now-10s
-	bound := now.Add(-9 * time.Second)                         // the second after
+	bound := now.Add(-10 * time.Second)                        // as the API server stamps it
 	kubelet := statusWritten("kubelet", written)
 	evictedRule := Rule{Name: "evicted", Match: Match{Reasons: []string{"Evicted"}}, Clock: ClockFinished, After: time.Hour}
 	tests := []struct {
@@ -82,7 +82,7 @@ func TestNodeTimesAreBoundedByTheStatusWrite(t *testing.T) {
 			name: "a status write in the future is no clock skew",
 			pod: newPod(inPhase(corev1.PodSucceeded), statusWritten("kubelet", now), annotated(keyTTLAfterFinished, "0s"),
 				withContainers(terminatedContainer("Completed", now.Add(-behind)))),
-			want: Decision{Deadline: now.Add(time.Second), Action: ActionDelete, Source: keyTTLAfterFinished, Reason: ReasonTTLAfterFinished},
+			want: Decision{Deadline: now, Action: ActionDelete, Source: keyTTLAfterFinished, Reason: ReasonTTLAfterFinished},
 		},
 		{
 			name: "a main-resource write does not count",

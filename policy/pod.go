@@ -124,9 +124,11 @@ func StatusWrittenAt(pod *corev1.Pod) (t time.Time, ok bool) {
 // server could first have known it. Nodes write these times with their own
 // clocks: a node whose clock is 2h behind reports, in a status that arrives
 // now, a pod that finished "2h ago". The start used is the latest of the
-// reported time and the second after StatusWrittenAt (the API server
-// truncates that time to the second, so the write happened before the next
-// one): a node's clock can make a removal late, never early. A start in the
+// reported time and StatusWrittenAt: a node's clock can make a removal late,
+// never early. Both are whole seconds (the API server stores finish and
+// transition times, and stamps managedFields, to the second), so with a node
+// whose clock is right the two agree unless the status reached the API server
+// in a later second. A start in the
 // future (a node clock ahead) counts from now, and skewed says so.
 //
 // Why the status write's time rather than the first time podjanitor saw the
@@ -141,7 +143,7 @@ func StatusWrittenAt(pod *corev1.Pod) (t time.Time, ok bool) {
 func fromNode(pod *corev1.Pod, t, now time.Time) (_ time.Time, skewed bool) {
 	t, skewed = notAfter(t, now)
 	if written, ok := StatusWrittenAt(pod); ok {
-		t = latest(t, written.Truncate(time.Second).Add(time.Second))
+		t = latest(t, written.Truncate(time.Second))
 	}
 	return t, skewed
 }
