@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -53,6 +54,10 @@ type Options struct {
 	ClockOffset func() time.Duration
 	// Metrics receives the controller's measurements; nil records nothing.
 	Metrics *Metrics
+	// PodSelector is the pod informer's label selector (--label-selector):
+	// a pod read afresh that no longer matches it is not removed. nil
+	// matches every pod.
+	PodSelector labels.Selector
 }
 
 // Result tells processNextWorkItem what to do with a key, as controller-runtime's
@@ -147,6 +152,9 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	}
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = 15 * time.Second
+	}
+	if opts.PodSelector == nil {
+		opts.PodSelector = labels.Everything()
 	}
 	if opts.ClockOffset == nil {
 		opts.ClockOffset = func() time.Duration { return 0 }
@@ -433,7 +441,8 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 // and its decision when the pod is still due; otherwise nil, and what to do
 // with the key: a pod no longer due waits for its new deadline, a pod kept,
 // without a deadline, replaced or with annotations that no longer parse is
-// left to the informer, which is bound to bring the change. A failed read is
+// left to the informer, which is bound to bring the change; so is a pod
+// that no longer matches --label-selector, which the informer is about to drop. A failed read is
 // sorted like a failed removal: a 404 is not "gone" (only the informer says
 // that), a 5xx is retried soon.
 func (c *Controller) freshDecision(ctx context.Context, cached *corev1.Pod, d policy.Decision) (*corev1.Pod, policy.Decision, Result, error) {
@@ -447,6 +456,10 @@ func (c *Controller) freshDecision(ctx context.Context, cached *corev1.Pod, d po
 	}
 	if got.UID != cached.UID {
 		logger.V(2).Info("Pod was replaced since the decision, not evicting", "pod", klog.KObj(cached), "uid", cached.UID, "newUID", got.UID)
+		return nil, d, Result{}, nil
+	}
+	if !c.opts.PodSelector.Matches(labels.Set(got.Labels)) {
+		logger.V(2).Info("Pod no longer matches the label selector, not evicting", "pod", klog.KObj(cached), "selector", c.opts.PodSelector.String())
 		return nil, d, Result{}, nil
 	}
 	obj, err := c.transform(got)

@@ -9,6 +9,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	core "k8s.io/client-go/testing"
@@ -214,11 +215,14 @@ func TestEvictionDecidesAgainOnTheFreshPod(t *testing.T) {
 		"status changed":   {change: func(p *corev1.Pod) { p.Status.Reason = "whatever" }, evicted: true},
 		"replaced":         {change: func(p *corev1.Pod) { p.UID = "uid-other" }},
 		"other annotation": {change: func(p *corev1.Pod) { p.Annotations["example.com/x"] = "y" }, evicted: true},
+		"label dropped":    {change: func(p *corev1.Pod) { delete(p.Labels, "race") }}, // --label-selector race=yes
+		"other label":      {change: func(p *corev1.Pod) { p.Labels["x"] = "y" }, evicted: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			cached := newPod("web", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{ttl: "1m"})
-			f := newFixture(t, Options{}, cached)
+			cached.Labels = map[string]string{"race": "yes"}
+			f := newFixture(t, Options{PodSelector: labels.SelectorFromSet(labels.Set{"race": "yes"})}, cached)
 			fresh := cached.DeepCopy()
 			tc.change(fresh)
 			fresh.ResourceVersion = "8"
