@@ -439,12 +439,11 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 // The fresh pod goes through the informer's transform, so that the policy
 // reads what it reads of a cached pod. freshDecision returns the fresh pod
 // and its decision when the pod is still due; otherwise nil, and what to do
-// with the key: a pod no longer due waits for its new deadline, a pod kept,
-// without a deadline, replaced or with annotations that no longer parse is
-// left to the informer, which is bound to bring the change; so is a pod
-// that no longer matches --label-selector, which the informer is about to drop. A failed read is
-// sorted like a failed removal: a 404 is not "gone" (only the informer says
-// that), a 5xx is retried soon.
+// with the key: a pod no longer due waits for its new deadline; a pod kept,
+// without a deadline, replaced, no longer matching --label-selector or with
+// annotations that no longer parse is left to the informer, which is bound
+// to bring the change. A failed read is sorted like a failed removal: a 404
+// is not "gone" (only the informer says that), a 5xx is retried soon.
 func (c *Controller) freshDecision(ctx context.Context, cached *corev1.Pod, d policy.Decision) (*corev1.Pod, policy.Decision, Result, error) {
 	logger := klog.FromContext(ctx)
 	getCtx, cancel := context.WithTimeout(ctx, c.opts.WriteTimeout)
