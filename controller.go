@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -52,6 +54,10 @@ type Options struct {
 	ClockOffset func() time.Duration
 	// Metrics receives the controller's measurements; nil records nothing.
 	Metrics *Metrics
+	// PodSelector is the pod informer's label selector (--label-selector):
+	// a pod read afresh that no longer matches it is not removed. nil
+	// matches every pod.
+	PodSelector labels.Selector
 }
 
 // Result tells processNextWorkItem what to do with a key, as controller-runtime's
@@ -122,8 +128,11 @@ type Controller struct {
 	queue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	state   *podStates
 	limiter *rate.Limiter
-	opts    Options
-	metrics *Metrics
+	// transform is the pod informer's (rememberingPodTransform against the
+	// cache), for pods read afresh before an eviction.
+	transform cache.TransformFunc
+	opts      Options
+	metrics   *Metrics
 }
 
 // transientBackoffMax caps the workqueue's backoff for failed syncs, so that
@@ -145,6 +154,9 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = 15 * time.Second
 	}
+	if opts.PodSelector == nil {
+		opts.PodSelector = labels.Everything()
+	}
 	if opts.ClockOffset == nil {
 		opts.ClockOffset = func() time.Duration { return 0 }
 	}
@@ -165,8 +177,11 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 				Name: controllerName, Clock: clk, MetricsProvider: opts.Metrics.WorkqueueProvider()},
 		),
 		limiter: rate.NewLimiter(limit, burst),
-		opts:    opts,
-		metrics: opts.Metrics,
+		// Against the cache's version, as the informer's own transform: a pod read
+		// afresh keeps the status time of the cached version with the same clocks.
+		transform: rememberingPodTransform(strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/"), podInformer.Informer().GetIndexer()),
+		opts:      opts,
+		metrics:   opts.Metrics,
 	}
 	c.namespaces, c.namespacesSynced = namespaceInformer.GetIndexer(), namespaceInformer.HasSynced
 	c.state = newPodStates(clk, c.now, opts.Metrics.setScheduled)
@@ -392,14 +407,88 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 
 // removePod deletes or evicts a due pod, guarded by the cached UID and
 // resourceVersion (in a dry run it only reports), and reports the outcome.
+// An eviction is decided again on the pod read from the API server first
+// (freshDecision), and guarded by what that read.
 func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.Decision) (Result, error) {
 	if !c.opts.DryRun {
+		if d.Action == policy.ActionEvict {
+			fresh, freshD, result, err := c.freshDecision(ctx, pod, d)
+			if fresh == nil {
+				return result, err
+			}
+			pod, d = fresh, freshD
+		}
 		if err := c.callRemoval(ctx, pod, d); err != nil {
 			return c.removalFailed(ctx, pod, d, err)
 		}
 	}
 	c.removed(ctx, pod, d)
 	return Result{}, nil
+}
+
+// freshDecision reads the pod from the API server (not the cache) and
+// decides again, just before an eviction. The Eviction API drops the
+// client's resourceVersion precondition for a pod that is not Ready when a
+// PodDisruptionBudget covers it with healthy pods to spare: EvictionREST.Create
+// (k8s.io/kubernetes pkg/registry/core/pod/storage/eviction.go, where it sets
+// updateDeletionOptions) replaces it with the resourceVersion it read itself.
+// An eviction decided on a stale cache could then remove a pod whose keep was
+// added a moment ago. So the decision is made again on the fresh pod (as the
+// in-tree TTL-after-finished controller reads a Job afresh before deleting
+// it), and the eviction carries the fresh pod's UID and resourceVersion: the
+// cache can make a removal late, never wrong. A delete needs none of this:
+// the API server keeps its precondition, and a 409 decides again.
+//
+// The fresh pod goes through the informer's transform, so that the policy
+// reads what it reads of a cached pod. freshDecision returns the fresh pod
+// and its decision when the pod is still due; otherwise nil, and what to do
+// with the key: a pod no longer due waits for its new deadline; a pod kept,
+// without a deadline, replaced, no longer matching --label-selector or with
+// annotations that no longer parse is left to the informer, which is bound
+// to bring the change. A failed read is sorted like a failed removal: a 404
+// is not "gone" (only the informer says that), a 5xx is retried soon.
+func (c *Controller) freshDecision(ctx context.Context, cached *corev1.Pod, d policy.Decision) (*corev1.Pod, policy.Decision, Result, error) {
+	logger := klog.FromContext(ctx)
+	getCtx, cancel := context.WithTimeout(ctx, c.opts.WriteTimeout)
+	defer cancel()
+	got, err := c.client.CoreV1().Pods(cached.Namespace).Get(getCtx, cached.Name, metav1.GetOptions{})
+	if err != nil {
+		result, err := c.removalFailed(ctx, cached, d, fmt.Errorf("reading the pod before its eviction: %w", err))
+		return nil, d, result, err
+	}
+	if got.UID != cached.UID {
+		logger.V(2).Info("Pod was replaced since the decision, not evicting", "pod", klog.KObj(cached), "uid", cached.UID, "newUID", got.UID)
+		return nil, d, Result{}, nil
+	}
+	if !c.opts.PodSelector.Matches(labels.Set(got.Labels)) {
+		logger.V(2).Info("Pod no longer matches the label selector, not evicting", "pod", klog.KObj(cached), "selector", c.opts.PodSelector.String())
+		return nil, d, Result{}, nil
+	}
+	obj, err := c.transform(got)
+	if err != nil {
+		return nil, d, Result{}, err
+	}
+	fresh, err := podFromCache(obj)
+	if err != nil {
+		return nil, d, Result{}, err
+	}
+	now := c.now()
+	freshD, err := c.evaluator.Load().Decide(fresh, namespaceInfo(c.namespaces, fresh.Namespace), now)
+	switch {
+	case err != nil:
+		logger.V(2).Info("Pod changed since the decision and its annotations do not parse, not evicting", "pod", klog.KObj(cached), "err", cutNote(err.Error()))
+		return nil, d, Result{}, nil
+	case !freshD.HasDeadline():
+		logger.V(2).Info("Pod changed since the decision and is not to be removed, not evicting", "pod", klog.KObj(cached),
+			"kept", freshD.Kept, "skipped", freshD.Skipped, "resourceVersion", fresh.ResourceVersion)
+		return nil, d, Result{}, nil
+	case freshD.Deadline.After(now):
+		wait := freshD.Deadline.Sub(now)
+		logger.V(2).Info("Pod changed since the decision and is not due yet, not evicting", "pod", klog.KObj(cached),
+			"deadline", freshD.Deadline, "wait", wait, "by", freshD.Source)
+		return nil, d, Result{RequeueAfter: wait, scheduled: true}, nil
+	}
+	return fresh, freshD, Result{}, nil
 }
 
 // removed reports a removal that the API server accepted, or in a dry run
@@ -416,6 +505,7 @@ func (c *Controller) removed(ctx context.Context, pod *corev1.Pod, d policy.Deci
 		return
 	}
 	lateness := c.now().Sub(d.Deadline) // measured once the API server accepted the removal
+	c.state.charge(key, pod.UID, c.limiter)
 	c.state.markRemoved(key, pod.UID)
 	c.reporter.removed(pod, d)
 	c.metrics.removed(d, false, lateness)
@@ -443,9 +533,12 @@ func (c *Controller) callRemoval(ctx context.Context, pod *corev1.Pod, d policy.
 
 // removalFailed sorts a failed removal: a conflict means the pod changed and is
 // decided again; transient failures retry with the workqueue's short backoff;
-// refusals that retrying soon cannot fix wait longer. A 404 is not taken as
-// "gone": only the informer says that a pod is gone, so a 404 from anything
-// else (a proxy, an aggregated path) cannot make a due pod be forgotten.
+// refusals that retrying soon cannot fix (refusalKinds) wait longer, are
+// reported once per pod and kind, and their retries take no removal token a
+// due pod needs (podStates.reserve). A 404 is not taken as "gone": only the
+// informer says that a pod is gone, so a 404 from anything else (a proxy, an
+// aggregated path) cannot make a due pod be forgotten. A pod that must be
+// evicted is never deleted instead, however long its eviction is refused.
 func (c *Controller) removalFailed(ctx context.Context, pod *corev1.Pod, d policy.Decision, err error) (Result, error) {
 	logger := klog.FromContext(ctx)
 	key := cache.MetaObjectToName(pod)
@@ -457,14 +550,13 @@ func (c *Controller) removalFailed(ctx context.Context, pod *corev1.Pod, d polic
 	kind := removalErrorKind(err)
 	c.metrics.removalFailed(d.Action, kind)
 	err = fmt.Errorf("removing pod %s (%s): %w", key, d.Action, err)
-	switch kind {
-	case errorDisruptionBudget:
-		if c.state.markBlocked(key, pod.UID) {
-			c.reporter.evictionBlocked(pod, err)
-		}
-		return Result{}, &retryAfterError{err: err, after: c.state.refused(key, pod.UID)}
-	case errorRefused:
-		return Result{}, &retryAfterError{err: err, after: c.state.refused(key, pod.UID)}
+	if !isRefusal(kind) {
+		c.state.charge(key, pod.UID, c.limiter) // a call that timed out may have removed the pod
+		return Result{}, err
 	}
-	return Result{}, err
+	after, report := c.state.refused(key, pod.UID, kind)
+	if report {
+		c.reporter.removalRefused(pod, d.Action, kind, err)
+	}
+	return Result{}, &retryAfterError{err: err, after: after}
 }

@@ -433,7 +433,8 @@ func TestRunningPodIsEvicted(t *testing.T) {
 		Object: &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: "default"},
 			DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}}},
 	}
-	checkActions(t, []core.Action{evict, evict, evict}, f.writes())
+	get := getAction(pod)
+	checkActions(t, []core.Action{get, evict, get, evict, get, evict}, f.writes())
 	got := f.events()
 	if len(got) != 2 || !strings.HasPrefix(got[0], "Normal EvictionBlocked") || !strings.HasPrefix(got[1], "Normal LifetimeExpired Evict ") {
 		t.Errorf("events = %q, want one EvictionBlocked (not one per retry), then LifetimeExpired with action Evict", got)

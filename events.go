@@ -92,8 +92,14 @@ const (
 	ReasonWouldRemove = "WouldRemove"
 	// ReasonInvalidAnnotation (Warning): an annotation does not parse.
 	ReasonInvalidAnnotation = "InvalidAnnotation"
-	// ReasonEvictionBlocked: a PodDisruptionBudget refused an eviction.
+	// ReasonEvictionBlocked: a PodDisruptionBudget refused an eviction
+	// (Normal), or the pod is under more than one PodDisruptionBudget, which
+	// the Eviction API does not support (Warning).
 	ReasonEvictionBlocked = "EvictionBlocked"
+	// ReasonRemovalRefused (Warning): an admission webhook or policy denied
+	// the removal, or the API server refused it for good (RBAC, an invalid
+	// request).
+	ReasonRemovalRefused = "RemovalRefused"
 )
 
 // noteLimit is the most bytes the events API stores in a note (its
@@ -221,9 +227,26 @@ func annotationErrorNote(e *policy.AnnotationError) string {
 	return fmt.Sprintf("annotation %s=%q… (%d bytes): %s", e.Key, short, len(e.Value), why)
 }
 
-// evictionBlocked reports an eviction that a PodDisruptionBudget refused.
-func (r *eventReporter) evictionBlocked(pod *corev1.Pod, err error) {
-	r.eventf(pod, nil, corev1.EventTypeNormal, ReasonEvictionBlocked, "Evict", "Eviction refused, retrying with backoff: %v", err)
+// removalRefused reports a removal refused for a reason that retrying soon
+// cannot fix (kind, one of refusalKinds); the controller reports each pod
+// once per kind (podStates.refused). A PodDisruptionBudget doing its job is
+// Normal; the others need someone to act, and are Warnings.
+func (r *eventReporter) removalRefused(pod *corev1.Pod, action policy.Action, kind string, err error) {
+	const retrying = "podjanitor retries with backoff, at least every 5 min"
+	switch kind {
+	case errorDisruptionBudget:
+		r.eventf(pod, nil, corev1.EventTypeNormal, ReasonEvictionBlocked, "Evict", "Eviction refused, retrying with backoff: %v", err)
+	case errorMultipleBudgets:
+		r.eventf(pod, nil, corev1.EventTypeWarning, ReasonEvictionBlocked, "Evict",
+			"Eviction refused: more than one PodDisruptionBudget selects the pod, which the Eviction API does not support, "+
+				"so no eviction can pass until one budget selects it; %s and never deletes the pod instead: %v", retrying, err)
+	case errorAdmissionDenied:
+		r.eventf(pod, nil, corev1.EventTypeWarning, ReasonRemovalRefused, actionVerb(action),
+			"Removal (%s) denied by admission control; %s: %v", action, retrying, err)
+	default:
+		r.eventf(pod, nil, corev1.EventTypeWarning, ReasonRemovalRefused, actionVerb(action),
+			"Removal (%s) refused by the API server; %s: %v", action, retrying, err)
+	}
 }
 
 // removed reports a removal, or in a dry run one that would have happened:

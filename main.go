@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
@@ -94,6 +95,10 @@ func daemon(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
+	podSelector, err := labels.Parse(o.labelSelector) // validated with the flags
+	if err != nil {
+		return err
+	}
 	controller, err := NewController(ctx, podInformer, namespaceInformer, clients.kube, recording.recorder, clk, Options{
 		Evaluator:            evaluator,
 		DryRun:               o.dryRun,
@@ -104,6 +109,7 @@ func daemon(ctx context.Context, o *options) error {
 		WriteTimeout:         o.writeTimeout,
 		ClockOffset:          apiClk.Offset,
 		Metrics:              metrics,
+		PodSelector:          podSelector,
 	})
 	if err != nil {
 		return err

@@ -90,8 +90,8 @@ func NewMetrics(version, commit string) *Metrics {
 		}, []string{"action", "reason", "dry_run"}),
 		removalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "podjanitor_removal_errors_total",
-			Help: "Failed removal API calls (including evictions refused by a PodDisruptionBudget), by action and kind of error: " +
-				"timeout, unavailable, throttled, not_found, disruption_budget, refused, other.",
+			Help: "Failed removal API calls (including refusals: by a PodDisruptionBudget, by admission control), by action and kind of error: " +
+				"timeout, unavailable, throttled, not_found, disruption_budget, multiple_budgets, admission_denied, refused, other.",
 		}, []string{"action", "error"}),
 		podsScheduled: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "podjanitor_pods_scheduled",

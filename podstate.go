@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,11 +67,16 @@ type podMarks struct {
 	refusals int    // removals refused in a row for a reason retrying soon cannot fix
 	warned   uint64 // hash of the invalid annotation and value the pod was warned about; 0: none
 	removed  bool   // removed (or reported removed in dry-run): no second API call
-	blocked  bool   // an eviction was refused by a PodDisruptionBudget; reported once
+	// reported has a bit for each kind of refusal (refusalKinds) the pod
+	// was reported for: one event per pod and kind.
+	reported uint8
+	// unpaid marks a retry of a refused removal under way without a token:
+	// it pays for one only if the API server does not refuse it (charge).
+	unpaid bool
 }
 
 func (m *podMarks) empty() bool {
-	return m.token == nil && !m.removed && !m.blocked && m.refusals == 0 && m.warned == 0
+	return m.token == nil && !m.removed && m.reported == 0 && !m.unpaid && m.refusals == 0 && m.warned == 0
 }
 
 func newPodStates(clk clock.WithTicker, now func() time.Time, onScheduled func(int)) *podStates {
@@ -187,11 +193,26 @@ func (s *podStates) setScheduled(st *podState, forDeadline bool) {
 // reserve takes a removal token for the pod from limiter. It returns 0 when
 // the pod may go now, else how long until the token reserved for it is due;
 // the reservation is kept, so a key that waits is woken once, at its slot.
+//
+// A pod whose last removal was refused (a PodDisruptionBudget, an admission
+// denial, ...) is retried outside that queue: it reserves nothing, goes only
+// when a token is free now — never one a due pod has reserved — and pays for
+// it afterwards only if the API server did not refuse it again (charge). So
+// refusals that go on for ever cost due pods no tokens, and a refused pod
+// whose removal passes at last still counts against the cap.
 func (s *podStates) reserve(key cache.ObjectName, uid types.UID, limiter *rate.Limiter) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, m := s.get(key, uid)
 	now := s.clock.Now()
+	if m.refusals > 0 && m.token == nil && limiter.Limit() != rate.Inf {
+		if free := limiter.TokensAt(now); free < 1 {
+			// Wait until the tokens reserved by others are spent; then look again.
+			return max(time.Duration((1-free)/float64(limiter.Limit())*float64(time.Second)), time.Millisecond)
+		}
+		m.unpaid = true
+		return 0
+	}
 	if m.token == nil {
 		r := limiter.ReserveN(now, 1)
 		if !r.OK() { // cannot happen with a burst of at least 1
@@ -208,6 +229,22 @@ func (s *podStates) reserve(key cache.ObjectName, uid types.UID, limiter *rate.L
 	return 0
 }
 
+// charge makes a retry of a refused removal pay for its token (see reserve),
+// once the API server has answered anything but a refusal. The token may be
+// one that another removal took meanwhile: the limiter then owes it, and
+// the next removals wait for it.
+func (s *podStates) charge(key cache.ObjectName, uid types.UID, limiter *rate.Limiter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.pods[key]
+	if st == nil || st.marks == nil || st.marks.uid != uid || !st.marks.unpaid {
+		return
+	}
+	st.marks.unpaid = false
+	limiter.ReserveN(s.clock.Now(), 1)
+	s.dropIfEmpty(st)
+}
+
 // cancelToken gives an unused reservation back to the limiter. Callers hold s.mu.
 func (s *podStates) cancelToken(st *podState) {
 	if st.marks != nil && st.marks.token != nil {
@@ -221,7 +258,7 @@ func (s *podStates) markRemoved(key cache.ObjectName, uid types.UID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, m := s.get(key, uid)
-	m.removed, m.blocked, m.refusals = true, false, 0
+	m.removed, m.reported, m.refusals, m.unpaid = true, 0, 0, false
 }
 
 // wasRemoved reports whether this pod (same UID) was removed already.
@@ -230,16 +267,6 @@ func (s *podStates) wasRemoved(key cache.ObjectName, uid types.UID) bool {
 	defer s.mu.Unlock()
 	st := s.pods[key]
 	return st != nil && st.marks != nil && st.marks.uid == uid && st.marks.removed
-}
-
-// markBlocked records a refused eviction and says whether it is the first for this pod.
-func (s *podStates) markBlocked(key cache.ObjectName, uid types.UID) (first bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, m := s.get(key, uid)
-	first = !m.blocked
-	m.blocked = true
-	return first
 }
 
 // warnOnce records that the pod is warned about the value of an annotation
@@ -262,14 +289,23 @@ func (s *podStates) warnOnce(key cache.ObjectName, uid types.UID, annotation, va
 }
 
 // refused counts a removal refused for a reason that retrying soon cannot fix
-// (a PodDisruptionBudget, missing permissions, an invalid request) and returns
-// how long to wait before trying again: 5 s, doubling up to 5 min.
-func (s *podStates) refused(key cache.ObjectName, uid types.UID) time.Duration {
+// (kind, one of refusalKinds: a PodDisruptionBudget, an admission denial,
+// missing permissions, ...). It returns how long to wait before trying again
+// (5 s, doubling up to 5 min) and whether the pod is to be reported: the
+// first refusal of this kind for this pod. A retry that was refused again
+// does not pay for its token (reserve).
+func (s *podStates) refused(key cache.ObjectName, uid types.UID, kind string) (after time.Duration, report bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, m := s.get(key, uid)
 	m.refusals++
-	return refusalBackoff(m.refusals)
+	m.unpaid = false
+	if i := slices.Index(refusalKinds, kind); i >= 0 {
+		bit := uint8(1) << i
+		report = m.reported&bit == 0
+		m.reported |= bit
+	}
+	return refusalBackoff(m.refusals), report
 }
 
 const (

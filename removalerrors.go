@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	policyv1 "k8s.io/api/policy/v1"
@@ -20,21 +21,37 @@ const (
 	errorThrottled        = "throttled"         // 429 from the API server's flow control
 	errorNotFound         = "not_found"         // 404 for a pod the informer still has
 	errorDisruptionBudget = "disruption_budget" // eviction refused by a PodDisruptionBudget
-	errorRefused          = "refused"           // 4xx that retrying soon cannot fix
+	errorMultipleBudgets  = "multiple_budgets"  // eviction of a pod that more than one PodDisruptionBudget selects
+	errorAdmissionDenied  = "admission_denied"  // denied by an admission webhook or a ValidatingAdmissionPolicy
+	errorRefused          = "refused"           // another 4xx that retrying soon cannot fix (RBAC, an invalid request)
 	errorOther            = "other"
 )
 
 var removalErrorKinds = []string{errorTimeout, errorUnavailable, errorThrottled, errorNotFound,
-	errorDisruptionBudget, errorRefused, errorOther}
+	errorDisruptionBudget, errorMultipleBudgets, errorAdmissionDenied, errorRefused, errorOther}
 
-// removalErrorKind sorts the error of a delete or eviction call. Only
-// disruption_budget and refused wait for the slow refusal backoff; the other
-// kinds are transient and retry within transientBackoffMax.
+// refusalKinds are the kinds that retrying soon cannot fix: the API server
+// looked at the request and said no, without removing anything. They wait
+// for the slow refusal backoff (refusalBackoff), are reported once per pod
+// and kind, and their retries take no removal token a due pod waits for
+// (podStates.reserve). The order is that of podMarks.reported's bits.
+var refusalKinds = []string{errorDisruptionBudget, errorMultipleBudgets, errorAdmissionDenied, errorRefused}
+
+// isRefusal reports whether a kind of removalErrorKind is a refusal.
+func isRefusal(kind string) bool { return slices.Contains(refusalKinds, kind) }
+
+// removalErrorKind sorts the error of a delete or eviction call. The
+// refusalKinds wait for the slow refusal backoff; the other kinds are
+// transient and retry within transientBackoffMax.
 func removalErrorKind(err error) string {
 	var status apierrors.APIStatus
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err):
 		return errorTimeout
+	case isMultipleBudgetsRefusal(err):
+		return errorMultipleBudgets
+	case isAdmissionDenial(err):
+		return errorAdmissionDenied
 	case apierrors.IsTooManyRequests(err) && isDisruptionBudgetRefusal(err):
 		return errorDisruptionBudget
 	case apierrors.IsTooManyRequests(err):
@@ -54,6 +71,42 @@ func removalErrorKind(err error) string {
 		return errorOther
 	}
 	return errorUnavailable // no answer from the API server: connection refused, reset, DNS
+}
+
+// isMultipleBudgetsRefusal reports whether err is the Eviction API's refusal
+// of a pod that more than one PodDisruptionBudget selects (k8s.io/kubernetes
+// pkg/registry/core/pod/storage/eviction.go, EvictionREST.Create): a Status
+// with code 500 and no reason, "This pod has more than one
+// PodDisruptionBudget, which the eviction subresource does not support.", so
+// only the message tells it from a failure of the API server. No change of
+// either budget lets such an eviction pass; only removing the overlap does.
+func isMultipleBudgetsRefusal(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && status.Status().Code == http.StatusInternalServerError &&
+		strings.Contains(status.Status().Message, "more than one PodDisruptionBudget")
+}
+
+// isAdmissionDenial reports whether err is a denial by a validating admission
+// webhook or a ValidatingAdmissionPolicy: the request was valid and allowed
+// by RBAC, and a policy of the cluster refuses it. The status code is the
+// webhook's or the policy's choice (400 without one, 403 by default for a
+// policy, 422 ...; some API server versions wrap a webhook's denial in a
+// 500), so the message tells, as the API server words it:
+//
+//	admission webhook "NAME" denied the request: REASON
+//	admission webhook "NAME" denied the request without explanation
+//	pods "x" is forbidden: ValidatingAdmissionPolicy 'P' with binding 'B' denied request: REASON
+//
+// A webhook that could not be called ("failed calling webhook") is not a
+// denial: it is transient.
+func isAdmissionDenial(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Code < http.StatusBadRequest {
+		return false
+	}
+	msg := status.Status().Message
+	return strings.Contains(msg, "admission webhook \"") && strings.Contains(msg, "denied the request") ||
+		strings.Contains(msg, "ValidatingAdmissionPolicy '") && strings.Contains(msg, "denied request")
 }
 
 // isDisruptionBudgetRefusal reports whether a 429 is the Eviction API's refusal

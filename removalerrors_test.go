@@ -38,6 +38,20 @@ func TestRemovalErrorKinds(t *testing.T) {
 		"403":                  {apierrors.NewForbidden(gr, "web", errors.New("RBAC")), errorRefused},
 		"422":                  {apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "web", nil), errorRefused},
 		"conflict stays a 4xx": {apierrors.NewConflict(gr, "web", errors.New("uid")), errorRefused},
+		"two budgets":          {multipleBudgetsRefusal(), errorMultipleBudgets},
+		"webhook denial":       {webhookDenial(), errorAdmissionDenied},
+		"webhook denial 403": {apierrors.NewForbidden(gr, "web",
+			errors.New(`admission webhook "validation.gatekeeper.sh" denied the request: [no-delete] pods are protected`)), errorAdmissionDenied},
+		"webhook without explanation, wrapped in a 500 (older API servers)": {apierrors.NewInternalError(
+			errors.New(`admission webhook "deny.example.com" denied the request without explanation`)), errorAdmissionDenied},
+		"admission policy": {&apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 403, Reason: metav1.StatusReasonForbidden,
+			Message: `pods "web" is forbidden: ValidatingAdmissionPolicy 'no-delete' with binding 'no-delete' denied request: failed expression: false`}}, errorAdmissionDenied},
+		"admission policy with reason Invalid": {&apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 422, Reason: metav1.StatusReasonInvalid,
+			Message: `ValidatingAdmissionPolicy 'freeze' denied request: frozen`}}, errorAdmissionDenied},
+		"webhook that cannot be called": {apierrors.NewInternalError(
+			errors.New(`failed calling webhook "deny.example.com": Post "https://deny.default.svc:443/": dial tcp: connection refused`)), errorUnavailable},
+		"another 500 with a message": {&apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 500,
+			Message: "etcdserver: request timed out"}}, errorUnavailable},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -102,5 +116,46 @@ func TestHungRemovalCallTimesOut(t *testing.T) {
 	}
 	if got := testutilValue(f.metrics, "delete", errorTimeout); got != 1 {
 		t.Errorf(`removal_errors_total{error="timeout"} = %v, want 1`, got)
+	}
+}
+
+// The Eviction API's answer for a pod under two PodDisruptionBudgets, as the
+// API server sends it (EvictionREST.Create returns a failure Status with
+// code 500, no reason and no Retry-After), reaches the controller in one
+// call, classified as multiple_budgets and as a refusal, not as a failure of
+// the API server.
+func TestMultipleBudgetsAnswerIsARefusal(t *testing.T) {
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",`+
+			`"message":"This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.","code":500}`)
+	}))
+	defer srv.Close()
+	cfg := &rest.Config{Host: srv.URL}
+	cfg.Wrap(withoutDisruptionBudgetRetryAfter)
+	client := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := client.CoreV1().Pods("default").EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"}})
+	if kind := removalErrorKind(err); kind != errorMultipleBudgets || !isRefusal(kind) {
+		t.Fatalf("err = %v (kind %q), want multiple_budgets, a refusal", err, kind)
+	}
+	if calls != 1 {
+		t.Errorf("%d calls, want 1", calls)
+	}
+}
+
+func TestRefusalKinds(t *testing.T) {
+	for _, kind := range removalErrorKinds {
+		want := kind == errorDisruptionBudget || kind == errorMultipleBudgets || kind == errorAdmissionDenied || kind == errorRefused
+		if isRefusal(kind) != want {
+			t.Errorf("isRefusal(%q) = %v, want %v", kind, !want, want)
+		}
+	}
+	if len(refusalKinds) > 8 {
+		t.Errorf("%d refusal kinds do not fit podMarks.reported", len(refusalKinds))
 	}
 }

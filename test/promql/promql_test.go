@@ -19,6 +19,7 @@ import (
 	"text/template"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 	"go.yaml.in/yaml/v3"
 )
@@ -27,13 +28,15 @@ const (
 	rulesFile     = "../../charts/podjanitor/files/prometheus-rules.yaml"
 	dashboardFile = "../../charts/podjanitor/files/podjanitor-dashboard.json"
 	metricsFile   = "../../artifacts/monitoring/testdata/metrics.txt"
+	valuesFile    = "../../artifacts/monitoring/testdata/label-values.txt"
 )
 
 // targetLabels are added by the scrape (prometheus-operator's PodMonitor and
 // ServiceMonitor), not by podjanitor.
 var targetLabels = []string{"namespace", "job", "pod", "instance", "container", "service", "endpoint"}
 
-// exported maps every series name podjanitor exports to its label names.
+// exported maps every series name podjanitor exports to its label names;
+// values, "metric label" to the values of a label that takes a fixed set.
 type exported map[string][]string
 
 func loadExported(t *testing.T) exported {
@@ -55,19 +58,19 @@ func loadExported(t *testing.T) exported {
 			t.Fatalf("%s: bad line %q", metricsFile, line)
 		}
 		name, typ := fields[0], fields[1]
-		var labels []string
+		var names []string
 		if len(fields) > 2 {
-			labels = strings.Split(fields[2], ",")
+			names = strings.Split(fields[2], ",")
 		}
 		switch typ {
 		case "histogram":
-			out[name+"_bucket"] = append(slices.Clone(labels), "le")
-			out[name+"_sum"], out[name+"_count"] = labels, labels
+			out[name+"_bucket"] = append(slices.Clone(names), "le")
+			out[name+"_sum"], out[name+"_count"] = names, names
 		case "summary":
-			out[name] = append(slices.Clone(labels), "quantile")
-			out[name+"_sum"], out[name+"_count"] = labels, labels
+			out[name] = append(slices.Clone(names), "quantile")
+			out[name+"_sum"], out[name+"_count"] = names, names
 		default:
-			out[name] = labels
+			out[name] = names
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -76,7 +79,50 @@ func loadExported(t *testing.T) exported {
 	if len(out) < 20 {
 		t.Fatalf("%s lists only %d series", metricsFile, len(out))
 	}
+	data, err := os.ReadFile(valuesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		fields := strings.Fields(line)
+		if len(fields) != 3 || !slices.Contains(out[fields[0]], fields[1]) {
+			t.Fatalf("%s: bad line %q (the metric must have the label)", valuesFile, line)
+		}
+		out[fields[0]+" "+fields[1]] = strings.Split(fields[2], ",")
+	}
 	return out
+}
+
+// plainAlternatives matches a regular expression that is only alternatives
+// of label values, such as "timeout|unavailable".
+var plainAlternatives = regexp.MustCompile(`^[a-zA-Z0-9_]+(\|[a-zA-Z0-9_]+)*$`)
+
+// badValues returns the values that m matches and the label never takes.
+func (e exported) badValues(metric string, m *labels.Matcher) []string {
+	known, ok := e[metric+" "+m.Name]
+	if !ok {
+		return nil
+	}
+	var values []string
+	switch m.Type {
+	case labels.MatchEqual, labels.MatchNotEqual:
+		values = []string{m.Value}
+	default:
+		if !plainAlternatives.MatchString(m.Value) {
+			return nil
+		}
+		values = strings.Split(m.Value, "|")
+	}
+	var bad []string
+	for _, v := range values {
+		if !slices.Contains(known, v) {
+			bad = append(bad, v)
+		}
+	}
+	return bad
 }
 
 // check parses expr and returns what is wrong with it: a syntax error, a
@@ -116,15 +162,18 @@ func (e exported) check(expr string) []string {
 				name = m.Value
 			}
 		}
-		labels, known := e[name]
+		labelNames, known := e[name]
 		if !known {
 			problems = append(problems, fmt.Sprintf("metric %q is not one podjanitor exports", name))
 			return nil
 		}
 		names = append(names, name)
 		for _, m := range vs.LabelMatchers {
-			if m.Name != model.MetricNameLabel && !slices.Contains(labels, m.Name) && !slices.Contains(targetLabels, m.Name) {
-				problems = append(problems, fmt.Sprintf("metric %s has no label %q (it has %q)", name, m.Name, labels))
+			if m.Name != model.MetricNameLabel && !slices.Contains(labelNames, m.Name) && !slices.Contains(targetLabels, m.Name) {
+				problems = append(problems, fmt.Sprintf("metric %s has no label %q (it has %q)", name, m.Name, labelNames))
+			}
+			if bad := e.badValues(name, m); len(bad) > 0 {
+				problems = append(problems, fmt.Sprintf("metric %s: label %s never has the value %q (it has %q)", name, m.Name, bad, e[name+" "+m.Name]))
 			}
 		}
 		return nil
@@ -198,7 +247,7 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	want := []string{"PodJanitorAbsent", "PodJanitorNoLeader", "PodJanitorPolicyRejected", "PodJanitorRemovalErrors",
-		"PodJanitorEvictionsBlocked", "PodJanitorRemovalsLate"}
+		"PodJanitorRemovalsRefused", "PodJanitorEvictionsBlocked", "PodJanitorRemovalsLate"}
 	if !slices.Equal(alerts, want) {
 		t.Errorf("alerts %q, want %q", alerts, want)
 	}
@@ -272,10 +321,21 @@ func TestCheckRejects(t *testing.T) {
 		`sum(podjanitor_pods_removed_total{verdict="x"})`:          `no label "verdict"`,
 		`sum by (rule) (podjanitor_pods_removed_total)`:            `label "rule"`,
 		`histogram_quantile(0.9, podjanitor_removal_lateness_sec)`: `metric "podjanitor_removal_lateness_sec"`,
+		`podjanitor_removal_errors_total{error="multiple_budget"}`: `never has the value ["multiple_budget"]`,
+		`podjanitor_removal_errors_total{error!~"refused|denied"}`: `never has the value ["denied"]`,
 	} {
 		problems := e.check(expr)
 		if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, want) }) {
 			t.Errorf("check(%s) = %q, want a problem mentioning %s", expr, problems, want)
+		}
+	}
+	for _, valid := range []string{
+		`histogram_quantile(0.99, sum by (le, namespace) (rate(podjanitor_removal_lateness_seconds_bucket[5m])))`,
+		`podjanitor_removal_errors_total{error=~"multiple_budgets|admission_denied", action="evict"}`,
+		`podjanitor_removal_errors_total{error=~"time.*"}`, // not only alternatives: not checked
+	} {
+		if problems := e.check(valid); len(problems) > 0 {
+			t.Errorf("a valid query was refused: %s: %q", valid, problems)
 		}
 	}
 	if problems := e.check(`histogram_quantile(0.99, sum by (le, namespace) (rate(podjanitor_removal_lateness_seconds_bucket[5m])))`); len(problems) > 0 {
