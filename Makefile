@@ -62,6 +62,7 @@ e2e: build tools helm image-archive ## End-to-end tests: brings a local cluster 
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	go test -run='^$$' -fuzz=FuzzParseDuration -fuzztime=$${FUZZTIME:-30s} ./policy/
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$${FUZZTIME:-30s} ./policy/
+	go test -run='^$$' -fuzz='^FuzzParking$$' -fuzztime=$${FUZZTIME:-30s} .
 
 RELEASE_DIR      := _output/release
 RELEASE_PLATFORMS := linux/amd64 linux/arm64

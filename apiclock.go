@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"sync"
@@ -26,7 +27,16 @@ import (
 // most the interval's width. calibrate times a few requests to land on the
 // server's second boundaries, which narrows the interval to a few round
 // trips: milliseconds, not the header's one second.
+//
+// Two things about this machine's clock could make that estimate run ahead
+// of the server's between measurements, and neither may: a step of the wall
+// clock (an operator, NTP's step mode, a resumed VM), which processClock's
+// steadyClock hides by reading the clock at the rate of the monotonic one,
+// and the monotonic clock itself running fast (NTP slews it along with the
+// wall clock, up to 500 ppm), which the lower end allows for: it falls behind
+// by maxClockRate of the time since the response that set it.
 type apiClock struct {
+	// clock is steady (processClock) in podjanitor: offsets are to it.
 	clock clock.PassiveClock
 	// onOffset receives every new estimate (the podjanitor_clock_offset_seconds gauge).
 	onOffset func(time.Duration)
@@ -39,10 +49,13 @@ type apiClock struct {
 	// therefore hold their bounds for the whole window, however much traffic
 	// follows, and the deques stay short.
 	lowers, uppers []offsetSample
-	lower          time.Duration
-	upper          time.Duration
-	rtt            time.Duration // of the latest sample
-	warned         time.Duration // the offset last warned about
+	// lower is the lower end as the response that set it (at lowerAt) said,
+	// before the allowance for this clock running fast (Offset).
+	lower   time.Duration
+	lowerAt time.Time
+	upper   time.Duration
+	rtt     time.Duration // of the latest sample
+	warned  time.Duration // the offset last warned about
 }
 
 type offsetSample struct {
@@ -56,8 +69,24 @@ const (
 	offsetWarning     = time.Second
 	calibrationTarget = 2 * time.Millisecond
 	calibrationProbes = 16
-	calibrationPeriod = offsetWindow / 2 // a calibrated measurement is always in the window
+	// calibrationPeriod is short enough that the allowance for this clock
+	// running fast costs little: at most 30 ms of lateness while nothing else
+	// gives a fresh measurement.
+	calibrationPeriod = time.Minute
+	// maxClockRate is how much faster than the API server's this machine's
+	// monotonic clock may run: 500 ppm, the most that adjtime and the
+	// kernel's NTP discipline slew or correct it by.
+	maxClockRate = 500e-6
 )
+
+// driftAllowance is how far this machine's clock may have run ahead of the
+// API server's in d.
+func driftAllowance(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(math.Ceil(float64(d) * maxClockRate))
+}
 
 func newAPIClock(clk clock.PassiveClock, onOffset func(time.Duration)) *apiClock {
 	if onOffset == nil {
@@ -68,18 +97,22 @@ func newAPIClock(clk clock.PassiveClock, onOffset func(time.Duration)) *apiClock
 
 // Offset is the estimated offset: how far the API server's clock is ahead of
 // this process's (negative when behind). It is never more than the true
-// offset, as far as the responses seen can tell; 0 before the first response.
+// offset, as far as the responses seen can tell, even should this clock run
+// fast by up to maxClockRate since; 0 before the first response.
 func (a *apiClock) Offset() time.Duration {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.lower
+	lower, _, _ := a.bounds()
+	return lower
 }
 
 // bounds returns the current interval of the offset and whether there is one.
 func (a *apiClock) bounds() (lower, upper time.Duration, ok bool) {
+	now := a.clock.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.lower, a.upper, len(a.lowers) > 0
+	if len(a.lowers) == 0 {
+		return a.lower, a.upper, false
+	}
+	return a.lower - driftAllowance(now.Sub(a.lowerAt)), a.upper, true
 }
 
 // observe records one response: sent at local time sent, headers received
@@ -96,22 +129,27 @@ func (a *apiClock) observe(ctx context.Context, sent, received time.Time, date t
 	}
 }
 
-// add folds one sample into the interval and says whether its lower end moved.
+// add folds one sample into the interval; it returns the lower end as
+// measured and whether that moved.
 func (a *apiClock) add(ctx context.Context, s offsetSample, rtt time.Duration) (time.Duration, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.rtt = rtt
-	a.lowers = slideWindow(a.lowers, s, func(old offsetSample) bool { return old.lower <= s.lower })
+	// An older lower end counts as it stands at s, with the allowance for
+	// this clock running fast since (the same for both from then on).
+	lowerAt := func(old offsetSample) time.Duration { return old.lower - driftAllowance(s.at.Sub(old.at)) }
+	a.lowers = slideWindow(a.lowers, s, func(old offsetSample) bool { return lowerAt(old) <= s.lower })
 	a.uppers = slideWindow(a.uppers, s, func(old offsetSample) bool { return old.upper >= s.upper })
-	lower, upper := a.lowers[0].lower, a.uppers[0].upper
-	if lower > upper {
+	front, upper := a.lowers[0], a.uppers[0].upper
+	if lowerAt(front) > upper {
 		klog.FromContext(ctx).Info("API server clock offset changed; measuring it again",
 			"previousLower", a.lower, "previousUpper", a.upper)
 		a.lowers, a.uppers = append(a.lowers[:0], s), append(a.uppers[:0], s)
-		lower, upper = s.lower, s.upper
+		front, upper = s, s.upper
 	}
-	changed := lower != a.lower
-	a.lower, a.upper = lower, upper
+	changed := front.lower != a.lower || !front.at.Equal(a.lowerAt)
+	a.lower, a.lowerAt, a.upper = front.lower, front.at, upper
+	lower := front.lower
 	if abs(lower-a.warned) >= offsetWarning && (abs(lower) >= offsetWarning || abs(a.warned) >= offsetWarning) {
 		a.warned = lower
 		if abs(lower) >= offsetWarning {
@@ -227,6 +265,27 @@ func (a *apiClock) runCalibration(ctx context.Context, probe func(context.Contex
 	}
 }
 
+// steadyClock reads the wall clock src at the rate of its monotonic clock,
+// from the instant it was made: a step of the wall clock does not move it.
+// Its readings carry monotonic readings, as src's do. podjanitor compares
+// them only with each other and, through apiClock's offset, with the API
+// server's times, so it does not matter that it parts from the wall clock
+// once that is stepped; what matters is that the step cannot move deadlines.
+type steadyClock struct {
+	clock.WithTicker
+	start time.Time
+}
+
+func newSteadyClock(src clock.WithTicker) steadyClock {
+	return steadyClock{WithTicker: src, start: src.Now()}
+}
+
+// Now is start plus the time since start, which src measures with the
+// monotonic reading that start carries (Go's time.Since).
+func (c steadyClock) Now() time.Time                  { return c.start.Add(c.WithTicker.Since(c.start)) }
+func (c steadyClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+func (c steadyClock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
+
 // shiftedClock is a clock that reads offset ahead of the real one, for
 // testing how podjanitor behaves on a machine whose clock is wrong
 // (PODJANITOR_TESTING_CLOCK_OFFSET).
@@ -240,16 +299,18 @@ func (c shiftedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 func (c shiftedClock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
 
 // processClock is the real clock, or, for tests of clock skew, one that reads
-// PODJANITOR_TESTING_CLOCK_OFFSET (a duration) ahead of it.
+// PODJANITOR_TESTING_CLOCK_OFFSET (a duration) ahead of it; steady, so that a
+// step of the wall clock moves neither the estimate of the API server's
+// clock nor the deadlines compared with it (Controller.now).
 func processClock(logger klog.Logger) (clock.WithTicker, error) {
 	value := os.Getenv("PODJANITOR_TESTING_CLOCK_OFFSET")
 	if value == "" {
-		return clock.RealClock{}, nil
+		return newSteadyClock(clock.RealClock{}), nil
 	}
 	offset, err := time.ParseDuration(value)
 	if err != nil {
 		return nil, fmt.Errorf("PODJANITOR_TESTING_CLOCK_OFFSET=%q: %w", value, err)
 	}
 	logger.Info("Warning: testing clock in use, reading ahead of the real clock", "offset", offset)
-	return shiftedClock{offset: offset}, nil
+	return newSteadyClock(shiftedClock{offset: offset}), nil
 }

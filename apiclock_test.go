@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,15 +24,22 @@ type simulatedServer struct {
 	offset time.Duration
 	rtt    time.Duration
 	probes int
+	// local is the clock the process reads (a.clock); nil means clk, the
+	// true time.
+	local clock.PassiveClock
 }
 
 func (s *simulatedServer) probe(ctx context.Context) error {
+	local := s.local
+	if local == nil {
+		local = s.clk
+	}
 	s.probes++
-	sent := s.clk.Now()
+	sent := local.Now()
 	s.clk.Step(s.rtt / 2)
 	date := s.clk.Now().Add(s.offset).Truncate(time.Second)
 	s.clk.Step(s.rtt / 2)
-	s.a.observe(ctx, sent, s.clk.Now(), date)
+	s.a.observe(ctx, sent, local.Now(), date)
 	return nil
 }
 
@@ -65,8 +73,10 @@ func TestAPIClockOffsetIsNeverAheadOfTheServer(t *testing.T) {
 			if width := upper - lower; width > calibrationTarget+srv.rtt {
 				t.Errorf("after %d probes the interval is %v wide, want at most %v", srv.probes, width, calibrationTarget+srv.rtt)
 			}
-			if gauge != a.Offset() {
-				t.Errorf("gauge = %v, want %v", gauge, a.Offset())
+			// The gauge shows the offset as measured; Offset allows for this
+			// clock running fast since.
+			if want := a.Offset() + driftAllowance(clk.Since(a.lowerAt)); gauge != want {
+				t.Errorf("gauge = %v, want %v", gauge, want)
 			}
 		})
 	}
@@ -154,19 +164,22 @@ func TestAPIClockKeepsItsCalibrationUnderTraffic(t *testing.T) {
 	a := newAPIClock(clk, nil)
 	srv := &simulatedServer{clk: clk, a: a, offset: 0, rtt: time.Millisecond}
 	a.calibrate(ctx, srv.probe, srv.sleep)
-	calibrated := a.Offset()
+	calibrated, calibratedAt := a.Offset(), clk.Now()
 	if calibrated < -calibrationTarget-srv.rtt {
 		t.Fatalf("calibration gave %v", calibrated)
 	}
 	// 3,000 responses over 2 minutes (25/s), at phases that do not land on
-	// the second boundaries.
+	// the second boundaries. The calibration holds, less only the allowance
+	// for this clock running fast since.
 	for i := range 3000 {
 		clk.Step(40*time.Millisecond + time.Duration(i%7)*time.Millisecond)
 		if err := srv.probe(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := a.Offset(); got < calibrated || got > srv.offset {
-			t.Fatalf("after %d responses the offset estimate is %v; calibrated %v, true %v", i+1, got, calibrated, srv.offset)
+		floor := calibrated - driftAllowance(clk.Since(calibratedAt))
+		if got := a.Offset(); got < floor || got > srv.offset {
+			t.Fatalf("after %d responses the offset estimate is %v; calibrated %v (%v with the allowance), true %v",
+				i+1, got, calibrated, floor, srv.offset)
 		}
 	}
 	// Past the window, the calibration has expired; what the traffic
@@ -177,5 +190,130 @@ func TestAPIClockKeepsItsCalibrationUnderTraffic(t *testing.T) {
 	}
 	if lower, upper, _ := a.bounds(); lower > srv.offset || upper < srv.offset {
 		t.Errorf("interval [%v, %v] does not hold the true offset %v", lower, upper, srv.offset)
+	}
+}
+
+// machineClock is this machine's clock as a process sees it, on a fake true
+// time: the wall clock can be stepped, and both it and the monotonic clock
+// can run fast (NTP slews both). Like Go's time.Time, each reading carries
+// the monotonic reading taken with it, which Since measures from; only
+// readings the clock gave carry one.
+type machineClock struct {
+	*testingclock.FakeClock // the true time (and the API server's, at offset 0)
+
+	start time.Time     // true time when made
+	step  time.Duration // steps of the wall clock so far
+
+	mu   sync.Mutex
+	mono map[time.Time]time.Duration
+	// From true time since on, the monotonic clock runs fast by fast
+	// (500e-6: 500 ppm) from base.
+	since time.Time
+	base  time.Duration
+	fast  float64
+}
+
+func newMachineClock(truth *testingclock.FakeClock) *machineClock {
+	return &machineClock{FakeClock: truth, start: truth.Now(), since: truth.Now(), mono: map[time.Time]time.Duration{}}
+}
+
+// runFast makes both clocks run fast by rate from now on.
+func (c *machineClock) runFast(rate float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.base, c.since, c.fast = c.monotonic(), c.FakeClock.Now(), rate
+}
+
+func (c *machineClock) monotonic() time.Duration {
+	elapsed := c.FakeClock.Since(c.since)
+	return c.base + elapsed + time.Duration(float64(elapsed)*c.fast)
+}
+
+func (c *machineClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.monotonic()
+	wall := c.start.Add(m + c.step)
+	c.mono[wall] = m
+	return wall
+}
+
+func (c *machineClock) Since(t time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m, ok := c.mono[t]; ok {
+		return c.monotonic() - m
+	}
+	return c.start.Add(c.monotonic() + c.step).Sub(t)
+}
+
+// A step of this machine's wall clock between measurements must not move
+// the estimate of the API server's clock, nor the controller's time, which
+// deadlines are compared with. Forward, it made both run ahead of the server
+// by the step until the next response: every pod due within the step went
+// early (an hour here).
+func TestAPIClockIsNotMovedByAStepOfTheLocalClock(t *testing.T) {
+	for _, step := range []time.Duration{time.Hour, 2 * time.Second, -time.Hour} {
+		t.Run(step.String(), func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			truth := testingclock.NewFakeClock(t0)
+			machine := newMachineClock(truth)
+			local := newSteadyClock(machine) // what processClock gives the process
+			a := newAPIClock(local, nil)
+			c := &Controller{clock: local, opts: Options{ClockOffset: a.Offset}}
+			srv := &simulatedServer{clk: truth, a: a, rtt: time.Millisecond, local: local}
+			a.calibrate(ctx, srv.probe, srv.sleep)
+
+			machine.step += step
+			for range 6 {
+				truth.Step(10 * time.Second)
+				server := truth.Now() // the API server's clock, at offset 0
+				for what, now := range map[string]time.Time{"estimate": local.Now().Add(a.Offset()), "controller": c.now()} {
+					if now.After(server) {
+						t.Fatalf("%v after the step, the %s of the API server's time is %v ahead of it: pods would go early",
+							truth.Since(t0), what, now.Sub(server))
+					}
+					if late := server.Sub(now); late > 100*time.Millisecond {
+						t.Fatalf("%v after the step, the %s of the API server's time is %v behind it", truth.Since(t0), what, late)
+					}
+				}
+			}
+		})
+	}
+}
+
+// This machine's clocks running fast (NTP slewing them forward at up to
+// 500 ppm, after a wall clock that was behind) must not make the estimate
+// run ahead of the server's clock before the next calibration.
+func TestAPIClockAllowsForAFastLocalClock(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	truth := testingclock.NewFakeClock(t0)
+	machine := newMachineClock(truth)
+	local := newSteadyClock(machine)
+	a := newAPIClock(local, nil)
+	srv := &simulatedServer{clk: truth, a: a, rtt: time.Millisecond, local: local}
+	a.calibrate(ctx, srv.probe, srv.sleep)
+	machine.runFast(maxClockRate)
+	for range 10 {
+		truth.Step(calibrationPeriod / 10)
+		if now, server := local.Now().Add(a.Offset()), truth.Now(); now.After(server) {
+			t.Fatalf("%v after calibrating, the estimate of the API server's time is %v ahead of it", truth.Since(t0), now.Sub(server))
+		}
+	}
+	// And the calibration narrows the interval again.
+	a.calibrate(ctx, srv.probe, srv.sleep)
+	if lower, upper, _ := a.bounds(); upper-lower > calibrationTarget+srv.rtt || lower > srv.offset {
+		t.Errorf("calibrated again to [%v, %v], want at most %v wide and not above %v", lower, upper, calibrationTarget+srv.rtt, srv.offset)
+	}
+}
+
+// podjanitor's clock is steady.
+func TestProcessClockIsSteady(t *testing.T) {
+	clk, err := processClock(ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := clk.(steadyClock); !ok {
+		t.Errorf("processClock gives a %T, want a steadyClock", clk)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"hash/fnv"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -47,15 +48,37 @@ type podStates struct {
 
 type podState struct {
 	key cache.ObjectName
-	// wakeAt is when the key goes back to the workqueue, in the API server's
-	// time (Unix nanoseconds); index is the entry's place in the heap, -1
-	// when not parked.
-	wakeAt      int64
-	index       int32
-	forDeadline bool // parked because its deadline has not come yet
+	// wakeSec and wakeNsec are when the key goes back to the workqueue, in
+	// the API server's time: Unix seconds and nanoseconds, which hold any
+	// time without wrapping (Unix nanoseconds wrap after 2262; see setWake).
+	wakeSec int64
 	// marks is what the controller remembers about the pod besides parking;
 	// nil for most pods, which are only parked: an entry is 64 bytes then.
-	marks *podMarks
+	marks    *podMarks
+	wakeNsec int32
+	// index is the entry's place in the heap, -1 when not parked.
+	index       int32
+	forDeadline bool // parked because its deadline has not come yet
+}
+
+// earliestWake is the earliest wake-up time an entry holds: Unix seconds
+// cannot say earlier ones (292 billion years ago), which setWake moves to it.
+var earliestWake = time.Unix(math.MinInt64, 0)
+
+// setWake sets the entry's wake-up time to t.
+func (st *podState) setWake(t time.Time) {
+	if t.Before(earliestWake) {
+		t = earliestWake
+	}
+	st.wakeSec, st.wakeNsec = t.Unix(), int32(t.Nanosecond())
+}
+
+// wakeTime is the entry's wake-up time.
+func (st *podState) wakeTime() time.Time { return time.Unix(st.wakeSec, int64(st.wakeNsec)) }
+
+// wakesBefore orders entries by wake-up time.
+func (st *podState) wakesBefore(o *podState) bool {
+	return st.wakeSec < o.wakeSec || st.wakeSec == o.wakeSec && st.wakeNsec < o.wakeNsec
 }
 
 type podMarks struct {
@@ -122,9 +145,15 @@ func (s *podStates) dropIfEmpty(st *podState) {
 	}
 }
 
-// park hands key back to the workqueue after d. forDeadline says that the pod
-// is not due yet (it then counts in podjanitor_pods_scheduled). Parking a
-// parked key moves it.
+// maxPark is the longest a key stays parked: a pod whose deadline is further
+// away (an expires-at of 9999-12-31, a ttl of centuries) is decided again
+// after a day and parked again. No wake-up time is then more than a day
+// ahead of the clock that set it.
+const maxPark = 24 * time.Hour
+
+// park hands key back to the workqueue after d, or after maxPark when d is
+// longer. forDeadline says that the pod is not due yet (it then counts in
+// podjanitor_pods_scheduled). Parking a parked key moves it.
 func (s *podStates) park(key cache.ObjectName, d time.Duration, forDeadline bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -134,7 +163,7 @@ func (s *podStates) park(key cache.ObjectName, d time.Duration, forDeadline bool
 		s.pods[key] = st
 	}
 	s.setScheduled(st, forDeadline)
-	st.wakeAt = s.now().Add(d).UnixNano()
+	st.setWake(s.now().Add(min(max(d, 0), maxPark))) // Add saturates at the last time.Time, never wraps
 	if st.index >= 0 {
 		heap.Fix(&s.parked, int(st.index))
 	} else {
@@ -356,23 +385,7 @@ func (s *podStates) signal() {
 // run hands parked keys to ready when their time comes, until ctx ends.
 func (s *podStates) run(ctx context.Context, ready func(cache.ObjectName)) {
 	for {
-		var due []cache.ObjectName
-		var wait time.Duration
-		s.mu.Lock()
-		now := s.now()
-		for s.parked.Len() > 0 {
-			st := s.parked[0]
-			if wait = time.Duration(st.wakeAt - now.UnixNano()); wait > 0 {
-				break
-			}
-			heap.Pop(&s.parked)
-			s.setScheduled(st, false)
-			due = append(due, st.key)
-			s.dropIfEmpty(st)
-		}
-		idle := s.parked.Len() == 0
-		s.mu.Unlock()
-
+		due, wait, idle := s.popDue()
 		for _, key := range due {
 			ready(key)
 		}
@@ -402,11 +415,33 @@ func (s *podStates) run(ctx context.Context, ready func(cache.ObjectName)) {
 	}
 }
 
+// popDue takes the parked keys whose time has come out of the heap and
+// returns them, with how long run may sleep before it looks again: until the
+// earliest key left is due, but at most maxPark, so that run looks again
+// even should the estimate of the API server's clock move on faster than
+// this one without a word. idle says that no key is left.
+func (s *podStates) popDue() (due []cache.ObjectName, wait time.Duration, idle bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for s.parked.Len() > 0 {
+		st := s.parked[0]
+		if wait = st.wakeTime().Sub(now); wait > 0 { // Sub saturates, never wraps
+			return due, min(wait, maxPark), false
+		}
+		heap.Pop(&s.parked)
+		s.setScheduled(st, false)
+		due = append(due, st.key)
+		s.dropIfEmpty(st)
+	}
+	return due, 0, true
+}
+
 // parkedHeap orders parked entries by wake-up time.
 type parkedHeap []*podState
 
 func (h parkedHeap) Len() int           { return len(h) }
-func (h parkedHeap) Less(i, j int) bool { return h[i].wakeAt < h[j].wakeAt }
+func (h parkedHeap) Less(i, j int) bool { return h[i].wakesBefore(h[j]) }
 func (h parkedHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index, h[j].index = int32(i), int32(j)
