@@ -158,11 +158,11 @@ func (f *fixture) stepAndCheckReady(d time.Duration) bool {
 	return err == nil
 }
 
-// writes returns the client's actions other than list and watch.
+// writes returns the client's actions other than get, list and watch.
 func (f *fixture) writes() []core.Action {
 	var out []core.Action
 	for _, a := range f.client.Actions() {
-		if a.GetVerb() != "list" && a.GetVerb() != "watch" {
+		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
 			out = append(out, a)
 		}
 	}
