@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -17,9 +20,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/podjanitor/podjanitor/policy"
@@ -386,5 +392,82 @@ func TestWatchHealth(t *testing.T) {
 	none.observe(errors.New("x"))
 	if none.check() != nil {
 		t.Error("a nil watchHealth must report healthy")
+	}
+}
+
+// TestNamespaceInformerReportsItsRequests proves that the namespace
+// informer's requests reach its watchHealth: a refused list makes it fail
+// until a list succeeds.
+func TestNamespaceInformerReportsItsRequests(t *testing.T) {
+	client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	var refuse atomic.Bool
+	refuse.Store(true)
+	client.PrependReactor("list", "namespaces", func(core.Action) (bool, runtime.Object, error) {
+		if refuse.Load() {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "namespaces"}, "", errors.New("RBAC: access denied"))
+		}
+		return true, &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}, nil
+	})
+	m := NewMetrics("test", "test")
+	_, ctx := ktesting.NewTestContext(t)
+	h := newWatchHealth(klog.FromContext(ctx), clock.RealClock{}, m.setNamespaceWatchHealthy)
+	informer, err := newNamespaceInformer(client, &options{}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go informer.RunWithContext(ctx)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return h.check() != nil, nil }); err != nil {
+		t.Fatal("a refused list of namespaces did not make the namespace watch fail")
+	}
+	if got := testutil.ToFloat64(m.namespaceWatch); got != 0 {
+		t.Errorf("gauge = %v while the list is refused, want 0", got)
+	}
+	refuse.Store(false)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 20*time.Second, true,
+		func(context.Context) (bool, error) { return informer.HasSynced() && h.check() == nil, nil }); err != nil {
+		t.Fatalf("the namespace watch did not recover once the list succeeded: %v", h.check())
+	}
+}
+
+// TestReadyzFollowsTheNamespaceWatch proves that /readyz fails, naming why,
+// while the namespace watch fails.
+func TestReadyzFollowsTheNamespaceWatch(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var failing atomic.Bool
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watchErr := func() error {
+		if failing.Load() {
+			return errors.New("namespace watch failing since 2026-11-29T12:00:00Z: forbidden")
+		}
+		return nil
+	}
+	if err := serveEndpoints(ctx, endpointsConfig{metricsAddr: "0", healthAddr: addr}, NewMetrics("test", "test"), nil,
+		func() bool { return true }, watchErr, make(chan error, 2)); err != nil {
+		t.Fatal(err)
+	}
+	get := func() (int, string) {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get(); code != http.StatusOK {
+		t.Errorf("/readyz = %d %q, want 200", code, body)
+	}
+	failing.Store(true)
+	if code, body := get(); code != http.StatusServiceUnavailable || !strings.Contains(body, "namespace watch failing since") {
+		t.Errorf("/readyz while the namespace watch fails = %d %q, want 503 saying why", code, body)
 	}
 }
