@@ -118,6 +118,10 @@ type Controller struct {
 	// (namespaceTransform); a namespace change decides its pods again.
 	namespaces       cache.Indexer
 	namespacesSynced cache.InformerSynced
+	// nsReader reads a due pod's namespace fresh before its removal;
+	// nsWarnings keeps invalid namespace keep values to one warning each.
+	nsReader   *namespaceReader
+	nsWarnings namespaceWarnings
 
 	// evaluator is swapped when the policy file is reloaded.
 	evaluator atomic.Pointer[policy.Evaluator]
@@ -184,6 +188,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 		metrics:   opts.Metrics,
 	}
 	c.namespaces, c.namespacesSynced = namespaceInformer.GetIndexer(), namespaceInformer.HasSynced
+	c.nsReader = newNamespaceReader(client, clk, opts.WriteTimeout)
 	c.state = newPodStates(clk, c.now, opts.Metrics.setScheduled)
 	c.evaluator.Store(opts.Evaluator)
 	_, err := podInformer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
@@ -380,7 +385,11 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	if err != nil {
 		var invalid *policy.AnnotationError
 		if errors.As(err, &invalid) {
-			if c.state.warnOnce(key, pod.UID, invalid.Key, invalid.Value) {
+			if invalid.Namespace != "" { // one warning per namespace and value, not per pod
+				if c.nsWarnings.warnOnce(invalid.Namespace, invalid.Value) {
+					c.reporter.invalidNamespaceAnnotation(invalid)
+				}
+			} else if c.state.warnOnce(key, pod.UID, invalid.Key, invalid.Value) {
 				c.reporter.invalidAnnotation(pod, invalid)
 			}
 			return Result{}, TerminalError(fmt.Errorf("pod %s: %w", key, err))
@@ -397,6 +406,10 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	if wait := decision.Deadline.Sub(now); wait > 0 {
 		logger.V(4).Info("Pod is not due yet", "deadline", decision.Deadline, "wait", wait, "by", decision.Source)
 		return Result{RequeueAfter: wait, scheduled: true}, nil
+	}
+	decision, due, result, err := c.decideFresh(ctx, pod, now)
+	if !due {
+		return result, err
 	}
 
 	if delay := c.state.reserve(key, pod.UID, c.limiter); delay > 0 {

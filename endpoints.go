@@ -23,9 +23,10 @@ type endpointsConfig struct {
 
 // serveEndpoints starts /metrics and /healthz+/readyz; they serve before the
 // cache syncs. /healthz fails while watchdog (nil without leader election)
-// does, /readyz until synced. An endpoint that stops serving sends its error to errs.
+// does, /readyz until synced and while namespaceWatch returns an error. An
+// endpoint that stops serving sends its error to errs.
 func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *Metrics, watchdog *leaderelection.HealthzAdaptor,
-	synced func() bool, errs chan<- error) error {
+	synced func() bool, namespaceWatch func() error, errs chan<- error) error {
 	if cfg.metricsAddr != "0" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{Registry: metrics.Registry}))
@@ -54,6 +55,10 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *Metrics, 
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 			if !synced() {
 				http.Error(w, "pod and namespace caches not synced", http.StatusServiceUnavailable)
+				return
+			}
+			if err := namespaceWatch(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
 			fmt.Fprintln(w, "ok")

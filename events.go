@@ -216,6 +216,14 @@ func (r *eventReporter) invalidAnnotation(pod *corev1.Pod, e *policy.AnnotationE
 	r.eventf(pod, nil, corev1.EventTypeWarning, ReasonInvalidAnnotation, "Validate", "Not removing pod: %s", annotationErrorNote(e))
 }
 
+// invalidNamespaceAnnotation warns, on the Namespace, that its keep
+// annotation does not parse, which holds back its due pods (the controller
+// warns once per namespace and value: namespaceWarnings).
+func (r *eventReporter) invalidNamespaceAnnotation(e *policy.AnnotationError) {
+	_, ns := namespaceGroup(e.Namespace, "")
+	r.eventf(&ns, nil, corev1.EventTypeWarning, ReasonInvalidAnnotation, "Validate", "Not removing pods: %s", annotationErrorNote(e))
+}
+
 // annotationErrorNote is the error with a long value shortened, in the
 // annotation's value and wherever the parser quoted it.
 func annotationErrorNote(e *policy.AnnotationError) string {

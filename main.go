@@ -91,7 +91,8 @@ func daemon(ctx context.Context, o *options) error {
 
 	factory := informerFactory(clients.kube, o)
 	podInformer := factory.Core().V1().Pods()
-	namespaceInformer, err := newNamespaceInformer(clients.metadata, o)
+	namespaceWatch := newWatchHealth(logger, clk, metrics.setNamespaceWatchHealthy)
+	namespaceInformer, err := newNamespaceInformer(clients.metadata, o, namespaceWatch)
 	if err != nil {
 		return err
 	}
@@ -137,7 +138,7 @@ func daemon(ctx context.Context, o *options) error {
 	}
 	serveErr := make(chan error, 2)
 	synced := func() bool { return podInformer.Informer().HasSynced() && namespaceInformer.HasSynced() }
-	if err := serveEndpoints(ctx, o.endpoints, metrics, watchdog, synced, serveErr); err != nil {
+	if err := serveEndpoints(ctx, o.endpoints, metrics, watchdog, synced, namespaceWatch.check, serveErr); err != nil {
 		return err
 	}
 

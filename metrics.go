@@ -38,6 +38,7 @@ type Metrics struct {
 	podsRemoved        *prometheus.CounterVec
 	removalErrors      *prometheus.CounterVec
 	podsScheduled      prometheus.Gauge
+	namespaceWatch     prometheus.Gauge
 	clockOffset        prometheus.Gauge
 	removalLateness    prometheus.Histogram
 	leader             prometheus.Gauge
@@ -97,6 +98,10 @@ func NewMetrics(version, commit string) *Metrics {
 			Name: "podjanitor_pods_scheduled",
 			Help: "Pods parked until a future deadline.",
 		}),
+		namespaceWatch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "podjanitor_namespace_watch_healthy",
+			Help: "1 while the namespace informer's list and watch requests succeed, 0 from one that fails until one succeeds; while 0, /readyz fails and namespace changes reach podjanitor late (removals read the namespace from the API server first regardless).",
+		}),
 		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "podjanitor_clock_offset_seconds",
 			Help: "How far the API server's clock is ahead of this process's (negative: behind), estimated from the Date header of API responses; deadlines are compared in the API server's time.",
@@ -142,7 +147,7 @@ func NewMetrics(version, commit string) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics,
 		m.reconcileTime, m.activeWorkers, m.maxConcurrent, m.podsRemoved, m.removalErrors,
-		m.podsScheduled, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, buildInfo, m.restRequestResults, m.restLatency,
+		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, buildInfo, m.restRequestResults, m.restLatency,
 		m.leaderStatus, m.leaderSlowpath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
@@ -289,6 +294,18 @@ func (m *Metrics) setScheduled(n int) {
 	if m != nil {
 		m.podsScheduled.Set(float64(n))
 	}
+}
+
+// setNamespaceWatchHealthy sets podjanitor_namespace_watch_healthy.
+func (m *Metrics) setNamespaceWatchHealthy(healthy bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if healthy {
+		v = 1
+	}
+	m.namespaceWatch.Set(v)
 }
 
 func (m *Metrics) setClockOffset(d time.Duration) {

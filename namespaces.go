@@ -1,13 +1,22 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"strings"
+	"sync"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/podjanitor/podjanitor/policy"
 )
@@ -64,10 +73,16 @@ func (c *Controller) namespaceEventHandler() cache.ResourceEventHandler {
 		UpdateFunc: func(old, cur interface{}) {
 			oldMeta, err1 := meta.Accessor(old)
 			curMeta, err2 := meta.Accessor(cur)
-			if err1 != nil || err2 != nil ||
-				!maps.Equal(oldMeta.GetLabels(), curMeta.GetLabels()) ||
-				!maps.Equal(oldMeta.GetAnnotations(), curMeta.GetAnnotations()) {
+			if err1 != nil || err2 != nil || !maps.Equal(oldMeta.GetAnnotations(), curMeta.GetAnnotations()) {
+				c.nsWarnings.forget(curMeta)
 				c.enqueueNamespacePods(cur)
+			} else if !maps.Equal(oldMeta.GetLabels(), curMeta.GetLabels()) {
+				c.enqueueNamespacePods(cur)
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if m, err := meta.Accessor(obj); err == nil {
+				c.nsWarnings.forget(m)
 			}
 		},
 	}
@@ -95,4 +110,191 @@ func (c *Controller) enqueueNamespacePods(obj interface{}) {
 		}
 		c.queue.Add(name)
 	}
+}
+
+// namespaceWarnings remembers the invalid keep value each namespace was warned
+// about, so that a value that does not parse costs one Warning on the
+// Namespace, not one per pod it holds back. An entry lasts until the
+// namespace's annotations change or it is deleted.
+type namespaceWarnings struct {
+	mu     sync.Mutex
+	warned map[string]string // namespace → the value warned about
+}
+
+// warnOnce says whether the namespace is to be warned about value: the first
+// time since its annotations last changed, or a new value.
+func (w *namespaceWarnings) warnOnce(namespace, value string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if v, ok := w.warned[namespace]; ok && v == value {
+		return false
+	}
+	if w.warned == nil {
+		w.warned = map[string]string{}
+	}
+	w.warned[namespace] = value
+	return true
+}
+
+// forget drops what the namespace was warned about (nil m: nothing).
+func (w *namespaceWarnings) forget(m metav1.Object) {
+	if m == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.warned, m.GetName())
+}
+
+// namespaceFreshness is how old a read of a namespace may be for the last
+// check before a removal (namespaceReader).
+const namespaceFreshness = time.Second
+
+// namespaceReader reads namespaces from the API server for the last check
+// before a removal. The namespace cache is only as current as its watch,
+// which may be failing (a 403 after an RBAC change, an API server refusing
+// it, the reflector backing off) or slow without any error, which no error
+// handler sees; a pod's own resourceVersion precondition does not cover its
+// namespace's keep annotation. A read is shared by every removal of its
+// namespace that begins within namespaceFreshness of it, failures included,
+// so a drain costs at most one GET a second per namespace, not one per pod.
+type namespaceReader struct {
+	get   func(ctx context.Context, name string) (*policy.Namespace, error)
+	clock clock.PassiveClock
+
+	mu    sync.Mutex
+	reads map[string]*namespaceRead
+}
+
+// namespaceRead is one read of a namespace, shared by those who wait on done.
+type namespaceRead struct {
+	sent time.Time
+	done chan struct{}
+	ns   *policy.Namespace
+	err  error
+}
+
+// newNamespaceReader reads namespaces with client, each GET bounded by timeout.
+func newNamespaceReader(client kubernetes.Interface, clk clock.PassiveClock, timeout time.Duration) *namespaceReader {
+	return &namespaceReader{clock: clk, reads: map[string]*namespaceRead{},
+		get: func(ctx context.Context, name string) (*policy.Namespace, error) {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			// A 404 is an error too, retried: a namespace goes only after its
+			// pods, so a pod in the cache whose namespace is not found is a
+			// stale cache or a proxy's answer, not a reason to decide the pod.
+			ns, err := client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return &policy.Namespace{Labels: ns.Labels, Annotations: ns.Annotations}, nil
+		}}
+}
+
+// read returns the namespace as read at most namespaceFreshness ago.
+func (r *namespaceReader) read(ctx context.Context, name string) (*policy.Namespace, error) {
+	r.mu.Lock()
+	now := r.clock.Now()
+	rd := r.reads[name]
+	if rd != nil && now.Sub(rd.sent) < namespaceFreshness && !now.Before(rd.sent) {
+		r.mu.Unlock()
+		select {
+		case <-rd.done:
+			return rd.ns, rd.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	for n, old := range r.reads { // of namespaces gone too
+		if now.Sub(old.sent) >= namespaceFreshness {
+			delete(r.reads, n)
+		}
+	}
+	rd = &namespaceRead{sent: now, done: make(chan struct{})}
+	r.reads[name] = rd
+	r.mu.Unlock()
+	rd.ns, rd.err = r.get(ctx, name)
+	close(rd.done)
+	return rd.ns, rd.err
+}
+
+// decideFresh decides once more a pod that the namespace cache made due, on
+// its namespace as read from the API server (namespaceReader): due says that
+// the pod must go now by that read too, and d is then the decision to act on
+// (its labels may select another rule). Otherwise result says what to do.
+// A failed read is an error: the removal waits, with the workqueue's backoff,
+// until the namespace can be read. A fresh read that disagrees with the cache
+// (keep, an invalid value, a rule no longer matching) may be the older of the
+// two, so the pod is decided again (with backoff) rather than forgotten, until
+// the cache agrees; a later deadline parks it until then.
+func (c *Controller) decideFresh(ctx context.Context, pod *corev1.Pod, now time.Time) (d policy.Decision, due bool, result Result, err error) {
+	ns, err := c.nsReader.read(ctx, pod.Namespace)
+	if err != nil {
+		return d, false, Result{}, fmt.Errorf("pod %s/%s is due, reading its namespace before removing it: %w", pod.Namespace, pod.Name, err)
+	}
+	d, err = c.evaluator.Load().Decide(pod, ns, now)
+	switch {
+	case err == nil && d.HasDeadline() && !d.Deadline.After(now):
+		return d, true, Result{}, nil
+	case err == nil && d.HasDeadline():
+		return d, false, Result{RequeueAfter: d.Deadline.Sub(now), scheduled: true}, nil
+	}
+	klog.FromContext(ctx).V(2).Info("Not removing pod: its namespace as read now disagrees with the namespace cache, deciding again",
+		"pod", klog.KObj(pod), "kept", d.Kept, "err", err)
+	return d, false, Result{Requeue: true}, nil
+}
+
+// watchHealth follows the list and watch requests of the namespace informer:
+// failing from a request that fails until one succeeds. A watch that is slow
+// without failing is not seen; removals do not depend on it (decideFresh).
+// Its methods are safe on a nil *watchHealth, which follows nothing.
+type watchHealth struct {
+	clock  clock.PassiveClock
+	logger klog.Logger
+	// onChange is called with the new state on every change (the metric).
+	onChange func(healthy bool)
+
+	mu      sync.Mutex
+	failing bool
+	since   time.Time
+	err     error
+}
+
+func newWatchHealth(logger klog.Logger, clk clock.PassiveClock, onChange func(healthy bool)) *watchHealth {
+	onChange(true)
+	return &watchHealth{clock: clk, logger: logger, onChange: onChange}
+}
+
+// observe records the outcome of a list or watch request.
+func (h *watchHealth) observe(err error) {
+	if h == nil || errors.Is(err, context.Canceled) {
+		return // shutting down
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case err != nil && !h.failing:
+		h.failing, h.since, h.err = true, h.clock.Now(), err
+		h.logger.Info("Namespace watch failing: removals read their namespace from the API server, and wait while it cannot be read", "err", err)
+		h.onChange(false)
+	case err != nil:
+		h.err = err
+	case h.failing:
+		h.failing = false
+		h.logger.Info("Namespace watch recovered", "failedFor", h.clock.Since(h.since).Round(time.Millisecond))
+		h.onChange(true)
+	}
+}
+
+// check returns nil while the namespace informer's requests succeed, else why not.
+func (h *watchHealth) check() error {
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.failing {
+		return nil
+	}
+	return fmt.Errorf("namespace watch failing since %s: %v", h.since.UTC().Format(time.RFC3339), h.err)
 }

@@ -2,15 +2,31 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/podjanitor/podjanitor/policy"
 )
@@ -157,5 +173,301 @@ func TestNamespaceTransformKeepsLabelsAndKeep(t *testing.T) {
 	}
 	if info := namespaceInfo(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), "ci"); info != nil {
 		t.Errorf("namespaceInfo of a namespace not cached = %+v, want nil", info)
+	}
+}
+
+// staleNamespaces makes the controller's namespace cache hold namespaces
+// that no longer change: its watch has stopped delivering, with or without an
+// error. The API server (the fake clientset) has them as they are now.
+func (f *fixture) staleNamespaces(namespaces ...*corev1.Namespace) {
+	f.t.Helper()
+	stale := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, ns := range namespaces {
+		if err := stale.Add(ns); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	f.c.namespaces = stale
+}
+
+// namespaceGets counts the client's GETs of namespaces.
+func (f *fixture) namespaceGets() int {
+	n := 0
+	for _, a := range f.client.Actions() {
+		if a.GetVerb() == "get" && a.GetResource().Resource == "namespaces" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDueRemovalReadsNamespaceFresh proves that a pod due by a stale
+// namespace cache is not removed when its namespace, read from the API
+// server, carries keep; that the read is shared by the namespace's removals
+// for a second; and that the pod goes once a fresh read no longer keeps it.
+func TestDueRemovalReadsNamespaceFresh(t *testing.T) {
+	a := newPod("a", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	b := newPod("b", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	ns := namespace("default", nil, map[string]string{"podjanitor.io/keep": "true"})
+	f := newFixtureWithNamespaces(t, Options{}, []*corev1.Namespace{ns}, a, b)
+	f.staleNamespaces(namespace("default", nil, nil)) // keep was added after the watch stalled
+
+	for _, p := range []*corev1.Pod{a, b} {
+		res, err := f.c.syncHandler(f.ctx, keyOf(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(Result{Requeue: true}, res, cmp.AllowUnexported(Result{})); diff != "" {
+			t.Errorf("pod %s: result (-want,+got):\n%s", p.Name, diff)
+		}
+	}
+	checkActions(t, nil, f.writes())
+	if got := f.namespaceGets(); got != 1 {
+		t.Errorf("%d GETs of the namespace for two removals within a second, want 1", got)
+	}
+
+	ns.Annotations = nil
+	if _, err := f.client.CoreV1().Namespaces().Update(f.ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.client.ClearActions()
+	if _, err := f.c.syncHandler(f.ctx, keyOf(a)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, nil, f.writes()) // the read of a moment ago still stands
+	f.clock.Step(namespaceFreshness)
+	if _, err := f.c.syncHandler(f.ctx, keyOf(a)); err != nil {
+		t.Fatal(err)
+	}
+	checkActions(t, []core.Action{deleteAction(a)}, f.writes())
+}
+
+// TestDueRemovalWaitsWhileNamespaceCannotBeRead proves that a due pod is
+// held, not forgotten, while its namespace cannot be read (a 403 after an
+// RBAC change), one GET a second however many pods wait, and removed once
+// the namespace can be read again.
+func TestDueRemovalWaitsWhileNamespaceCannotBeRead(t *testing.T) {
+	a := newPod("a", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	b := newPod("b", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	f := newFixture(t, Options{}, a, b)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	f.client.PrependReactor("get", "namespaces", func(core.Action) (bool, runtime.Object, error) {
+		if refuse.Load() {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "namespaces"}, "default", errors.New("RBAC: access denied"))
+		}
+		return false, nil, nil
+	})
+
+	for _, p := range []*corev1.Pod{a, b} {
+		f.process(keyOf(p))
+		if got := f.c.queue.NumRequeues(keyOf(p)); got != 1 {
+			t.Errorf("pod %s: %d retries after a failed read of its namespace, want 1 (held with backoff)", p.Name, got)
+		}
+	}
+	checkActions(t, nil, f.writes())
+	if got := f.namespaceGets(); got != 1 {
+		t.Errorf("%d GETs of the namespace within a second, want 1", got)
+	}
+	if _, err := f.c.syncHandler(f.ctx, keyOf(a)); err == nil || !apierrors.IsForbidden(err) {
+		t.Errorf("syncHandler with the namespace unreadable: err = %v, want the 403", err)
+	}
+
+	refuse.Store(false)
+	f.clock.Step(namespaceFreshness)
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true,
+		func(context.Context) (bool, error) { return f.c.queue.Len() == 2, nil }); err != nil {
+		t.Fatalf("the held pods did not come back from their backoff: %d queued", f.c.queue.Len())
+	}
+	f.next()
+	f.next()
+	checkActions(t, []core.Action{deleteAction(a), deleteAction(b)}, sortedByName(f.writes()))
+}
+
+func sortedByName(actions []core.Action) []core.Action {
+	slices.SortFunc(actions, func(x, y core.Action) int {
+		return strings.Compare(x.(core.DeleteActionImpl).Name, y.(core.DeleteActionImpl).Name)
+	})
+	return actions
+}
+
+// TestFreshNamespaceLabelsDecide proves that the decision acted on is the
+// one on the namespace as read: a rule that matches only by the cache's
+// stale labels does not remove the pod, which is parked for the deadline of
+// the rule that matches now.
+func TestFreshNamespaceLabelsDecide(t *testing.T) {
+	p, err := policy.Parse([]byte(`apiVersion: podjanitor.io/v1alpha1
+kind: PodJanitorPolicy
+rules:
+- name: fast
+  match: {namespaceSelector: "cleanup=fast"}
+  clock: created
+  after: 1h
+- name: slow
+  clock: created
+  after: 3h
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := newPod("job", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
+	f := newFixtureWithNamespaces(t, Options{Evaluator: &policy.Evaluator{Policy: p}}, []*corev1.Namespace{namespace("default", nil, nil)}, pod)
+	f.staleNamespaces(namespace("default", map[string]string{"cleanup": "fast"}, nil))
+
+	res, err := f.c.syncHandler(f.ctx, keyOf(pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(Result{RequeueAfter: time.Hour, scheduled: true}, res, cmp.AllowUnexported(Result{})); diff != "" {
+		t.Errorf("result (-want,+got):\n%s", diff)
+	}
+	checkActions(t, nil, f.writes())
+}
+
+// TestInvalidNamespaceKeepWarnsOncePerNamespace proves that a namespace keep
+// value that does not parse is reported by one Warning on the Namespace, not
+// one per pod it holds back; a new value is reported again.
+func TestInvalidNamespaceKeepWarnsOncePerNamespace(t *testing.T) {
+	var pods []*corev1.Pod
+	for _, name := range []string{"a", "b", "c"} {
+		pods = append(pods, newPod(name, t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"}))
+	}
+	ns := namespace("default", nil, map[string]string{"podjanitor.io/keep": "maybe"})
+	f := newFixtureWithNamespaces(t, Options{}, []*corev1.Namespace{ns}, pods...)
+
+	warning := func(value string) string {
+		return `Warning InvalidAnnotation Validate Not removing pods: namespace default: annotation podjanitor.io/keep="` + value +
+			`": want "true" or "false" {kind=Namespace,apiVersion=v1}`
+	}
+	for _, p := range pods {
+		f.process(keyOf(p))
+		f.process(keyOf(p)) // decided again: still nothing new
+	}
+	if diff := cmp.Diff([]string{warning("maybe")}, f.events()); diff != "" {
+		t.Errorf("events (-want,+got):\n%s", diff)
+	}
+
+	ns.Annotations["podjanitor.io/keep"] = "perhaps"
+	f.updateNamespace(ns, false, true)
+	for range pods {
+		f.next()
+	}
+	if diff := cmp.Diff([]string{warning("perhaps")}, f.events()); diff != "" {
+		t.Errorf("events after a new value (-want,+got):\n%s", diff)
+	}
+	checkActions(t, nil, f.writes())
+}
+
+// TestWatchHealth proves that the namespace watch counts as failing from a
+// request that fails until one succeeds, on the metric and in check, and
+// that a request cancelled at shutdown is no failure.
+func TestWatchHealth(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	m := NewMetrics("test", "test")
+	h := newWatchHealth(klog.Background(), clk, m.setNamespaceWatchHealthy)
+	healthy := func() float64 { return testutil.ToFloat64(m.namespaceWatch) }
+	if h.check() != nil || healthy() != 1 {
+		t.Fatalf("new: check %v, gauge %v; want healthy", h.check(), healthy())
+	}
+	h.observe(nil)
+	h.observe(context.Canceled)
+	if h.check() != nil || healthy() != 1 {
+		t.Errorf("after a success and a cancelled request: check %v, gauge %v; want healthy", h.check(), healthy())
+	}
+	h.observe(apierrors.NewForbidden(schema.GroupResource{Resource: "namespaces"}, "", errors.New("RBAC")))
+	clk.Step(time.Minute)
+	h.observe(errors.New("connection refused"))
+	err := h.check()
+	if err == nil || !strings.Contains(err.Error(), "since 2026-11-29T12:00:00Z") || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("failing: check = %v, want the time of the first failure and the last error", err)
+	}
+	if healthy() != 0 {
+		t.Errorf("failing: gauge %v, want 0", healthy())
+	}
+	h.observe(nil)
+	if h.check() != nil || healthy() != 1 {
+		t.Errorf("recovered: check %v, gauge %v; want healthy", h.check(), healthy())
+	}
+	var none *watchHealth
+	none.observe(errors.New("x"))
+	if none.check() != nil {
+		t.Error("a nil watchHealth must report healthy")
+	}
+}
+
+// TestNamespaceInformerReportsItsRequests proves that the namespace
+// informer's requests reach its watchHealth: a refused list makes it fail
+// until a list succeeds.
+func TestNamespaceInformerReportsItsRequests(t *testing.T) {
+	client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+	var refuse atomic.Bool
+	refuse.Store(true)
+	client.PrependReactor("list", "namespaces", func(core.Action) (bool, runtime.Object, error) {
+		if refuse.Load() {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "namespaces"}, "", errors.New("RBAC: access denied"))
+		}
+		return true, &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}, nil
+	})
+	m := NewMetrics("test", "test")
+	_, ctx := ktesting.NewTestContext(t)
+	h := newWatchHealth(klog.FromContext(ctx), clock.RealClock{}, m.setNamespaceWatchHealthy)
+	informer, err := newNamespaceInformer(client, &options{}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go informer.RunWithContext(ctx)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return h.check() != nil, nil }); err != nil {
+		t.Fatal("a refused list of namespaces did not make the namespace watch fail")
+	}
+	if got := testutil.ToFloat64(m.namespaceWatch); got != 0 {
+		t.Errorf("gauge = %v while the list is refused, want 0", got)
+	}
+	refuse.Store(false)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 20*time.Second, true,
+		func(context.Context) (bool, error) { return informer.HasSynced() && h.check() == nil, nil }); err != nil {
+		t.Fatalf("the namespace watch did not recover once the list succeeded: %v", h.check())
+	}
+}
+
+// TestReadyzFollowsTheNamespaceWatch proves that /readyz fails, naming why,
+// while the namespace watch fails.
+func TestReadyzFollowsTheNamespaceWatch(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var failing atomic.Bool
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watchErr := func() error {
+		if failing.Load() {
+			return errors.New("namespace watch failing since 2026-11-29T12:00:00Z: forbidden")
+		}
+		return nil
+	}
+	if err := serveEndpoints(ctx, endpointsConfig{metricsAddr: "0", healthAddr: addr}, NewMetrics("test", "test"), nil,
+		func() bool { return true }, watchErr, make(chan error, 2)); err != nil {
+		t.Fatal(err)
+	}
+	get := func() (int, string) {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get(); code != http.StatusOK {
+		t.Errorf("/readyz = %d %q, want 200", code, body)
+	}
+	failing.Store(true)
+	if code, body := get(); code != http.StatusServiceUnavailable || !strings.Contains(body, "namespace watch failing since") {
+		t.Errorf("/readyz while the namespace watch fails = %d %q, want 503 saying why", code, body)
 	}
 }

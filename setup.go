@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
@@ -9,11 +10,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -149,11 +150,30 @@ func informerFactory(client kubernetes.Interface, o *options) informers.SharedIn
 }
 
 // newNamespaceInformer watches the metadata of namespaces, only of
-// --namespace when it is set, keeping their labels and keep annotation.
-func newNamespaceInformer(client metadata.Interface, o *options) (cache.SharedIndexInformer, error) {
-	informer := metadatainformer.NewFilteredMetadataInformer(client, corev1.SchemeGroupVersion.WithResource("namespaces"),
-		metav1.NamespaceAll, 0, cache.Indexers{},
-		func(lo *metav1.ListOptions) { lo.FieldSelector = namespaceFieldSelector(o) }).Informer()
+// --namespace when it is set, keeping their labels and keep annotation. It is
+// metadatainformer's informer with every list and watch request reported to
+// health (nil: none), which client-go's watch error handler would not all
+// see: it is not called for a watch that the reflector retries (a 429, a
+// refused connection).
+func newNamespaceInformer(client metadata.Interface, o *options, health *watchHealth) (cache.SharedIndexInformer, error) {
+	resource := client.Resource(corev1.SchemeGroupVersion.WithResource("namespaces"))
+	tweak := func(lo *metav1.ListOptions) { lo.FieldSelector = namespaceFieldSelector(o) }
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
+			tweak(&lo)
+			list, err := resource.List(ctx, lo)
+			health.observe(err)
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
+			tweak(&lo)
+			w, err := resource.Watch(ctx, lo)
+			health.observe(err)
+			return w, err
+		},
+	}
+	informer := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client),
+		&metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
 	if err := informer.SetTransform(namespaceTransform(keepAnnotationKey(o))); err != nil {
 		return nil, fmt.Errorf("namespace informer: %w", err)
 	}

@@ -53,6 +53,8 @@ type fault struct {
 	Pod         string
 	Subresource string // "eviction"; "" matches the pod itself only
 	Times       int    // how many matching requests it breaks; 0 means all
+	// Match, when set, must hold too (requests for other resources than pods).
+	Match func(proxiedRequest) bool
 
 	Status     int           // answer with this HTTP status instead of forwarding (0: forward)
 	RetryAfter int           // with Status: a Retry-After header of this many seconds
@@ -65,6 +67,7 @@ type fault struct {
 type proxiedRequest struct {
 	At                          time.Time // when the request arrived
 	Method, Namespace, Pod, Sub string    // Pod is "" for a list
+	Path                        string    // the URL's path
 	Query                       url.Values
 	Status                      int  // the status sent back (0 if the client went away first)
 	Faulted                     bool // a fault matched it
@@ -209,7 +212,7 @@ func (p *faultProxy) served(ns string) []proxiedRequest {
 }
 
 func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	req := proxiedRequest{At: time.Now(), Method: r.Method, Query: r.URL.Query()}
+	req := proxiedRequest{At: time.Now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.Query()}
 	if m := podPath.FindStringSubmatch(r.URL.Path); m != nil {
 		req.Namespace, req.Pod, req.Sub = m[1], m[2], m[3]
 	}
@@ -254,7 +257,8 @@ func (p *faultProxy) match(r proxiedRequest) (fault, bool) {
 	defer p.mu.Unlock()
 	for _, f := range p.faults {
 		if (f.Method != "" && f.Method != r.Method) || (f.Namespace != "" && f.Namespace != r.Namespace) ||
-			(f.Pod != "" && f.Pod != r.Pod) || f.Subresource != r.Sub || (f.Times > 0 && f.hits >= f.Times) {
+			(f.Pod != "" && f.Pod != r.Pod) || f.Subresource != r.Sub || (f.Times > 0 && f.hits >= f.Times) ||
+			(f.Match != nil && !f.Match(r)) {
 			continue
 		}
 		f.hits++
