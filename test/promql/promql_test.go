@@ -247,7 +247,7 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	want := []string{"PodJanitorAbsent", "PodJanitorNoLeader", "PodJanitorPolicyRejected", "PodJanitorRemovalErrors",
-		"PodJanitorRemovalsRefused", "PodJanitorEvictionsBlocked", "PodJanitorRemovalsLate"}
+		"PodJanitorRemovalsRefused", "PodJanitorEvictionsBlocked", "PodJanitorRemovalsLate", "PodJanitorNamespaceWatchFailing"}
 	if !slices.Equal(alerts, want) {
 		t.Errorf("alerts %q, want %q", alerts, want)
 	}
