@@ -177,9 +177,16 @@ func buildPlan(e *policy.Evaluator, pods []*corev1.Pod, namespaces map[string]*p
 	return r
 }
 
+// farFuture is where plan stops counting: a "never" placeholder such as
+// expires-at 9999-12-31 lies past what a time.Duration holds (~292 years).
+const farFuture = 100 * 365 * 24 * time.Hour
+
 func relative(d time.Duration) string {
-	if d <= 0 {
+	switch {
+	case d <= 0:
 		return "overdue"
+	case d >= farFuture:
+		return "in over 100 years"
 	}
 	return "in " + policy.FormatDuration(d.Round(time.Second))
 }

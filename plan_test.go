@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +114,20 @@ rules:
 	want := []string{"ci/by-rule rule/ci", "web/by-ttl podjanitor.io/ttl"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("plan entries (-want,+got):\n%s", diff)
+	}
+}
+
+func TestPlanSaysWhenInWords(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		-time.Second:                 "overdue",
+		0:                            "overdue",
+		90 * time.Second:             "in 1m30s",
+		farFuture - time.Second:      "in 5214w1d23h59m59s",
+		farFuture:                    "in over 100 years",
+		time.Duration(math.MaxInt64): "in over 100 years", // expires-at 9999-12-31: Sub saturates
+	} {
+		if got := relative(d); got != want {
+			t.Errorf("relative(%v) = %q, want %q", d, got, want)
+		}
 	}
 }
