@@ -452,3 +452,23 @@ func TestDocsEventsTable(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsAnnotationTables: README.md shows the annotations table of
+// docs/policy.md, and the two copies say the same.
+func TestDocsAnnotationTables(t *testing.T) {
+	table := func(path string) string {
+		md := readDoc(t, path)
+		i := strings.Index(md, "| annotation | value | the pod goes at |")
+		if i < 0 {
+			t.Fatalf("%s has no annotations table", path)
+		}
+		j := strings.Index(md[i:], "\n\n")
+		if j < 0 {
+			t.Fatalf("%s: the annotations table does not end", path)
+		}
+		return md[i : i+j]
+	}
+	if readme, policy := table("README.md"), table("docs/policy.md"); readme != policy {
+		t.Errorf("the annotations tables of README.md and docs/policy.md differ:\n%s\n---\n%s", readme, policy)
+	}
+}
