@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # The local cluster's real node (REAL_NODE=1), sourced by hack/local-cluster.sh,
-# whose variables and functions it uses. See the README, "Local cluster".
+# whose variables and functions it uses. See docs/development.md, "Local cluster".
 #
 # Beside kwok's fake node, a kubelet (built from k8s.io/kubernetes like the
 # control plane) runs real containers through a containerd and runc of
