@@ -79,11 +79,22 @@ type remover struct {
 	late []time.Duration
 }
 
+// chartKind is how a chart is drawn.
+type chartKind int
+
+const (
+	overTime chartKind = iota // linear axes from 0 (RSS over time)
+	cdf                       // log x, linear y from 0 to 1
+	cdfTail                   // log x, y stretched toward 1: 0.5, 0.9, 0.99, ... equally spaced
+)
+
 // writeLatenessCDF draws the lateness CDF of every remover on a log x axis
-// (base.png, data in base.json) and returns the files written.
+// twice: base.png with a linear y axis, and base-tail.png with one on which
+// 0.9, 0.99 and 0.999 are equally spaced, so that the tail can be read. The
+// data of each is in a .json of the same name. It returns the files written.
 func (b *bench) writeLatenessCDF(base, title string, removers []remover) ([]string, error) {
 	d := b.chartInfo(base+".png", title, "lateness (ms): removal seen by the watcher − deadline",
-		"fraction of the remover's removals with at most that lateness")
+		"share of the remover's removals with at most that lateness")
 	d.Note = fmt.Sprintf("log x axis; lateness at or below %g ms (removals before the deadline count as early) is drawn at %g ms", latenessFloorMs, latenessFloorMs)
 	for _, r := range removers {
 		if len(r.late) == 0 {
@@ -95,20 +106,27 @@ func (b *bench) writeLatenessCDF(base, title string, removers []remover) ([]stri
 			Points: cdfPoints(r.late),
 		})
 	}
-	return b.saveChart(base, d, true)
+	files, err := b.saveChart(base, d, cdf)
+	if err != nil {
+		return files, err
+	}
+	d.Chart, d.Title = base+"-tail.png", title+" (tail)"
+	d.Note += "; the y axis is -log10(1 - share): 0.9, 0.99 and 0.999 are equally spaced, and each line ends at its maximum at the top"
+	tail, err := b.saveChart(base+"-tail", d, cdfTail)
+	return append(files, tail...), err
 }
 
 // writeRSSChart draws RSS over time (base.png, data in base.json).
 func (b *bench) writeRSSChart(base, title string, series []chartSeries, marks []chartMark) ([]string, error) {
-	d := b.chartInfo(base+".png", title, "seconds since the first process started", "RSS (MiB, VmRSS of /proc/<pid>/status)")
+	d := b.chartInfo(base+".png", title, "seconds since podjanitor started", "RSS (MiB, VmRSS of /proc/<pid>/status, every second)")
 	d.Series, d.Marks = series, marks
-	return b.saveChart(base, d, false)
+	return b.saveChart(base, d, overTime)
 }
 
 // saveChart writes d as base.json and draws it as base.png in the output directory.
-func (b *bench) saveChart(base string, d chartData, logX bool) ([]string, error) {
+func (b *bench) saveChart(base string, d chartData, kind chartKind) ([]string, error) {
 	jsonPath := filepath.Join(b.cfg.outDir, base+".json")
-	data, err := json.MarshalIndent(d, "", " ")
+	data, err := json.Marshal(d)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +134,7 @@ func (b *bench) saveChart(base string, d chartData, logX bool) ([]string, error)
 		return nil, err
 	}
 	pngPath := filepath.Join(b.cfg.outDir, base+".png")
-	p, err := drawChart(d, logX)
+	p, err := drawChart(d, kind)
 	if err != nil {
 		return []string{jsonPath}, err
 	}
@@ -126,35 +144,36 @@ func (b *bench) saveChart(base string, d chartData, logX bool) ([]string, error)
 	return []string{pngPath, jsonPath}, nil
 }
 
-// drawChart makes the plot of d: a line per series, with a log x axis for
-// lateness (values clamped to latenessFloorMs), the 50/90/99 % levels for a
-// CDF, and a dashed vertical line per mark.
-func drawChart(d chartData, logX bool) (*plot.Plot, error) {
+// drawChart makes the plot of d: a line per series and a dashed vertical
+// line per mark. A CDF has a log x axis (values clamped to latenessFloorMs)
+// and dashed levels at 0.5, 0.9 and 0.99.
+func drawChart(d chartData, kind chartKind) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = d.Title
 	p.X.Label.Text, p.Y.Label.Text = d.X, d.Y
 	p.Add(plotter.NewGrid())
-	p.Legend.Top, p.Legend.Left = true, true
-	if logX {
-		p.Legend.Top = false // the CDF rises to the top right
-		p.Legend.Left = false
-		p.Legend.YOffs = vg.Points(30)
+	// Where the lines are not: a CDF's top left, and under the RSS lines.
+	p.Legend.Top, p.Legend.Left = kind != overTime, kind != overTime
+	p.Legend.XOffs, p.Legend.YOffs = vg.Points(12), vg.Points(-8)
+	if kind == overTime {
+		p.Legend.XOffs, p.Legend.YOffs = vg.Points(-12), vg.Points(12)
 	}
 	p.Legend.ThumbnailWidth = vg.Points(24)
-	xmin, xmax := math.Inf(1), math.Inf(-1)
+	xmin, xmax, ymax, maxN := math.Inf(1), math.Inf(-1), 0.0, 0
 	for i, s := range d.Series {
 		xys := make(plotter.XYs, len(s.Points))
 		for k, pt := range s.Points {
 			x := pt[0]
-			if logX {
+			if kind != overTime {
 				x = max(x, latenessFloorMs)
 			}
 			xys[k] = plotter.XY{X: x, Y: pt[1]}
-			xmin, xmax = min(xmin, x), max(xmax, x)
+			xmin, xmax, ymax = min(xmin, x), max(xmax, x), max(ymax, pt[1])
 		}
 		if len(xys) == 0 {
 			continue
 		}
+		maxN = max(maxN, len(xys))
 		l, err := plotter.NewLine(xys)
 		if err != nil {
 			return nil, fmt.Errorf("chart %s, series %s: %w", d.Chart, s.Name, err)
@@ -175,34 +194,60 @@ func drawChart(d chartData, logX bool) (*plot.Plot, error) {
 		l.Color = color.Gray{Y: 90}
 		l.Dashes = plotutil.Dashes(k + 1)
 		l.Width = vg.Points(1)
-		// Drawn from 0 to the top of the data: set after the data's range is known.
-		p.Add(markLine{l})
+		p.Add(markLine{l}) // from the bottom to the top of the y range the data set
 		p.Legend.Add(m.Label, l)
 		xmin, xmax = min(xmin, m.X), max(xmax, m.X)
 	}
-	if logX {
-		p.X.Scale = plot.LogScale{}
-		p.X.Tick.Marker = logTicks125{}
-		p.X.Min = math.Pow(10, math.Floor(math.Log10(xmin)))
-		p.X.Max = math.Pow(10, math.Ceil(math.Log10(xmax)))
-		p.Y.Min, p.Y.Max = 0, 1
-		p.Y.Tick.Marker = plot.ConstantTicks{
-			{Value: 0, Label: "0"}, {Value: 0.25, Label: "0.25"}, {Value: 0.5, Label: "0.5"}, {Value: 0.75, Label: "0.75"},
-			{Value: 0.9, Label: "0.9"}, {Value: 0.99, Label: "0.99"}, {Value: 1, Label: "1"},
-		}
-		for _, q := range []float64{0.5, 0.9, 0.99} {
-			l, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: q}, {X: p.X.Max, Y: q}})
-			if err != nil {
-				return nil, err
+	if kind == overTime {
+		p.X.Min, p.X.Max = 0, xmax*1.02
+		p.Y.Min, p.Y.Max = 0, max(ymax*1.1, 1)
+		return p, nil
+	}
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = logTicks125{}
+	p.X.Min = math.Pow(10, math.Floor(math.Log10(xmin)))
+	p.X.Max = math.Pow(10, math.Ceil(math.Log10(xmax)))
+	levels := []float64{0.5, 0.9, 0.99}
+	p.Y.Min, p.Y.Max = 0, 1
+	ticks := plot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 0.25, Label: "0.25"}, {Value: 0.5, Label: "0.5"},
+		{Value: 0.75, Label: "0.75"}, {Value: 0.9, Label: "0.9"}, {Value: 1, Label: "1"}}
+	if kind == cdfTail {
+		// The top is 1 − 1/(2n): the last point of each line, at 1, is drawn there.
+		p.Y.Max = 1 - 0.5/float64(max(maxN, 2))
+		p.Y.Scale = ninesScale{}
+		ticks = plot.ConstantTicks{{Value: 0, Label: "0"}, {Value: 0.5, Label: "0.5 (p50)"}}
+		levels = nil
+		for k := 1; ; k++ { // 0.9 (p90), 0.99 (p99), 0.999 (p99.9), ...
+			q := 1 - math.Pow(10, -float64(k))
+			if q > p.Y.Max {
+				break
 			}
-			l.Color = color.Gray{Y: 160}
-			l.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
-			p.Add(l)
+			ticks = append(ticks, plot.Tick{Value: q, Label: fmt.Sprintf("%s (p%s)",
+				strconv.FormatFloat(q, 'f', k, 64), strconv.FormatFloat(100*q, 'f', max(k-2, 0), 64))})
+			levels = append(levels, q)
 		}
-	} else {
-		p.Y.Min = 0
+		levels = append(levels, 0.5)
+	}
+	p.Y.Tick.Marker = ticks
+	for _, q := range levels {
+		l, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: q}, {X: p.X.Max, Y: q}})
+		if err != nil {
+			return nil, err
+		}
+		l.Color = color.Gray{Y: 160}
+		l.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+		p.Add(l)
 	}
 	return p, nil
+}
+
+// ninesScale normalizes a share y in [0, 1) as −log10(1 − y): 0.9, 0.99,
+// 0.999 equally spaced. Values above max are drawn at max.
+type ninesScale struct{}
+
+func (ninesScale) Normalize(lo, hi, y float64) float64 {
+	f := func(v float64) float64 { return -math.Log10(1 - v) }
+	return (f(min(y, hi)) - f(lo)) / (f(hi) - f(lo))
 }
 
 // markLine is a vertical line from y = 0 to the top of the plot's y range.

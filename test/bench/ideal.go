@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -156,9 +155,6 @@ func (s *idealSide) fillFires(fires map[string]idealFire) {
 		del = append(del, f.Done.Sub(f.Fired))
 		if f.Err != nil {
 			s.DeleteErrors++
-			if apierrors.IsNotFound(f.Err) {
-				logf("ideal remover: a pod was gone before its DELETE (%v): someone else removed it", f.Err)
-			}
 		}
 	}
 	s.TimerLate, s.Delete = latencyOf(timer), latencyOf(del)
