@@ -1,6 +1,10 @@
 # Load benchmark targets; see BENCHMARKS.md. Included by the Makefile.
 #
-#   make bench                      local cluster in _output/bench, default N=10000 (~15 min on 2 cores)
+#   make bench                      local cluster in _output/bench, default N=10000 (~15 min on 2 cores);
+#                                   the steady scenario runs the ideal remover beside podjanitor (a second
+#                                   namespace of N pods the driver removes itself at their deadlines;
+#                                   BENCH_ARGS=-ideal=false: podjanitor's namespace only, half the load);
+#                                   charts (PNG) and their data (JSON) go to _output/bench/ beside the results
 #   make bench BENCH_PODS=50000 BENCH_SCENARIOS=idle
 #                                   (the local kube-apiserver needs ~7 GB of RAM per 50,000 stored
 #                                   pods: BENCH_PODS=150000 filled a 24 GB machine; see BENCHMARKS.md)

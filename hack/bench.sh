@@ -5,7 +5,9 @@
 # BENCH_PORT_BASE+, default 29400, so `make run` and `make e2e` clusters can
 # stay up), builds the driver (test/bench) and runs it against the release
 # build of podjanitor (_output/bin/podjanitor, from `make build`), then takes
-# the cluster down again. Results: a table on stdout and JSON in _output/bench/.
+# the cluster down again. Results: a table on stdout and JSON in _output/bench/,
+# with charts (PNG) and the data behind each (JSON) beside them; each records
+# the make command (from the BENCH_* variables) and the commit.
 #
 # Environment (the Makefile passes its BENCH_* variables):
 #   BENCH_PODS          N for the idle and steady scenarios      (default 10000)
@@ -52,6 +54,16 @@ args=(
 # BENCH_ARGS is split as the shell splits a command line, so quotes group words:
 # BENCH_ARGS='-podjanitor-alt "_output/bin/podjanitor --removal-events=false"'
 eval "extra=(${BENCH_ARGS:-})"
+# The command and commit, recorded with the results and beside every chart.
+quote() { case $1 in *[!A-Za-z0-9_.,:/=+@%-]*|'') printf "'%s'" "${1//\'/\'\\\'\'}" ;; *) printf %s "$1" ;; esac; }
+command="make bench"
+for v in BENCH_PODS BENCH_BACKLOG_PODS BENCH_SCENARIOS BENCH_RUNS BENCH_WINDOWS BENCH_WORKERS BENCH_QPS \
+  BENCH_BURST BENCH_IDLE BENCH_PODJANITOR BENCH_KUBECONFIG BENCH_ARGS; do
+  [ -z "${!v:-}" ] || command+=" $v=$(quote "${!v}")"
+done
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+[ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || commit+=-dirty
+args+=(-command "$command" -commit "$commit")
 case ",${BENCH_SCENARIOS:-}," in *,peer,*)
   hack/build-descheduler.sh
   args+=(-descheduler "$root/_output/bin/descheduler")

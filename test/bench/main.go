@@ -85,6 +85,8 @@ type config struct {
 	descheduler                    string // peer (peer.go)
 	peerLifetime, peerInterval     time.Duration
 	peerNodes                      int
+	ideal                          bool   // steady: the ideal remover beside podjanitor (ideal.go)
+	command, commit                string // recorded with the results and every chart's data
 }
 
 func main() {
@@ -120,6 +122,9 @@ func main() {
 	flag.DurationVar(&cfg.peerLifetime, "peer-lifetime", 5*time.Minute, "peer: pod lifetime from creation, whole seconds (podjanitor `created` rule, descheduler maxPodLifeTimeSeconds)")
 	flag.DurationVar(&cfg.peerInterval, "peer-interval", 2*time.Minute, "peer: the descheduler's --descheduling-interval")
 	flag.IntVar(&cfg.peerNodes, "peer-nodes", 2, "peer: kwok-managed nodes the pods are bound to (at least 2)")
+	flag.BoolVar(&cfg.ideal, "ideal", true, "steady: also create each pod in a second namespace whose pods the driver removes itself, each at its deadline (the ideal remover), in the same run; doubles the API server's load (-ideal=false: podjanitor's namespace only, as before)")
+	flag.StringVar(&cfg.command, "command", "", "the command that ran the bench (hack/bench.sh passes the make command), recorded with the results and charts; default: the driver's command line")
+	flag.StringVar(&cfg.commit, "commit", "", "the commit the bench ran (hack/bench.sh passes git's), recorded with the results and charts; default: podjanitor --version's")
 	flag.StringVar(&env, "podjanitor-env", "", "comma-separated NAME=value pairs added to every podjanitor's environment (GOGC=100,GOMEMLIMIT=200MiB)")
 	flag.Parse()
 	if cfg.backlogPods == 0 {
@@ -157,6 +162,28 @@ func main() {
 	}
 }
 
+// commitOf is the commit in podjanitor --version's "podjanitor v1.2.3 (commit abc1234)".
+func commitOf(version string) string {
+	_, after, ok := strings.Cut(version, "(commit ")
+	if !ok {
+		return ""
+	}
+	c, _, _ := strings.Cut(after, ")")
+	return c
+}
+
+// shellJoin quotes args for a shell where they need it.
+func shellJoin(args []string) string {
+	var out []string
+	for _, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"$`\\*?[]{}()<>|&;#~") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out = append(out, a)
+	}
+	return strings.Join(out, " ")
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, f := range strings.Split(s, ",") {
@@ -181,6 +208,7 @@ type results struct {
 	Churn    *churnResult    `json:"churn,omitempty"`
 	Recovery *recoveryResult `json:"recovery,omitempty"`
 	Peer     *peerResult     `json:"peer,omitempty"`
+	Charts   []string        `json:"charts,omitempty"` // PNGs and their data (chart.go)
 }
 
 type machine struct {
@@ -234,7 +262,14 @@ func run(ctx context.Context, cfg *config) error {
 	res.Machine = describeMachine()
 	if out, err := exec.Command(strings.Fields(cfg.podjanitor)[0], "--version").Output(); err == nil {
 		res.Config["podjanitor_version"] = strings.TrimSpace(string(out))
+		if cfg.commit == "" {
+			cfg.commit = commitOf(string(out))
+		}
 	}
+	if cfg.command == "" {
+		cfg.command = shellJoin(os.Args)
+	}
+	res.Config["command"], res.Config["commit"], res.Config["ideal"] = cfg.command, cfg.commit, cfg.ideal
 
 	res.Config["podjanitor_env"] = cfg.podjanitorEnv
 	b := &bench{cfg: cfg, res: res, createRate: 100}
@@ -306,6 +341,9 @@ func run(ctx context.Context, cfg *config) error {
 	res.Finished = time.Now()
 	path := b.write()
 	printReport(os.Stdout, res)
+	if len(res.Charts) > 0 {
+		fmt.Printf("\nCharts and their data: %s\n", strings.Join(res.Charts, " "))
+	}
 	fmt.Printf("\nResults: %s (total %s)\n", path, res.Finished.Sub(res.Started).Round(time.Second))
 	return nil
 }
@@ -596,8 +634,12 @@ func printReport(w0 *os.File, r *results) {
 				t.ServerCPUSeconds, 100*t.ServerCPUSeconds/max(t.ServerSeconds, 1))
 			fmt.Fprintf(w, "  podjanitor: client DELETE p50 %s p90 %s p99 %s; %d GCs in the window, longest stop-the-world pause %.2f ms; clock offset used %s (the API server runs on this machine: every ms below 0 is a ms late)\n",
 				ms(t.ClientDelete.P50*1000), ms(t.ClientDelete.P90*1000), ms(t.ClientDelete.P99*1000), t.GCs, t.GCMaxPauseMs, ms(t.ClockOffset*1000))
+			if s.Ideal != nil {
+				fmt.Fprintf(w, "  (the API server's DELETE and CPU figures count the ideal remover's namespace too)\n")
+			}
 			printRequests(w, "Scenario 4 (steady "+s.Window+")", s.Requests)
 		}
+		printIdeal(w, r.Steady)
 	}
 	if c := r.Churn; c != nil {
 		fmt.Fprintf(w, "\n== Scenario 5: churn — %d pods created and deleted under a 7-day rule, %d live at a time (%.0f pods/s); heap after a forced GC\n", c.Pods, c.Live, c.Rate)
@@ -621,6 +663,38 @@ func printReport(w0 *os.File, r *results) {
 		printPeer(w, p)
 	}
 	_ = w.Flush()
+}
+
+// printIdeal prints the steady runs' ideal remover beside podjanitor.
+func printIdeal(w *tabwriter.Writer, runs []*steadyResult) {
+	header := false
+	for _, s := range runs {
+		id := s.Ideal
+		if id == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintf(w, "\n== Scenario 1 beside the ideal remover (the driver removes the same pods in a namespace of its own, a timer per pod at its deadline, a DELETE with podjanitor's client settings; the same watcher, the same run)\n")
+			fmt.Fprintln(w, "window\tremover\tremoved\tp50\tp90\tp99\tmax\tearly\tnot removed\tcreated late")
+			header = true
+		}
+		for _, x := range []struct {
+			name                             string
+			l                                latency
+			removed, early, notRemoved, late int
+		}{
+			{"podjanitor", s.All, s.Removed, s.Early, s.NotRemoved, s.CreatedLate},
+			{"ideal", id.Lateness, id.Removed, id.Early, id.NotRemoved, id.CreatedLate},
+		} {
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", s.Window, x.name, x.removed,
+				ms(x.l.P50), ms(x.l.P90), ms(x.l.P99), ms(x.l.Max), x.early, x.notRemoved, x.late)
+		}
+		if v := s.VsIdeal; v != nil {
+			fmt.Fprintf(w, "window %s: podjanitor / ideal: p50 %.2f× (%+.1f ms), p99 %.2f× (%+.1f ms)\n", s.Window, v.P50Ratio, v.P50DiffMs, v.P99Ratio, v.P99DiffMs)
+		}
+		fmt.Fprintf(w, "window %s: ideal's timer ran p50 %s, p99 %s, max %s after the deadline; its DELETE took p50 %s, p99 %s, max %s; %d DELETE errors\n",
+			s.Window, ms(id.TimerLate.P50), ms(id.TimerLate.P99), ms(id.TimerLate.Max), ms(id.Delete.P50), ms(id.Delete.P99), ms(id.Delete.Max), id.DeleteErrors)
+	}
 }
 
 func printRequests(w *tabwriter.Writer, title string, r apiRequests) {

@@ -42,15 +42,16 @@ const (
 // creationTimestamp plus the lifetime: both removers count from the stored
 // creationTimestamp, which has 1-second precision.
 type peerSide struct {
-	Namespace  string  `json:"namespace"`
-	Lateness   latency `json:"lateness"`
-	Removed    int     `json:"removed"`
-	NotRemoved int     `json:"not_removed"`
-	Early      int     `json:"removed_before_deadline"`
-	RSS        float64 `json:"rss_bytes"`      // VmRSS when the last pod was removed
-	PeakRSS    float64 `json:"peak_rss_bytes"` // VmHWM
-	CPUSeconds float64 `json:"cpu_seconds"`
-	Wall       float64 `json:"wall_seconds"`
+	Namespace  string          `json:"namespace"`
+	Lateness   latency         `json:"lateness"`
+	Removed    int             `json:"removed"`
+	NotRemoved int             `json:"not_removed"`
+	Early      int             `json:"removed_before_deadline"`
+	RSS        float64         `json:"rss_bytes"`      // VmRSS when the last pod was removed
+	PeakRSS    float64         `json:"peak_rss_bytes"` // VmHWM
+	CPUSeconds float64         `json:"cpu_seconds"`
+	Wall       float64         `json:"wall_seconds"`
+	late       []time.Duration // for the chart
 }
 
 type peerResult struct {
@@ -160,6 +161,7 @@ rules:
 		return nil, err
 	}
 	defer d.stop()
+	rss := sampleRSS(j.started, time.Second, []string{"podjanitor", "descheduler"}, j.proc, d.proc)
 
 	serverBefore, err := apiServerMetrics(ctx, b.cs)
 	if err != nil {
@@ -186,6 +188,7 @@ rules:
 		return out, fmt.Errorf("peer: %d pods failed to be created", cr.errors)
 	}
 	out.CreateSeconds, out.CreateRate = cr.duration.Seconds(), cr.rate
+	createdEnd := time.Now()
 
 	// Every pod is due by the end of creation plus the lifetime (and the
 	// second of creationTimestamp's precision); the descheduler also needs up
@@ -228,6 +231,7 @@ rules:
 		time.Sleep(100 * time.Millisecond)
 	}
 	stop()
+	rssSeries := rss.stop()
 	for i := range sides {
 		if !done[i] {
 			record(i)
@@ -245,6 +249,10 @@ rules:
 			s.ns, s.side.Removed, ms(s.side.Lateness.P50), ms(s.side.Lateness.P99), ms(s.side.Lateness.Max),
 			s.side.Early, s.side.NotRemoved, mib(s.side.PeakRSS), s.side.CPUSeconds)
 	}
+	b.chart(b.writeLatenessCDF("peer-lateness", fmt.Sprintf("peer: lateness CDF, %d pods per remover, lifetime %s from creationTimestamp", n, life),
+		[]remover{{"podjanitor", out.Podjanitor.late}, {"descheduler PodLifeTime, interval " + interval.String(), out.Descheduler.late}}))
+	b.chart(b.writeRSSChart("peer-rss", fmt.Sprintf("peer: RSS, %d pods per remover", n), rssSeries,
+		[]chartMark{{"creation ended", createdEnd.Sub(j.started).Seconds()}}))
 	return out, nil
 }
 
@@ -280,6 +288,7 @@ func (s *peerSide) fill(pods map[string]peerPod, life time.Duration) {
 		late = append(late, l)
 	}
 	s.Lateness = latencyOf(late)
+	s.late = late
 }
 
 // peerOwner creates the object that owns the pods of ns. The descheduler's

@@ -29,6 +29,13 @@ type createResult struct {
 // progress line. With status, each pod also gets a Running status.
 func createPods(ctx context.Context, cs kubernetes.Interface, n, concurrency int, label string,
 	mk func(i int) *corev1.Pod, status bool) createResult {
+	return createPodsThen(ctx, cs, n, concurrency, label, mk, status, nil)
+}
+
+// createPodsThen is createPods, calling then (if not nil) with each pod as the
+// API server's create response returned it (its UID, creationTimestamp).
+func createPodsThen(ctx context.Context, cs kubernetes.Interface, n, concurrency int, label string,
+	mk func(i int) *corev1.Pod, status bool, then func(i int, created *corev1.Pod)) createResult {
 	res := createResult{created: make([]time.Time, n)}
 	next := atomic.Int64{}
 	var done atomic.Int64
@@ -77,6 +84,9 @@ func createPods(ctx context.Context, cs kubernetes.Interface, n, concurrency int
 				}
 				res.created[i] = time.Now()
 				done.Add(1)
+				if then != nil {
+					then(i, created)
+				}
 			}
 		})
 	}

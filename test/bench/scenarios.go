@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/podjanitor/podjanitor/internal/workload"
 )
@@ -519,11 +520,15 @@ type steadyResult struct {
 	NotRemoved     int          `json:"not_removed"`
 	CreatedLate    int          `json:"created_less_than_1s_before_deadline"`
 	Early          int          `json:"removed_before_deadline"`
+	Removed        int          `json:"removed"` // measured: created 1 s or more before the deadline, removal seen
 	CPUSeconds     float64      `json:"podjanitor_cpu_seconds"`
 	WallSeconds    float64      `json:"podjanitor_wall_seconds"`
 	PeakRSS        float64      `json:"podjanitor_peak_rss_bytes"`
 	Requests       apiRequests  `json:"podjanitor_api_requests"`
 	Tail           tailEvidence `json:"tail_evidence"`
+	// With -ideal: the ideal remover's namespace, and podjanitor against it.
+	Ideal   *idealSide   `json:"ideal,omitempty"`
+	VsIdeal *versusIdeal `json:"podjanitor_vs_ideal,omitempty"`
 }
 
 // tailEvidence is what sets the lateness tail: the API server's own time for
@@ -567,6 +572,7 @@ func quantiles(m metrics, name string) histQ {
 func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult, error) {
 	n := b.cfg.pods
 	ns := "bench-steady-" + durName(window)
+	idealNS := ns + "-ideal"
 	out := &steadyResult{Pods: n, Window: window.String(), Rate: float64(n) / window.Seconds()}
 	if err := b.ensureNamespace(ctx, ns); err != nil {
 		return nil, err
@@ -574,6 +580,24 @@ func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult
 	tr, err := watchNamespace(ctx, b.cs, ns)
 	if err != nil {
 		return nil, err
+	}
+	copies := 1
+	var itr *tracker
+	var ideal *idealRemover
+	if b.cfg.ideal {
+		copies = 2
+		if err := b.ensureNamespace(ctx, idealNS); err != nil {
+			return nil, err
+		}
+		if itr, err = watchNamespace(ctx, b.cs, idealNS); err != nil {
+			return nil, err
+		}
+		del, err := idealDeleter(b.rest, idealNS, b.cfg.qps, b.cfg.burst)
+		if err != nil {
+			return nil, err
+		}
+		ideal = newIdealRemover(ctx, clock.RealClock{}, del)
+		defer ideal.stop()
 	}
 	j, err := startJanitor(b.cfg, "steady-"+durName(window), ns, b.cfg.workers)
 	if err != nil {
@@ -583,13 +607,20 @@ func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult
 	if _, err := j.waitReady(time.Minute); err != nil {
 		return nil, err
 	}
+	rss := sampleRSS(j.started, time.Second, []string{"podjanitor"}, j.proc)
+	rssStopped := false
+	defer func() {
+		if !rssStopped {
+			rss.stop()
+		}
+	}()
 	lead := b.cfg.lead
 	if lead == 0 {
 		// Creation runs at about b.createRate (measured earlier), but that rate
 		// varies by half from run to run on a shared machine: give creation
 		// twice the time, so that the window measures expiry alone (-lead
 		// shorter than that overlaps creation with the window).
-		createTime := time.Duration(float64(n) / b.createRate * float64(time.Second))
+		createTime := time.Duration(float64(copies*n) / b.createRate * float64(time.Second))
 		lead = 20*time.Second + 2*createTime
 	}
 	out.LeadSeconds = lead.Seconds()
@@ -598,20 +629,67 @@ func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult
 	deadline := func(i int) time.Time {
 		return first.Add(time.Duration((float64(i) + 0.5) / float64(n) * float64(window)))
 	}
-	logf("steady %s: %d pods, deadlines from +%.0fs over %s (%.1f/s)", window, n, lead.Seconds(), window, out.Rate)
-	cr := createPods(ctx, b.cs, n, b.cfg.createConc, "steady "+window.String(), func(i int) *corev1.Pod {
-		return workload.Pod(ns, fmt.Sprintf("steady-%06d", i), "steady", i, deadline(i), "")
-	}, false)
+	// The ideal's deadlines fall halfway between podjanitor's: N of them,
+	// uniform over the same window, without the two removers' DELETEs
+	// meeting at the same instants.
+	idealDeadline := func(i int) time.Time {
+		return first.Add(time.Duration(float64(i+1) / float64(n) * float64(window)))
+	}
+	if ideal != nil {
+		out.Ideal = &idealSide{Namespace: idealNS}
+		logf("steady %s: %d pods in each of %s (podjanitor) and %s (the ideal remover), deadlines from +%.0fs over %s (%.1f/s each)",
+			window, n, ns, idealNS, lead.Seconds(), window, out.Rate)
+	} else {
+		logf("steady %s: %d pods, deadlines from +%.0fs over %s (%.1f/s)", window, n, lead.Seconds(), window, out.Rate)
+	}
+	mk := func(i int) *corev1.Pod {
+		if ideal == nil {
+			return workload.Pod(ns, fmt.Sprintf("steady-%06d", i), "steady", i, deadline(i), "")
+		}
+		k, isIdeal := interleaved(i)
+		if isIdeal {
+			return workload.Pod(idealNS, fmt.Sprintf("steady-%06d", k), "steady", k, idealDeadline(k), "")
+		}
+		return workload.Pod(ns, fmt.Sprintf("steady-%06d", k), "steady", k, deadline(k), "")
+	}
+	var then func(i int, created *corev1.Pod)
+	if ideal != nil {
+		then = func(i int, created *corev1.Pod) {
+			if k, isIdeal := interleaved(i); isIdeal {
+				ideal.schedule(created.Name, created.UID, idealDeadline(k))
+			}
+		}
+	}
+	cr := createPodsThen(ctx, b.cs, copies*n, b.cfg.createConc, "steady "+window.String(), mk, false, then)
 	createdEnd := time.Now()
 	out.CreateSeconds, out.CreateRate = cr.duration.Seconds(), cr.rate
 	b.createRate = cr.rate
+	// created is when pod k of a namespace was created (zero: it failed).
+	created := func(k int, isIdeal bool) time.Time {
+		if ideal == nil {
+			return cr.created[k]
+		}
+		return cr.created[copyIndex(k, isIdeal)]
+	}
+	countCreated := func(isIdeal bool) int {
+		c := 0
+		for k := range n {
+			if !created(k, isIdeal).IsZero() {
+				c++
+			}
+		}
+		return c
+	}
 	serverBefore, err := apiServerMetrics(ctx, b.cs)
 	if err != nil {
 		return out, err
 	}
 	serverFrom := time.Now()
 	wait := time.Until(deadline(n-1)) + 60*time.Second
-	tr.waitGone(ctx, n-int(cr.errors), wait, "steady "+window.String())
+	tr.waitGone(ctx, countCreated(false), wait, "steady "+window.String())
+	if itr != nil {
+		itr.waitGone(ctx, countCreated(true), time.Until(idealDeadline(n-1))+10*time.Second, "steady "+window.String()+" ideal")
+	}
 	if ctx.Err() != nil {
 		return out, ctx.Err()
 	}
@@ -645,47 +723,110 @@ func (b *bench) steady(ctx context.Context, window time.Duration) (*steadyResult
 	out.CPUSeconds, out.PeakRSS, out.WallSeconds = p.CPUSecond, float64(p.PeakRSS), time.Since(j.started).Seconds()
 	out.Requests = requestsFrom(m)
 	out.Histogram = latenessHistogram(m)
-	gone := tr.snapshot()
-	var all, after, during []time.Duration
-	for i := range n {
-		name := fmt.Sprintf("steady-%06d", i)
-		d := deadline(i)
-		if cr.created[i].IsZero() {
-			continue // creation failed
-		}
-		if cr.created[i].After(d.Add(-time.Second)) {
-			out.CreatedLate++
-			continue
-		}
-		g, ok := gone[name]
-		if !ok {
-			out.NotRemoved++
-			continue
-		}
-		late := g.Sub(d)
-		if late < 0 {
-			out.Early++
-		}
-		all = append(all, late)
-		if d.After(createdEnd) {
-			after = append(after, late)
-		} else {
-			during = append(during, late)
-		}
-	}
-	out.All, out.AfterCreation, out.DuringCreation = latencyOf(all), latencyOf(after), latencyOf(during)
+	rssSeries := rss.stop()
+	rssStopped = true
+
+	pj := sortLateness(n, func(k int) time.Time { return created(k, false) }, deadline, tr.snapshot(), createdEnd)
+	out.CreatedLate, out.NotRemoved, out.Early, out.Removed = pj.createdLate, pj.notRemoved, pj.early, len(pj.all)
+	out.All, out.AfterCreation, out.DuringCreation = latencyOf(pj.all), latencyOf(pj.after), latencyOf(pj.during)
 	over := 0
-	for _, l := range all {
+	for _, l := range pj.all {
 		if l > 25*time.Millisecond {
 			over++
 		}
 	}
-	if len(all) > 0 {
-		out.Tail.WatcherOver = float64(over) / float64(len(all))
+	if len(pj.all) > 0 {
+		out.Tail.WatcherOver = float64(over) / float64(len(pj.all))
 	}
 	logf("steady %s: lateness p50 %s p99 %s max %s (%d measured, %d not removed, %d created late)", window,
 		ms(out.All.P50), ms(out.All.P99), ms(out.All.Max), out.All.Count, out.NotRemoved, out.CreatedLate)
+	removers := []remover{{"podjanitor", pj.all}}
+	if ideal != nil {
+		ideal.stop()
+		id := sortLateness(n, func(k int) time.Time { return created(k, true) }, idealDeadline, itr.snapshot(), createdEnd)
+		s := out.Ideal
+		s.CreatedLate, s.NotRemoved, s.Early, s.Removed = id.createdLate, id.notRemoved, id.early, len(id.all)
+		s.Lateness = latencyOf(id.all)
+		s.fillFires(ideal.results())
+		v := compareToIdeal(out.All, s.Lateness)
+		out.VsIdeal = &v
+		removers = append(removers, remover{"ideal remover", id.all})
+		logf("steady %s: ideal remover: lateness p50 %s p99 %s max %s (%d measured, %d not removed, %d DELETE errors); podjanitor − ideal: p50 %+.1f ms, p99 %+.1f ms",
+			window, ms(s.Lateness.P50), ms(s.Lateness.P99), ms(s.Lateness.Max), s.Lateness.Count, s.NotRemoved, s.DeleteErrors, v.P50DiffMs, v.P99DiffMs)
+	}
+	base := "steady-" + durName(window)
+	b.chart(b.writeLatenessCDF(base+"-lateness",
+		fmt.Sprintf("steady %s: lateness CDF, %d pods per remover over %s (%.0f/s each)", window, n, window, out.Rate), removers))
+	since := func(t time.Time) float64 { return t.Sub(j.started).Seconds() }
+	b.chart(b.writeRSSChart(base+"-rss", fmt.Sprintf("steady %s: podjanitor's RSS, %d pods in its namespace", window, n), rssSeries,
+		[]chartMark{{"creation ended", since(createdEnd)}, {"first deadline", since(first)}, {"last deadline", since(deadline(n - 1))}}))
 	return out, nil
+}
+
+// interleaved maps the i-th pod created to pod k of the two namespaces of a
+// run with two removers: pods 2k and 2k+1 are the two copies of pod k, and
+// which copy goes first alternates with k (false: the first namespace's).
+func interleaved(i int) (k int, second bool) {
+	k = i / 2
+	return k, (i%2 == 0) != (k%2 == 0)
+}
+
+// copyIndex is interleaved's inverse: the creation index of pod k's copy.
+func copyIndex(k int, second bool) int {
+	if second == (k%2 == 0) {
+		return 2*k + 1
+	}
+	return 2 * k
+}
+
+// sortedLateness is one namespace's pods of a steady run, sorted.
+type sortedLateness struct {
+	all, after, during             []time.Duration
+	createdLate, notRemoved, early int
+}
+
+// sortLateness measures pods 0..n-1 of a namespace: created(k) is when pod k
+// was created (zero: creation failed), deadline(k) its deadline, gone the
+// removals the watcher saw by name. Pods created less than 1 s before their
+// deadline are not measured; the others are split by whether their deadline
+// came after createdEnd.
+func sortLateness(n int, created, deadline func(k int) time.Time, gone map[string]time.Time, createdEnd time.Time) sortedLateness {
+	var s sortedLateness
+	for k := range n {
+		d := deadline(k)
+		c := created(k)
+		if c.IsZero() {
+			continue // creation failed
+		}
+		if c.After(d.Add(-time.Second)) {
+			s.createdLate++
+			continue
+		}
+		g, ok := gone[fmt.Sprintf("steady-%06d", k)]
+		if !ok {
+			s.notRemoved++
+			continue
+		}
+		late := g.Sub(d)
+		if late < 0 {
+			s.early++
+		}
+		s.all = append(s.all, late)
+		if d.After(createdEnd) {
+			s.after = append(s.after, late)
+		} else {
+			s.during = append(s.during, late)
+		}
+	}
+	return s
+}
+
+// chart records the files a chart wrote, or logs why it could not.
+func (b *bench) chart(files []string, err error) {
+	b.res.Charts = append(b.res.Charts, files...)
+	if err != nil {
+		logf("chart: %v", err)
+	}
 }
 
 func durName(d time.Duration) string {
