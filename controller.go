@@ -25,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -111,11 +112,11 @@ type Controller struct {
 	reporter *eventReporter
 	clock    clock.WithTicker
 
-	// pods is the pod informer's store; see podFromCache for what it holds.
+	// pods is the pod informer's store; see podcache.Pod for what it holds.
 	pods       cache.Indexer
 	podsSynced cache.InformerSynced
 	// namespaces holds the labels and keep annotation of each namespace
-	// (namespaceTransform); a namespace change decides its pods again.
+	// (podcache.NamespaceTransform); a namespace change decides its pods again.
 	namespaces       cache.Indexer
 	namespacesSynced cache.InformerSynced
 	// nsReader reads a due pod's namespace fresh before its removal;
@@ -132,7 +133,7 @@ type Controller struct {
 	queue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	state   *podStates
 	limiter *rate.Limiter
-	// transform is the pod informer's (rememberingPodTransform against the
+	// transform is the pod informer's (podcache.RememberingPodTransform against the
 	// cache), for pods read afresh before an eviction.
 	transform cache.TransformFunc
 	opts      Options
@@ -183,7 +184,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 		limiter: rate.NewLimiter(limit, burst),
 		// Against the cache's version, as the informer's own transform: a pod read
 		// afresh keeps the status time of the cached version with the same clocks.
-		transform: rememberingPodTransform(strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/"), podInformer.Informer().GetIndexer()),
+		transform: podcache.RememberingPodTransform(strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/"), podInformer.Informer().GetIndexer()),
 		opts:      opts,
 		metrics:   opts.Metrics,
 	}
@@ -370,7 +371,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 		c.state.forget(key)
 		return Result{}, nil
 	}
-	pod, err := podFromCache(obj)
+	pod, err := podcache.Pod(obj)
 	if err != nil {
 		return Result{}, err
 	}
@@ -482,7 +483,7 @@ func (c *Controller) freshDecision(ctx context.Context, cached *corev1.Pod, d po
 	if err != nil {
 		return nil, d, Result{}, err
 	}
-	fresh, err := podFromCache(obj)
+	fresh, err := podcache.Pod(obj)
 	if err != nil {
 		return nil, d, Result{}, err
 	}

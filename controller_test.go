@@ -31,6 +31,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -96,7 +97,7 @@ func newFixtureWithNamespaces(t *testing.T, opts Options, namespaces []*corev1.N
 		t.Fatalf("the pod cache keeps indexes %v: a map entry per pod", slices.Collect(maps.Keys(indexers)))
 	}
 	for _, p := range pods { // stored as the informer's transform stores them
-		obj, err := podTransform(strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/"))(p.DeepCopy())
+		obj, err := podcache.PodTransform(strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/"))(p.DeepCopy())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -149,7 +150,7 @@ func TestInvalidAnnotationWarnsOncePerPodAndValue(t *testing.T) {
 // setPod stores pod in the informer cache as the informer would.
 func (f *fixture) setPod(pod *corev1.Pod) {
 	f.t.Helper()
-	obj, err := podTransform("podjanitor.io")(pod.DeepCopy())
+	obj, err := podcache.PodTransform("podjanitor.io")(pod.DeepCopy())
 	if err != nil {
 		f.t.Fatal(err)
 	}

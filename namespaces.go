@@ -21,28 +21,6 @@ import (
 	"github.com/podjanitor/podjanitor/policy"
 )
 
-// namespaceTransform returns the namespace informer's transform: of each
-// namespace's metadata, only what decisions read (labels for rules'
-// namespaceSelector, the keep annotation) and what the informer needs.
-func namespaceTransform(keepKey string) cache.TransformFunc {
-	return func(obj interface{}) (interface{}, error) {
-		m, ok := obj.(*metav1.PartialObjectMetadata)
-		if !ok {
-			return obj, nil // a tombstone
-		}
-		lean := &metav1.PartialObjectMetadata{
-			TypeMeta: m.TypeMeta,
-			ObjectMeta: metav1.ObjectMeta{
-				Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Labels: m.Labels,
-			},
-		}
-		if value, ok := m.Annotations[keepKey]; ok {
-			lean.Annotations = map[string]string{keepKey: value}
-		}
-		return lean, nil
-	}
-}
-
 // namespaceInfo is what the namespace cache knows of a namespace; nil when
 // the namespace is not in it (not yet seen, or deleted), which policy.Decide
 // takes as "not known" and leaves the namespace's pods alone.

@@ -150,27 +150,9 @@ func TestCriticalPodIsNotRemovedByRule(t *testing.T) {
 	checkActions(t, []core.Action{deleteAction(plain)}, f.writes())
 }
 
-// TestNamespaceTransformKeepsLabelsAndKeep proves that the namespace cache
-// holds labels and the keep annotation under the configured prefix, nothing else.
-func TestNamespaceTransformKeepsLabelsAndKeep(t *testing.T) {
-	full := &metav1.PartialObjectMetadata{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
-		ObjectMeta: metav1.ObjectMeta{Name: "ci", UID: "u", ResourceVersion: "5", Labels: map[string]string{"team": "ci"},
-			Annotations: map[string]string{"janitor.example.com/keep": "true", "podjanitor.io/keep": "true", "other": "x"},
-			Finalizers:  []string{"kubernetes"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
-	}
-	got, err := namespaceTransform("janitor.example.com/keep")(full)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := &metav1.PartialObjectMetadata{
-		TypeMeta: full.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{Name: "ci", UID: "u", ResourceVersion: "5", Labels: map[string]string{"team": "ci"},
-			Annotations: map[string]string{"janitor.example.com/keep": "true"}},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("transformed namespace (-want,+got):\n%s", diff)
-	}
+// TestNamespaceInfoOfAnUncachedNamespaceIsNil proves that a namespace the
+// cache does not hold is "not known" (nil) to the policy.
+func TestNamespaceInfoOfAnUncachedNamespaceIsNil(t *testing.T) {
 	if info := namespaceInfo(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), "ci"); info != nil {
 		t.Errorf("namespaceInfo of a namespace not cached = %+v, want nil", info)
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/pager"
 	"k8s.io/klog/v2"
 
+	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -124,7 +125,7 @@ func listPods(ctx context.Context, client kubernetes.Interface, o *options) ([]*
 // (only --namespace when it is set), as its namespace cache holds them.
 func listNamespaces(ctx context.Context, client metadata.Interface, o *options) (map[string]*policy.Namespace, error) {
 	namespaces := map[string]*policy.Namespace{}
-	transform := namespaceTransform(keepAnnotationKey(o))
+	transform := podcache.NamespaceTransform(keepAnnotationKey(o))
 	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		opts.FieldSelector = namespaceFieldSelector(o)
 		return client.Resource(corev1.SchemeGroupVersion.WithResource("namespaces")).List(ctx, opts)

@@ -21,6 +21,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/transport"
 
+	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -128,7 +129,7 @@ func policyEvaluator(prefix string) func(data []byte) (*policy.Evaluator, error)
 }
 
 // informerFactory makes the pod informers of --namespace and
-// --label-selector, whose cache keeps the lean pods of podTransform.
+// --label-selector, whose cache keeps the lean pods of podcache.PodTransform.
 func informerFactory(client kubernetes.Interface, o *options) informers.SharedInformerFactory {
 	tweak := func(lo *metav1.ListOptions) { lo.LabelSelector = o.labelSelector }
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
@@ -138,10 +139,10 @@ func informerFactory(client kubernetes.Interface, o *options) informers.SharedIn
 	// The pod informer without the namespace index that the factory would
 	// give it: nothing reads pods by namespace often enough to pay a map
 	// entry per cached pod (see enqueueNamespacePods). Its transform reads
-	// its own store (rememberingPodTransform).
+	// its own store (podcache.RememberingPodTransform).
 	factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 		informer := coreinformers.NewFilteredPodInformer(client, o.namespace, resync, cache.Indexers{}, tweak)
-		if err := informer.SetTransform(rememberingPodTransform(o.annotationPrefix, informer.GetStore())); err != nil {
+		if err := informer.SetTransform(podcache.RememberingPodTransform(o.annotationPrefix, informer.GetStore())); err != nil {
 			panic(err) // cannot happen: the informer has not started
 		}
 		return informer
@@ -174,7 +175,7 @@ func newNamespaceInformer(client metadata.Interface, o *options, health *watchHe
 	}
 	informer := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client),
 		&metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
-	if err := informer.SetTransform(namespaceTransform(keepAnnotationKey(o))); err != nil {
+	if err := informer.SetTransform(podcache.NamespaceTransform(keepAnnotationKey(o))); err != nil {
 		return nil, fmt.Errorf("namespace informer: %w", err)
 	}
 	return informer, nil
