@@ -354,7 +354,7 @@ func (c *Controller) ClockOffsetChanged() { c.state.offsetChanged() }
 // now is the API server's current time as this process estimates it:
 // creation, finish and transition times are the API server's, so deadlines
 // are compared with its clock, not with this process's. c.clock is steady
-// (processClock): a step of the wall clock moves neither it nor the offset.
+// (apiclock.ProcessClock): a step of the wall clock moves neither it nor the offset.
 func (c *Controller) now() time.Time {
 	return c.clock.Now().Add(c.opts.ClockOffset())
 }

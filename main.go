@@ -5,13 +5,13 @@ package main
 import (
 	"context"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
+	"github.com/podjanitor/podjanitor/internal/apiclock"
 	"github.com/podjanitor/podjanitor/policy"
 	"github.com/podjanitor/podjanitor/signals"
 )
@@ -65,19 +65,14 @@ func daemon(ctx context.Context, o *options) error {
 	metrics := NewMetrics(version, commit)
 	metrics.RegisterClientMetrics()
 	leaderelection.SetProvider(metrics.LeaderElectionProvider())
-	clk, err := processClock(logger)
+	clk, err := apiclock.ProcessClock(logger)
 	if err != nil {
 		return err
 	}
 	// Deadlines are compared in the API server's time, as its responses tell it.
-	var offsetChanged atomic.Pointer[func()] // set once the controller exists
-	apiClk := newAPIClock(clk, func(offset time.Duration) {
-		metrics.setClockOffset(offset)
-		if f := offsetChanged.Load(); f != nil {
-			(*f)()
-		}
-	})
-	clients, err := newClients(cfg, apiClk.wrap, withoutDisruptionBudgetRetryAfter)
+	apiClk := apiclock.New(clk)
+	apiClk.Subscribe(metrics.setClockOffset)
+	clients, err := newClients(cfg, apiClk.Wrap, withoutDisruptionBudgetRetryAfter)
 	if err != nil {
 		return err
 	}
@@ -115,8 +110,7 @@ func daemon(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	onOffset := controller.ClockOffsetChanged
-	offsetChanged.Store(&onOffset)
+	apiClk.Subscribe(func(time.Duration) { controller.ClockOffsetChanged() })
 	defer func() { // before the pipeline shuts down: removals reported in bulk, and time for them to be queued
 		controller.FlushEvents()
 		recording.drain()
@@ -142,7 +136,7 @@ func daemon(ctx context.Context, o *options) error {
 		return err
 	}
 
-	go apiClk.runCalibration(ctx, func(ctx context.Context) error {
+	go apiClk.RunCalibration(ctx, func(ctx context.Context) error {
 		return clients.kube.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error()
 	})
 	factory.Start(ctx.Done())

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/pager"
 	"k8s.io/klog/v2"
 
+	"github.com/podjanitor/podjanitor/internal/apiclock"
 	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/policy"
 )
@@ -79,12 +80,12 @@ func plan(ctx context.Context, o *options, out io.Writer) error {
 	// "In 11s" in the API server's time, as the daemon counts: the Date
 	// headers of the listing's responses give the offset (uncalibrated, to
 	// within a second and a round trip).
-	clk, err := processClock(klog.Background())
+	clk, err := apiclock.ProcessClock(klog.Background())
 	if err != nil {
 		return err
 	}
-	apiClk := newAPIClock(clk, nil)
-	clients, err := newClients(cfg, apiClk.wrap)
+	apiClk := apiclock.New(clk)
+	clients, err := newClients(cfg, apiClk.Wrap)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/podjanitor/podjanitor/internal/apiclock"
 )
 
 // parkedRun is a podStates whose run loop hands keys to a list, on a fake clock.
@@ -259,5 +262,34 @@ func checkParking(t *testing.T, data []byte) {
 		if s.len() != len(model) {
 			t.Fatalf("%d entries for %d parked keys", s.len(), len(model))
 		}
+	}
+}
+
+// The offset's callback moves parked deadlines while podStates asks the
+// offset for the time: neither may wait for the other (they did: a.mu was
+// held across the callback, which takes the podStates lock, while podStates'
+// loop held its lock and asked for the offset).
+func TestAPIClockCallbackDoesNotDeadlockWithParkedKeys(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var states *podStates
+	a := apiclock.New(clock.RealClock{})
+	a.Subscribe(func(time.Duration) { states.offsetChanged() })
+	states = newPodStates(clock.RealClock{}, func() time.Time { return time.Now().Add(a.Offset()) }, nil)
+	go states.run(ctx, func(cache.ObjectName) {})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 20000 {
+			now := time.Now()
+			// Samples whose lower bound keeps rising, so every one calls back.
+			a.Observe(ctx, now, now, now.Add(time.Duration(i)*time.Millisecond))
+			states.park(cache.ObjectName{Namespace: "default", Name: fmt.Sprint(i % 100)}, time.Duration(i%7)*time.Microsecond, true)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("observe and the parked keys' loop deadlocked")
 	}
 }

@@ -148,3 +148,7 @@ func withoutDisruptionBudgetRetryAfter(rt http.RoundTripper) http.RoundTripper {
 		return resp, nil
 	})
 }
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
