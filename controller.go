@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -548,7 +549,7 @@ func (c *Controller) callRemoval(ctx context.Context, pod *corev1.Pod, d policy.
 
 // removalFailed sorts a failed removal: a conflict means the pod changed and is
 // decided again; transient failures retry with the workqueue's short backoff;
-// refusals that retrying soon cannot fix (refusalKinds) wait longer, are
+// refusals that retrying soon cannot fix (removalerrors.Refusals) wait longer, are
 // reported once per pod and kind, and their retries take no removal token a
 // due pod needs (podStates.reserve). A 404 is not taken as "gone": only the
 // informer says that a pod is gone, so a 404 from anything else (a proxy, an
@@ -562,10 +563,10 @@ func (c *Controller) removalFailed(ctx context.Context, pod *corev1.Pod, d polic
 		logger.V(2).Info("Pod changed since the decision, deciding again", "pod", klog.KObj(pod), "err", err)
 		return Result{Requeue: true}, nil
 	}
-	kind := removalErrorKind(err)
+	kind := removalerrors.KindOf(err)
 	c.metrics.removalFailed(d.Action, kind)
 	err = fmt.Errorf("removing pod %s (%s): %w", key, d.Action, err)
-	if !isRefusal(kind) {
+	if !removalerrors.IsRefusal(kind) {
 		c.state.charge(key, pod.UID, c.limiter) // a call that timed out may have removed the pod
 		return Result{}, err
 	}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -236,19 +237,19 @@ func annotationErrorNote(e *policy.AnnotationError) string {
 }
 
 // removalRefused reports a removal refused for a reason that retrying soon
-// cannot fix (kind, one of refusalKinds); the controller reports each pod
+// cannot fix (kind, one of removalerrors.Refusals); the controller reports each pod
 // once per kind (podStates.refused). A PodDisruptionBudget doing its job is
 // Normal; the others need someone to act, and are Warnings.
 func (r *eventReporter) removalRefused(pod *corev1.Pod, action policy.Action, kind string, err error) {
 	const retrying = "podjanitor retries with backoff, at least every 5 min"
 	switch kind {
-	case errorDisruptionBudget:
+	case removalerrors.DisruptionBudget:
 		r.eventf(pod, nil, corev1.EventTypeNormal, ReasonEvictionBlocked, "Evict", "Eviction refused, retrying with backoff: %v", err)
-	case errorMultipleBudgets:
+	case removalerrors.MultipleBudgets:
 		r.eventf(pod, nil, corev1.EventTypeWarning, ReasonEvictionBlocked, "Evict",
 			"Eviction refused: more than one PodDisruptionBudget selects the pod, which the Eviction API does not support, "+
 				"so no eviction can pass until one budget selects it; %s and never deletes the pod instead: %v", retrying, err)
-	case errorAdmissionDenied:
+	case removalerrors.AdmissionDenied:
 		r.eventf(pod, nil, corev1.EventTypeWarning, ReasonRemovalRefused, actionVerb(action),
 			"Removal (%s) denied by admission control; %s: %v", action, retrying, err)
 	default:

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/internal/apiclock"
+	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
 	"github.com/podjanitor/podjanitor/signals"
 )
@@ -72,7 +73,7 @@ func daemon(ctx context.Context, o *options) error {
 	// Deadlines are compared in the API server's time, as its responses tell it.
 	apiClk := apiclock.New(clk)
 	apiClk.Subscribe(metrics.setClockOffset)
-	clients, err := newClients(cfg, apiClk.Wrap, withoutDisruptionBudgetRetryAfter)
+	clients, err := newClients(cfg, apiClk.Wrap, removalerrors.WithoutDisruptionBudgetRetryAfter)
 	if err != nil {
 		return err
 	}

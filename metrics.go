@@ -11,6 +11,7 @@ import (
 	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -156,7 +157,7 @@ func NewMetrics(version, commit string) *Metrics {
 		m.reconcileTotal.WithLabelValues(r)
 	}
 	for _, a := range []policy.Action{policy.ActionDelete, policy.ActionEvict} {
-		for _, kind := range removalErrorKinds {
+		for _, kind := range removalerrors.Kinds {
 			m.removalErrors.WithLabelValues(string(a), kind)
 		}
 	}

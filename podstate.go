@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+
+	"github.com/podjanitor/podjanitor/internal/removalerrors"
 )
 
 // podStates is everything the controller remembers about individual pods, by
@@ -90,7 +92,7 @@ type podMarks struct {
 	refusals int    // removals refused in a row for a reason retrying soon cannot fix
 	warned   uint64 // hash of the invalid annotation and value the pod was warned about; 0: none
 	removed  bool   // removed (or reported removed in dry-run): no second API call
-	// reported has a bit for each kind of refusal (refusalKinds) the pod
+	// reported has a bit for each kind of refusal (removalerrors.Refusals) the pod
 	// was reported for: one event per pod and kind.
 	reported uint8
 	// unpaid marks a retry of a refused removal under way without a token:
@@ -318,7 +320,7 @@ func (s *podStates) warnOnce(key cache.ObjectName, uid types.UID, annotation, va
 }
 
 // refused counts a removal refused for a reason that retrying soon cannot fix
-// (kind, one of refusalKinds: a PodDisruptionBudget, an admission denial,
+// (kind, one of removalerrors.Refusals: a PodDisruptionBudget, an admission denial,
 // missing permissions, ...). It returns how long to wait before trying again
 // (5 s, doubling up to 5 min) and whether the pod is to be reported: the
 // first refusal of this kind for this pod. A retry that was refused again
@@ -329,7 +331,7 @@ func (s *podStates) refused(key cache.ObjectName, uid types.UID, kind string) (a
 	_, m := s.get(key, uid)
 	m.refusals++
 	m.unpaid = false
-	if i := slices.Index(refusalKinds, kind); i >= 0 {
+	if i := slices.Index(removalerrors.Refusals, kind); i >= 0 {
 		bit := uint8(1) << i
 		report = m.reported&bit == 0
 		m.reported |= bit

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	core "k8s.io/client-go/testing"
 
+	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -90,7 +95,7 @@ func TestMultipleBudgetsRefusalBacksOffSlowlyAndWarnsOnce(t *testing.T) {
 	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning EvictionBlocked Evict ") || !strings.Contains(got[0], "more than one PodDisruptionBudget") {
 		t.Errorf("events = %q, want one Warning EvictionBlocked naming the two budgets", got)
 	}
-	if got := testutilValue(f.metrics, "evict", errorMultipleBudgets); got != 5 {
+	if got := testutilValue(f.metrics, "evict", removalerrors.MultipleBudgets); got != 5 {
 		t.Errorf(`removal_errors_total{error="multiple_budgets"} = %v, want 5`, got)
 	}
 }
@@ -114,7 +119,7 @@ func TestRefusalsAreReportedOncePerKind(t *testing.T) {
 		!strings.HasPrefix(got[1], "Normal EvictionBlocked Evict ") {
 		t.Errorf("events = %q, want one Warning RemovalRefused, then one Normal EvictionBlocked", got)
 	}
-	if got := testutilValue(f.metrics, "evict", errorAdmissionDenied); got != 3 {
+	if got := testutilValue(f.metrics, "evict", removalerrors.AdmissionDenied); got != 3 {
 		t.Errorf(`removal_errors_total{error="admission_denied"} = %v, want 3`, got)
 	}
 }
@@ -280,7 +285,7 @@ func TestFreshReadFailureIsRetried(t *testing.T) {
 		f.next()
 	}
 	checkActions(t, []core.Action{getAction(pod), getAction(pod), getAction(pod), evictAction(pod)}, f.writes())
-	if got := testutilValue(f.metrics, "evict", errorNotFound); got != 1 {
+	if got := testutilValue(f.metrics, "evict", removalerrors.NotFound); got != 1 {
 		t.Errorf(`removal_errors_total{error="not_found"} = %v, want 1`, got)
 	}
 	if !f.c.state.wasRemoved(keyOf(pod), pod.UID) {
@@ -327,5 +332,33 @@ func TestFreshReadKeepsTheCachedStatusTime(t *testing.T) {
 	checkActions(t, []core.Action{getAction(cached), evictAction(fresh)}, f.writes())
 	if !f.c.state.wasRemoved(keyOf(cached), cached.UID) {
 		t.Error("crash-looping pod not evicted: the fresh read restarted its clock at the latest status write")
+	}
+}
+
+// A removal call that hangs is cut off at the write timeout and retried.
+func TestHungRemovalCallTimesOut(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	pod := newPod("hung", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	f := newFixture(t, Options{WriteTimeout: 200 * time.Millisecond}, pod)
+	f.c.client = kubernetes.NewForConfigOrDie(&rest.Config{Host: srv.URL})
+	start := time.Now()
+	d := policy.Decision{Deadline: t0, Action: policy.ActionDelete, Reason: policy.ReasonTTL}
+	_, err := f.c.removePod(f.ctx, pod, d)
+	if err == nil || removalerrors.KindOf(err) != removalerrors.Timeout {
+		t.Fatalf("err = %v, want a timeout", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the call took %v, want it cut off near the 200ms write timeout", took)
+	}
+	if got := testutilValue(f.metrics, "delete", removalerrors.Timeout); got != 1 {
+		t.Errorf(`removal_errors_total{error="timeout"} = %v, want 1`, got)
 	}
 }
