@@ -25,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
@@ -55,7 +56,7 @@ type Options struct {
 	// means no offset.
 	ClockOffset func() time.Duration
 	// Metrics receives the controller's measurements; nil records nothing.
-	Metrics *Metrics
+	Metrics *metrics.Metrics
 	// PodSelector is the pod informer's label selector (--label-selector):
 	// a pod read afresh that no longer matches it is not removed. nil
 	// matches every pod.
@@ -138,7 +139,7 @@ type Controller struct {
 	// cache), for pods read afresh before an eviction.
 	transform cache.TransformFunc
 	opts      Options
-	metrics   *Metrics
+	metrics   *metrics.Metrics
 }
 
 // transientBackoffMax caps the workqueue's backoff for failed syncs, so that
@@ -191,7 +192,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	}
 	c.namespaces, c.namespacesSynced = namespaceInformer.GetIndexer(), namespaceInformer.HasSynced
 	c.nsReader = newNamespaceReader(client, clk, opts.WriteTimeout)
-	c.state = newPodStates(clk, c.now, opts.Metrics.setScheduled)
+	c.state = newPodStates(clk, c.now, opts.Metrics.SetPodsParked)
 	c.evaluator.Store(opts.Evaluator)
 	_, err := podInformer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
@@ -272,7 +273,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		return errors.New("pod and namespace caches did not sync")
 	}
 	wg.Go(func() { c.state.run(ctx, c.queue.Add) })
-	c.metrics.setMaxConcurrency(workers)
+	c.metrics.SetMaxConcurrency(workers)
 	for range workers {
 		wg.Go(func() {
 			for c.processNextWorkItem(ctx, workCtx) {
@@ -297,10 +298,10 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 		return false // shutting down: take no new work
 	}
 
-	c.metrics.workerStarted()
+	c.metrics.WorkerStarted()
 	start := c.clock.Now()
 	result, err := c.safeSync(workCtx, key)
-	c.metrics.workerFinished(c.clock.Since(start))
+	c.metrics.WorkerFinished(c.clock.Since(start))
 
 	logger := klog.FromContext(ctx)
 	var retry *retryAfterError
@@ -308,30 +309,30 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 	case err != nil && isTerminal(err):
 		c.queue.Forget(key)
 		c.state.unpark(key)
-		c.metrics.reconciled(labelError, true)
+		c.metrics.Reconciled(metrics.ResultError, true)
 		logger.V(2).Info("Leaving pod alone until it changes", "pod", key, "err", cutNote(err.Error())) // a bad value can be 256 KiB
 	case errors.As(err, &retry):
 		c.queue.Forget(key)
 		c.state.park(key, retry.after, false)
-		c.metrics.reconciled(labelError, false)
+		c.metrics.Reconciled(metrics.ResultError, false)
 		utilruntime.HandleErrorWithContext(ctx, err, "Syncing pod failed, will retry", "pod", key, "after", retry.after)
 	case err != nil:
 		c.queue.AddRateLimited(key)
 		c.state.unpark(key)
-		c.metrics.reconciled(labelError, false)
+		c.metrics.Reconciled(metrics.ResultError, false)
 		utilruntime.HandleErrorWithContext(ctx, err, "Syncing pod failed, will retry", "pod", key, "retries", c.queue.NumRequeues(key))
 	case result.RequeueAfter > 0:
 		c.queue.Forget(key)
 		c.state.park(key, result.RequeueAfter, result.scheduled)
-		c.metrics.reconciled(labelRequeueAfter, false)
+		c.metrics.Reconciled(metrics.ResultRequeueAfter, false)
 	case result.Requeue:
 		c.queue.AddRateLimited(key)
 		c.state.unpark(key)
-		c.metrics.reconciled(labelRequeue, false)
+		c.metrics.Reconciled(metrics.ResultRequeue, false)
 	default:
 		c.queue.Forget(key)
 		c.state.unpark(key)
-		c.metrics.reconciled(labelSuccess, false)
+		c.metrics.Reconciled(metrics.ResultSuccess, false)
 	}
 	return true
 }
@@ -340,7 +341,7 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 func (c *Controller) safeSync(ctx context.Context, key cache.ObjectName) (result Result, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.metrics.panicked()
+			c.metrics.Panicked()
 			err = fmt.Errorf("panic syncing pod %s: %v", key, r)
 		}
 	}()
@@ -516,7 +517,7 @@ func (c *Controller) removed(ctx context.Context, pod *corev1.Pod, d policy.Deci
 	if c.opts.DryRun {
 		logger.V(2).Info("Would remove pod (dry run)", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source, "deadline", d.Deadline)
 		c.reporter.removed(pod, d)
-		c.metrics.removed(d, true, 0)
+		c.metrics.CountRemoval(d, true, 0)
 		c.state.markRemoved(key, pod.UID)
 		return
 	}
@@ -524,7 +525,7 @@ func (c *Controller) removed(ctx context.Context, pod *corev1.Pod, d policy.Deci
 	c.state.charge(key, pod.UID, c.limiter)
 	c.state.markRemoved(key, pod.UID)
 	c.reporter.removed(pod, d)
-	c.metrics.removed(d, false, lateness)
+	c.metrics.CountRemoval(d, false, lateness)
 	logger.V(2).Info("Removed pod", "pod", klog.KObj(pod), "namespace", pod.Namespace, "uid", pod.UID,
 		"action", d.Action, "reason", d.Reason, "by", d.Source, "deadline", d.Deadline, "lateness", lateness)
 }
@@ -564,7 +565,7 @@ func (c *Controller) removalFailed(ctx context.Context, pod *corev1.Pod, d polic
 		return Result{Requeue: true}, nil
 	}
 	kind := removalerrors.KindOf(err)
-	c.metrics.removalFailed(d.Action, kind)
+	c.metrics.CountRemovalError(d.Action, kind)
 	err = fmt.Errorf("removing pod %s (%s): %w", key, d.Action, err)
 	if !removalerrors.IsRefusal(kind) {
 		c.state.charge(key, pod.UID, c.limiter) // a call that timed out may have removed the pod

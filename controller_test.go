@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	goruntime "runtime"
 	"slices"
 	"strings"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -31,6 +31,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/policy"
 )
@@ -47,7 +48,7 @@ type fixture struct {
 	recorder *events.FakeRecorder
 	clock    *testingclock.FakeClock
 	c        *Controller
-	metrics  *Metrics
+	metrics  *metrics.Metrics
 }
 
 // newFixture builds a controller over a fake clientset whose informer cache is
@@ -85,7 +86,7 @@ func newFixtureWithNamespaces(t *testing.T, opts Options, namespaces []*corev1.N
 		client:   fake.NewClientset(objs...),
 		recorder: &events.FakeRecorder{Events: make(chan string, 100), Verbose: true}, // "type reason action note"
 		clock:    testingclock.NewFakeClock(t0),
-		metrics:  NewMetrics("test", "test"),
+		metrics:  metrics.New(controllerName, "test", "test"),
 	}
 	if opts.Evaluator == nil {
 		opts.Evaluator = &policy.Evaluator{}
@@ -227,7 +228,7 @@ func TestTTLPodIsParkedUntilDeadlineThenDeleted(t *testing.T) {
 	if got := f.c.queue.Len(); got != 0 {
 		t.Fatalf("queue length = %d, want 0 while the pod waits", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.podsScheduled); got != 1 {
+	if got := metricValue(f.metrics, "podjanitor_pods_scheduled"); got != 1 {
 		t.Errorf("pods_scheduled = %v, want 1", got)
 	}
 	if f.stepAndCheckReady(50*time.Minute - time.Millisecond) {
@@ -245,10 +246,10 @@ func TestTTLPodIsParkedUntilDeadlineThenDeleted(t *testing.T) {
 	if got := f.events(); len(got) != 1 || !strings.HasPrefix(got[0], "Normal LifetimeExpired Delete ") {
 		t.Errorf("events = %q, want one Normal LifetimeExpired, action Delete", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.podsScheduled); got != 0 {
+	if got := metricValue(f.metrics, "podjanitor_pods_scheduled"); got != 0 {
 		t.Errorf("pods_scheduled = %v, want 0 after removal", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.podsRemoved.WithLabelValues("delete", "ttl", "false")); got != 1 {
+	if got := metricValue(f.metrics, "podjanitor_pods_removed_total", "action", "delete", "reason", "ttl", "dry_run", "false"); got != 1 {
 		t.Errorf("pods_removed_total = %v, want 1", got)
 	}
 }
@@ -294,7 +295,7 @@ func TestInvalidAnnotationWarnsAndIsNotRetried(t *testing.T) {
 	if f.stepAndCheckReady(time.Hour) {
 		t.Error("invalid pod was requeued")
 	}
-	if got := testutil.ToFloat64(f.metrics.terminalErrors); got != 1 {
+	if got := metricValue(f.metrics, "controller_runtime_terminal_reconcile_errors_total"); got != 1 {
 		t.Errorf("terminal errors = %v, want 1", got)
 	}
 }
@@ -330,7 +331,7 @@ func TestDryRunRemovesNothing(t *testing.T) {
 	if len(got) != 2 || !strings.HasPrefix(got[0], "Normal WouldRemove") || !strings.HasPrefix(got[1], "Normal WouldRemove") {
 		t.Errorf("events = %q, want two Normal WouldRemove", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.podsRemoved.WithLabelValues("delete", "ttl", "true")); got != 1 {
+	if got := metricValue(f.metrics, "podjanitor_pods_removed_total", "action", "delete", "reason", "ttl", "dry_run", "true"); got != 1 {
 		t.Errorf(`pods_removed_total{dry_run="true"} = %v, want 1`, got)
 	}
 }
@@ -347,7 +348,7 @@ func TestNoRemovalEventsKeepsWarnings(t *testing.T) {
 	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning InvalidAnnotation") {
 		t.Errorf("events = %q, want only the Warning InvalidAnnotation", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.podsRemoved.WithLabelValues("delete", "ttl", "false")); got != 1 {
+	if got := metricValue(f.metrics, "podjanitor_pods_removed_total", "action", "delete", "reason", "ttl", "dry_run", "false"); got != 1 {
 		t.Errorf("pods_removed_total = %v, want 1", got)
 	}
 }
@@ -374,7 +375,7 @@ func TestAPIErrorRetriesWithGrowingBackoff(t *testing.T) {
 	if got := len(f.writes()); got != 5 {
 		t.Errorf("delete calls = %d, want 5", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.removalErrors.WithLabelValues("delete", "unavailable")); got != 5 {
+	if got := testutilValue(f.metrics, "delete", "unavailable"); got != 5 {
 		t.Errorf("removal errors = %v, want 5", got)
 	}
 }
@@ -388,7 +389,7 @@ func TestPanicIsRecoveredAndRetried(t *testing.T) {
 	if n := f.c.queue.NumRequeues(keyOf(pod)); n != 1 {
 		t.Errorf("NumRequeues = %d, want 1", n)
 	}
-	if got := testutil.ToFloat64(f.metrics.reconcilePanics); got != 1 {
+	if got := metricValue(f.metrics, "controller_runtime_reconcile_panics_total"); got != 1 {
 		t.Errorf("panics = %v, want 1", got)
 	}
 }
@@ -540,7 +541,7 @@ func TestDeletedPodsLeaveNoParkedKeys(t *testing.T) {
 		f.next()
 	}
 	after := heapInUse()
-	if got := testutil.ToFloat64(f.metrics.podsScheduled); got != 0 {
+	if got := metricValue(f.metrics, "podjanitor_pods_scheduled"); got != 0 {
 		t.Errorf("pods_scheduled = %v, want 0 with no pods left", got)
 	}
 	// The workqueue's delaying queue kept ~300 B per parked key until its
@@ -611,7 +612,7 @@ func TestNotFoundFromTheAPIIsRetriedWhileTheInformerHasThePod(t *testing.T) {
 	if !f.c.state.wasRemoved(keyOf(pod), pod.UID) {
 		t.Error("pod not removed on the retry")
 	}
-	if got := testutil.ToFloat64(f.metrics.removalErrors.WithLabelValues("delete", "not_found")); got != 1 {
+	if got := testutilValue(f.metrics, "delete", "not_found"); got != 1 {
 		t.Errorf(`removal_errors_total{error="not_found"} = %v, want 1`, got)
 	}
 }
@@ -637,7 +638,7 @@ func TestDisruptionBudgetRefusalsBackOffSlowly(t *testing.T) {
 	if got := f.events(); len(got) != 1 || !strings.HasPrefix(got[0], "Normal EvictionBlocked") {
 		t.Errorf("events = %q, want one EvictionBlocked", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.removalErrors.WithLabelValues("evict", "disruption_budget")); got != 5 {
+	if got := testutilValue(f.metrics, "evict", "disruption_budget"); got != 5 {
 		t.Errorf(`removal_errors_total{error="disruption_budget"} = %v, want 5`, got)
 	}
 }
@@ -718,8 +719,42 @@ func TestDeadlinesHoldInTheAPIServersTime(t *testing.T) {
 	checkActions(t, []core.Action{deleteAction(pod)}, f.writes())
 }
 
-func testutilValue(m *Metrics, action, kind string) float64 {
-	return testutil.ToFloat64(m.removalErrors.WithLabelValues(action, kind))
+// testutilValue is podjanitor_removal_errors_total{action, error=kind}.
+func testutilValue(m *metrics.Metrics, action, kind string) float64 {
+	return metricValue(m, "podjanitor_removal_errors_total", "action", action, "error", kind)
+}
+
+// metricValue is the value of the series name in m's registry whose labels
+// include labels (name, value, ...); NaN when there is none.
+func metricValue(m *metrics.Metrics, name string, labels ...string) float64 {
+	families, err := m.Registry.Gather()
+	if err != nil {
+		return math.NaN()
+	}
+	for _, family := range families {
+		if family.GetName() != name {
+			continue
+		}
+	series:
+		for _, metric := range family.GetMetric() {
+			have := map[string]string{}
+			for _, l := range metric.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			switch {
+			case metric.GetCounter() != nil:
+				return metric.GetCounter().GetValue()
+			case metric.GetGauge() != nil:
+				return metric.GetGauge().GetValue()
+			}
+		}
+	}
+	return math.NaN()
 }
 
 // A parked pod wakes at its deadline in the API server's time as estimated

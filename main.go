@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/internal/apiclock"
+	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
 	"github.com/podjanitor/podjanitor/signals"
@@ -63,16 +64,16 @@ func daemon(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	metrics := NewMetrics(version, commit)
-	metrics.RegisterClientMetrics()
-	leaderelection.SetProvider(metrics.LeaderElectionProvider())
+	meters := metrics.New(controllerName, version, commit)
+	meters.RegisterClientMetrics()
+	leaderelection.SetProvider(meters.LeaderElectionProvider())
 	clk, err := apiclock.ProcessClock(logger)
 	if err != nil {
 		return err
 	}
 	// Deadlines are compared in the API server's time, as its responses tell it.
 	apiClk := apiclock.New(clk)
-	apiClk.Subscribe(metrics.setClockOffset)
+	apiClk.Subscribe(meters.SetClockOffset)
 	clients, err := newClients(cfg, apiClk.Wrap, removalerrors.WithoutDisruptionBudgetRetryAfter)
 	if err != nil {
 		return err
@@ -87,7 +88,7 @@ func daemon(ctx context.Context, o *options) error {
 
 	factory := informerFactory(clients.kube, o)
 	podInformer := factory.Core().V1().Pods()
-	namespaceWatch := newWatchHealth(logger, clk, metrics.setNamespaceWatchHealthy)
+	namespaceWatch := newWatchHealth(logger, clk, meters.SetNamespaceWatchHealthy)
 	namespaceInformer, err := newNamespaceInformer(clients.metadata, o, namespaceWatch)
 	if err != nil {
 		return err
@@ -105,7 +106,7 @@ func daemon(ctx context.Context, o *options) error {
 		ShutdownTimeout:      o.shutdownTimeout,
 		WriteTimeout:         o.writeTimeout,
 		ClockOffset:          apiClk.Offset,
-		Metrics:              metrics,
+		Metrics:              meters,
 		PodSelector:          podSelector,
 	})
 	if err != nil {
@@ -123,7 +124,7 @@ func daemon(ctx context.Context, o *options) error {
 					logger.Error(err, "Re-evaluating pods after a policy reload", "config", o.configFile)
 				}
 			}
-			metrics.policyReloaded(err == nil)
+			meters.PolicyReloaded(err == nil)
 		})
 	}
 
@@ -133,7 +134,7 @@ func daemon(ctx context.Context, o *options) error {
 	}
 	serveErr := make(chan error, 2)
 	synced := func() bool { return podInformer.Informer().HasSynced() && namespaceInformer.HasSynced() }
-	if err := serveEndpoints(ctx, o.endpoints, metrics, watchdog, synced, namespaceWatch.check, serveErr); err != nil {
+	if err := serveEndpoints(ctx, o.endpoints, meters, watchdog, synced, namespaceWatch.check, serveErr); err != nil {
 		return err
 	}
 
@@ -156,10 +157,10 @@ func daemon(ctx context.Context, o *options) error {
 
 	run := func(ctx context.Context) error { return controller.Run(ctx, o.workers) }
 	if !o.leaderElect {
-		metrics.SetLeader(true)
+		meters.SetLeader(true)
 		return run(runCtx)
 	}
-	return runAsLeader(runCtx, o.lease, clients.kube, metrics.SetLeader, watchdog, run)
+	return runAsLeader(runCtx, o.lease, clients.kube, meters.SetLeader, watchdog, run)
 }
 
 func valueOr(s, def string) string {

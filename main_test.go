@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podjanitor/podjanitor/internal/metrics"
 )
 
 func TestFlagValidation(t *testing.T) {
@@ -82,7 +84,7 @@ func TestProfilingIsOptIn(t *testing.T) {
 		ln.Close()
 		ctx, cancel := context.WithCancel(context.Background())
 		cfg := endpointsConfig{metricsAddr: addr, healthAddr: "0", profiling: profiling}
-		if err := serveEndpoints(ctx, cfg, NewMetrics("test", "test"), nil, func() bool { return true }, func() error { return nil }, make(chan error, 2)); err != nil {
+		if err := serveEndpoints(ctx, cfg, metrics.New(controllerName, "test", "test"), nil, func() bool { return true }, func() error { return nil }, make(chan error, 2)); err != nil {
 			t.Fatal(err)
 		}
 		resp, err := http.Get("http://" + addr + "/debug/pprof/cmdline")

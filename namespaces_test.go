@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +27,7 @@ import (
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -345,9 +345,9 @@ func TestInvalidNamespaceKeepWarnsOncePerNamespace(t *testing.T) {
 // that a request cancelled at shutdown is no failure.
 func TestWatchHealth(t *testing.T) {
 	clk := testingclock.NewFakeClock(t0)
-	m := NewMetrics("test", "test")
-	h := newWatchHealth(klog.Background(), clk, m.setNamespaceWatchHealthy)
-	healthy := func() float64 { return testutil.ToFloat64(m.namespaceWatch) }
+	m := metrics.New(controllerName, "test", "test")
+	h := newWatchHealth(klog.Background(), clk, m.SetNamespaceWatchHealthy)
+	healthy := func() float64 { return metricValue(m, "podjanitor_namespace_watch_healthy") }
 	if h.check() != nil || healthy() != 1 {
 		t.Fatalf("new: check %v, gauge %v; want healthy", h.check(), healthy())
 	}
@@ -390,9 +390,9 @@ func TestNamespaceInformerReportsItsRequests(t *testing.T) {
 		}
 		return true, &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}, nil
 	})
-	m := NewMetrics("test", "test")
+	m := metrics.New(controllerName, "test", "test")
 	_, ctx := ktesting.NewTestContext(t)
-	h := newWatchHealth(klog.FromContext(ctx), clock.RealClock{}, m.setNamespaceWatchHealthy)
+	h := newWatchHealth(klog.FromContext(ctx), clock.RealClock{}, m.SetNamespaceWatchHealthy)
 	informer, err := newNamespaceInformer(client, &options{}, h)
 	if err != nil {
 		t.Fatal(err)
@@ -404,7 +404,7 @@ func TestNamespaceInformerReportsItsRequests(t *testing.T) {
 		func(context.Context) (bool, error) { return h.check() != nil, nil }); err != nil {
 		t.Fatal("a refused list of namespaces did not make the namespace watch fail")
 	}
-	if got := testutil.ToFloat64(m.namespaceWatch); got != 0 {
+	if got := metricValue(m, "podjanitor_namespace_watch_healthy"); got != 0 {
 		t.Errorf("gauge = %v while the list is refused, want 0", got)
 	}
 	refuse.Store(false)
@@ -432,7 +432,7 @@ func TestReadyzFollowsTheNamespaceWatch(t *testing.T) {
 		}
 		return nil
 	}
-	if err := serveEndpoints(ctx, endpointsConfig{metricsAddr: "0", healthAddr: addr}, NewMetrics("test", "test"), nil,
+	if err := serveEndpoints(ctx, endpointsConfig{metricsAddr: "0", healthAddr: addr}, metrics.New(controllerName, "test", "test"), nil,
 		func() bool { return true }, watchErr, make(chan error, 2)); err != nil {
 		t.Fatal(err)
 	}
