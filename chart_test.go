@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
+	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -849,7 +850,7 @@ func TestChartNotesNameRealEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	known := []string{ReasonLifetimeExpired, ReasonWouldRemove, ReasonInvalidAnnotation, ReasonEvictionBlocked}
+	known := []string{events.ReasonLifetimeExpired, events.ReasonWouldRemove, events.ReasonInvalidAnnotation, events.ReasonEvictionBlocked}
 	found := regexp.MustCompile(`reason=([A-Za-z]+)`).FindAllStringSubmatch(string(data), -1)
 	if len(found) == 0 {
 		t.Fatal("NOTES.txt selects no event reason")

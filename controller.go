@@ -20,11 +20,12 @@ import (
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
+	clientevents "k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/internal/removalerrors"
@@ -111,7 +112,7 @@ func isTerminal(err error) bool {
 // token is parked until one is free, never dropped.
 type Controller struct {
 	client   kubernetes.Interface
-	reporter *eventReporter
+	reporter *events.Reporter
 	clock    clock.WithTicker
 
 	// pods is the pod informer's store; see podcache.Pod for what it holds.
@@ -150,7 +151,7 @@ const transientBackoffMax = 10 * time.Second
 // NewController wires the controller to the pod informer and the namespace
 // metadata informer. It does not start anything.
 func NewController(ctx context.Context, podInformer coreinformers.PodInformer, namespaceInformer cache.SharedIndexInformer,
-	client kubernetes.Interface, recorder events.EventRecorder, clk clock.WithTicker, opts Options) (*Controller, error) {
+	client kubernetes.Interface, recorder clientevents.EventRecorder, clk clock.WithTicker, opts Options) (*Controller, error) {
 	logger := klog.FromContext(ctx)
 	if opts.Evaluator == nil {
 		return nil, errors.New("options: an Evaluator is required")
@@ -174,7 +175,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	}
 	c := &Controller{
 		client:     client,
-		reporter:   newEventReporter(logger, recorder, clk, opts.DryRun, opts.NoRemovalEvents),
+		reporter:   events.NewReporter(logger, recorder, clk, opts.DryRun, opts.NoRemovalEvents),
 		clock:      clk,
 		pods:       podInformer.Informer().GetIndexer(),
 		podsSynced: podInformer.Informer().HasSynced,
@@ -219,7 +220,7 @@ func (c *Controller) Pending() int { return c.queue.Len() }
 
 // FlushEvents records the removals held back for bulk events now; on
 // shutdown, so that none is lost.
-func (c *Controller) FlushEvents() { c.reporter.flush() }
+func (c *Controller) FlushEvents() { c.reporter.Flush() }
 
 // enqueue adds the key of a pod, or of a deleted pod's tombstone.
 func (c *Controller) enqueue(obj interface{}) {
@@ -310,7 +311,7 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 		c.queue.Forget(key)
 		c.state.unpark(key)
 		c.metrics.Reconciled(metrics.ResultError, true)
-		logger.V(2).Info("Leaving pod alone until it changes", "pod", key, "err", cutNote(err.Error())) // a bad value can be 256 KiB
+		logger.V(2).Info("Leaving pod alone until it changes", "pod", key, "err", events.CutNote(err.Error())) // a bad value can be 256 KiB
 	case errors.As(err, &retry):
 		c.queue.Forget(key)
 		c.state.park(key, retry.after, false)
@@ -390,10 +391,10 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 		if errors.As(err, &invalid) {
 			if invalid.Namespace != "" { // one warning per namespace and value, not per pod
 				if c.nsWarnings.warnOnce(invalid.Namespace, invalid.Value) {
-					c.reporter.invalidNamespaceAnnotation(invalid)
+					c.reporter.InvalidNamespaceAnnotation(invalid)
 				}
 			} else if c.state.warnOnce(key, pod.UID, invalid.Key, invalid.Value) {
-				c.reporter.invalidAnnotation(pod, invalid)
+				c.reporter.InvalidAnnotation(pod, invalid)
 			}
 			return Result{}, TerminalError(fmt.Errorf("pod %s: %w", key, err))
 		}
@@ -493,7 +494,7 @@ func (c *Controller) freshDecision(ctx context.Context, cached *corev1.Pod, d po
 	freshD, err := c.evaluator.Load().Decide(fresh, namespaceInfo(c.namespaces, fresh.Namespace), now)
 	switch {
 	case err != nil:
-		logger.V(2).Info("Pod changed since the decision and its annotations do not parse, not evicting", "pod", klog.KObj(cached), "err", cutNote(err.Error()))
+		logger.V(2).Info("Pod changed since the decision and its annotations do not parse, not evicting", "pod", klog.KObj(cached), "err", events.CutNote(err.Error()))
 		return nil, d, Result{}, nil
 	case !freshD.HasDeadline():
 		logger.V(2).Info("Pod changed since the decision and is not to be removed, not evicting", "pod", klog.KObj(cached),
@@ -516,7 +517,7 @@ func (c *Controller) removed(ctx context.Context, pod *corev1.Pod, d policy.Deci
 	key := cache.MetaObjectToName(pod)
 	if c.opts.DryRun {
 		logger.V(2).Info("Would remove pod (dry run)", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source, "deadline", d.Deadline)
-		c.reporter.removed(pod, d)
+		c.reporter.ReportRemoval(pod, d)
 		c.metrics.CountRemoval(d, true, 0)
 		c.state.markRemoved(key, pod.UID)
 		return
@@ -524,7 +525,7 @@ func (c *Controller) removed(ctx context.Context, pod *corev1.Pod, d policy.Deci
 	lateness := c.now().Sub(d.Deadline) // measured once the API server accepted the removal
 	c.state.charge(key, pod.UID, c.limiter)
 	c.state.markRemoved(key, pod.UID)
-	c.reporter.removed(pod, d)
+	c.reporter.ReportRemoval(pod, d)
 	c.metrics.CountRemoval(d, false, lateness)
 	logger.V(2).Info("Removed pod", "pod", klog.KObj(pod), "namespace", pod.Namespace, "uid", pod.UID,
 		"action", d.Action, "reason", d.Reason, "by", d.Source, "deadline", d.Deadline, "lateness", lateness)
@@ -573,7 +574,7 @@ func (c *Controller) removalFailed(ctx context.Context, pod *corev1.Pod, d polic
 	}
 	after, report := c.state.refused(key, pod.UID, kind)
 	if report {
-		c.reporter.removalRefused(pod, d.Action, kind, err)
+		c.reporter.RemovalRefused(pod, d.Action, kind, err)
 	}
 	return Result{}, &retryAfterError{err: err, after: after}
 }

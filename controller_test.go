@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -480,30 +479,6 @@ func TestRemovalRateLimitDelaysButNeverDrops(t *testing.T) {
 	if diff := cmp.Diff(len(want), len(got)); diff != "" {
 		t.Errorf("deletes (-want,+got):\n%s", diff)
 	}
-}
-
-func TestDrainingSinkWaitsForWritesInFlight(t *testing.T) {
-	slow := &slowSink{delay: 300 * time.Millisecond}
-	sink := &drainingSink{EventSink: slow}
-	go func() { _, _ = sink.Create(context.Background(), &eventsv1.Event{}) }()
-	time.Sleep(20 * time.Millisecond)
-	start := time.Now()
-	sink.drain(50*time.Millisecond, 5*time.Second)
-	if slow.done.Load() != 1 {
-		t.Errorf("drain returned after %v with the write still in flight", time.Since(start))
-	}
-}
-
-type slowSink struct {
-	events.EventSink
-	delay time.Duration
-	done  atomic.Int32
-}
-
-func (s *slowSink) Create(context.Context, *eventsv1.Event) (*eventsv1.Event, error) {
-	time.Sleep(s.delay)
-	s.done.Add(1)
-	return nil, nil
 }
 
 // pdbRefusal is the Eviction API's answer when a PodDisruptionBudget forbids the eviction.

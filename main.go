@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/internal/apiclock"
+	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
@@ -80,11 +81,11 @@ func daemon(ctx context.Context, o *options) error {
 	}
 	logger.Info("Starting podjanitor", "version", version, "apiServer", cfg.Host,
 		"namespace", valueOr(o.namespace, "<all>"), "labelSelector", o.labelSelector, "config", o.configFile, "dryRun", o.dryRun)
-	recording, err := startEventPipeline(ctx, cfg)
+	recording, err := events.StartPipeline(ctx, cfg, controllerName)
 	if err != nil {
 		return err
 	}
-	defer recording.shutdown()
+	defer recording.Shutdown()
 
 	factory := informerFactory(clients.kube, o)
 	podInformer := factory.Core().V1().Pods()
@@ -97,7 +98,7 @@ func daemon(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	controller, err := NewController(ctx, podInformer, namespaceInformer, clients.kube, recording.recorder, clk, Options{
+	controller, err := NewController(ctx, podInformer, namespaceInformer, clients.kube, recording.Recorder(), clk, Options{
 		Evaluator:            evaluator,
 		DryRun:               o.dryRun,
 		NoRemovalEvents:      !o.removalEvents,
@@ -115,7 +116,7 @@ func daemon(ctx context.Context, o *options) error {
 	apiClk.Subscribe(func(time.Duration) { controller.ClockOffsetChanged() })
 	defer func() { // before the pipeline shuts down: removals reported in bulk, and time for them to be queued
 		controller.FlushEvents()
-		recording.drain()
+		recording.Drain()
 	}()
 	if o.configFile != "" {
 		go watchPolicyFile(ctx, o.configFile, policyData, policyEvaluator(o.annotationPrefix), func(e *policy.Evaluator, err error) {
