@@ -230,7 +230,7 @@ func TestChartDefaults(t *testing.T) {
 		t.Errorf("replicas = %v, want 1", dep.Spec.Replicas)
 	}
 	o := checkDeployment(t, dep, r.policyConfigMap())
-	if !o.leaderElect || o.dryRun || o.namespace != "" || o.configFile == "" {
+	if !o.leaderElect || o.dryRun || o.scope.namespace != "" || o.configFile == "" {
 		t.Errorf("args %q: want leader election, no dry run, all namespaces, a policy file", dep.Spec.Template.Spec.Containers[0].Args)
 	}
 	if img := dep.Spec.Template.Spec.Containers[0].Image; img != "podjanitor:v0.1.0" {
@@ -383,14 +383,14 @@ func TestChartScopeNamespace(t *testing.T) {
 		checkRoleBinding(t, "RoleBinding "+rb.Namespace+"/"+rb.Name, rb.RoleRef, rb.Subjects, "Role", role.Name, sa)
 	}
 	o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
-	if o.namespace != "apps" {
-		t.Errorf("--namespace=%q, want apps", o.namespace)
+	if o.scope.namespace != "apps" {
+		t.Errorf("--namespace=%q, want apps", o.scope.namespace)
 	}
 	// watchNamespace defaults to the release's namespace.
 	r = renderChart(t, "scope=namespace")
 	o = checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
-	if o.namespace != deployNamespace {
-		t.Errorf("scope namespace without watchNamespace: --namespace=%q, want %s", o.namespace, deployNamespace)
+	if o.scope.namespace != deployNamespace {
+		t.Errorf("scope namespace without watchNamespace: --namespace=%q, want %s", o.scope.namespace, deployNamespace)
 	}
 }
 
@@ -495,7 +495,7 @@ func TestChartValuesReachTheFlags(t *testing.T) {
 		"tolerations[0].operator=Exists", "nodeSelector.pool=infra", "image.tag=v9.9.9", "podAnnotations.team=platform")
 	dep := one(t, "Deployment", r.deployments)
 	o := checkDeployment(t, dep, r.policyConfigMap())
-	if !o.dryRun || o.loggingFormat != loggingJSON || o.verbosity != 4 || o.annotationPrefix != "janitor.example.com" ||
+	if !o.dryRun || o.loggingFormat != loggingJSON || o.verbosity != 4 || o.scope.annotationPrefix != "janitor.example.com" ||
 		o.maxDeletionsPerSecond != 20 || o.workers != 8 {
 		t.Errorf("args %q did not carry the values", dep.Spec.Template.Spec.Containers[0].Args)
 	}

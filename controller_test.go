@@ -91,7 +91,7 @@ func newFixtureWithNamespaces(t *testing.T, opts Options, namespaces []*corev1.N
 		opts.Evaluator = &policy.Evaluator{}
 	}
 	opts.Metrics = f.metrics
-	factory := informerFactory(f.client, &options{annotationPrefix: strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/")})
+	factory := informerFactory(f.client, scopeFlags{annotationPrefix: strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/")})
 	podInformer := factory.Core().V1().Pods()
 	if indexers := podInformer.Informer().GetIndexer().GetIndexers(); len(indexers) != 0 {
 		t.Fatalf("the pod cache keeps indexes %v: a map entry per pod", slices.Collect(maps.Keys(indexers)))

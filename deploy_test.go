@@ -396,7 +396,7 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment, cm *corev1.ConfigMap)
 	if err != nil {
 		t.Fatalf("the Deployment's args %q do not parse: %v", c.Args, err)
 	}
-	if o.kubeconfig != "" || o.master != "" {
+	if o.cluster.kubeconfig != "" || o.cluster.master != "" {
 		t.Errorf("args %q: want in-cluster configuration", c.Args)
 	}
 	if o.lease.namespace != "" {

@@ -20,28 +20,39 @@ import (
 
 // options are the command-line flags.
 type options struct {
-	kubeconfig, master       string
+	cluster               clusterFlags // --kubeconfig, --master, --kube-api-*
+	scope                 scopeFlags   // --namespace, --label-selector, --annotation-prefix
+	configFile            string
+	workers               int
+	dryRun                bool
+	removalEvents         bool
+	maxDeletionsPerSecond float64
+	deletionBurst         int
+	leaderElect           bool
+	lease                 leaseConfig     // --leader-elect-*
+	endpoints             endpointsConfig // --metrics-bind-address, --health-probe-bind-address, --profiling
+	shutdownTimeout       time.Duration
+	writeTimeout          time.Duration
+	showVersion           bool
+	loggingFormat         string
+	verbosity             int    // klog's -v, for --logging-format=json
+	output                string // plan only
+}
+
+// clusterFlags say how to reach the API server and how hard to press it.
+type clusterFlags struct {
+	kubeconfig, master string
+	kubeAPIQPS         float64
+	kubeAPIBurst       int
+	kubeAPIContentType string
+	kubeAPICompression bool
+}
+
+// scopeFlags say which pods and namespaces podjanitor reads, and which
+// annotations are its own.
+type scopeFlags struct {
 	namespace, labelSelector string
-	configFile               string
-	workers                  int
-	dryRun                   bool
-	removalEvents            bool
 	annotationPrefix         string
-	maxDeletionsPerSecond    float64
-	deletionBurst            int
-	kubeAPIQPS               float64
-	kubeAPIBurst             int
-	kubeAPIContentType       string
-	kubeAPICompression       bool
-	leaderElect              bool
-	lease                    leaseConfig     // --leader-elect-*
-	endpoints                endpointsConfig // --metrics-bind-address, --health-probe-bind-address, --profiling
-	shutdownTimeout          time.Duration
-	writeTimeout             time.Duration
-	showVersion              bool
-	loggingFormat            string
-	verbosity                int    // klog's -v, for --logging-format=json
-	output                   string // plan only
 }
 
 // usageError is a bad flag value: exit status 2.
@@ -60,17 +71,17 @@ func exitCode(err error) int {
 
 func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Default: $KUBECONFIG, else in-cluster configuration, else ~/.kube/config.")
-	fs.StringVar(&o.master, "master", "", "The address of the Kubernetes API server. Overrides any value in kubeconfig.")
-	fs.StringVar(&o.namespace, "namespace", "", "Only watch pods in this namespace. Default: all namespaces.")
-	fs.StringVar(&o.labelSelector, "label-selector", "", "Only watch pods matching this label selector (applied by the API server), e.g. 'team=ci,!keep'.")
+	fs.StringVar(&o.cluster.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Default: $KUBECONFIG, else in-cluster configuration, else ~/.kube/config.")
+	fs.StringVar(&o.cluster.master, "master", "", "The address of the Kubernetes API server. Overrides any value in kubeconfig.")
+	fs.StringVar(&o.scope.namespace, "namespace", "", "Only watch pods in this namespace. Default: all namespaces.")
+	fs.StringVar(&o.scope.labelSelector, "label-selector", "", "Only watch pods matching this label selector (applied by the API server), e.g. 'team=ci,!keep'.")
 	fs.StringVar(&o.configFile, "config", "", "Policy file (YAML, kind PodJanitorPolicy) with cluster-wide rules. Default: annotations only. Changes are reloaded without a restart.")
-	fs.StringVar(&o.annotationPrefix, "annotation-prefix", policy.DefaultAnnotationPrefix, "Prefix of the per-pod annotations (<prefix>/ttl, /expires-at, /ttl-after-finished, /keep). Every key under it is podjanitor's: a pod with any other is left alone as invalid.")
-	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 50, "Queries per second to the API server.")
-	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of queries to the API server.")
-	fs.StringVar(&o.kubeAPIContentType, "kube-api-content-type", runtime.ContentTypeProtobuf,
+	fs.StringVar(&o.scope.annotationPrefix, "annotation-prefix", policy.DefaultAnnotationPrefix, "Prefix of the per-pod annotations (<prefix>/ttl, /expires-at, /ttl-after-finished, /keep). Every key under it is podjanitor's: a pod with any other is left alone as invalid.")
+	fs.Float64Var(&o.cluster.kubeAPIQPS, "kube-api-qps", 50, "Queries per second to the API server.")
+	fs.IntVar(&o.cluster.kubeAPIBurst, "kube-api-burst", 100, "Burst of queries to the API server.")
+	fs.StringVar(&o.cluster.kubeAPIContentType, "kube-api-content-type", runtime.ContentTypeProtobuf,
 		"Content type of requests to the API server: "+runtime.ContentTypeProtobuf+" or "+runtime.ContentTypeJSON+".")
-	fs.BoolVar(&o.kubeAPICompression, "kube-api-compression", false,
+	fs.BoolVar(&o.cluster.kubeAPICompression, "kube-api-compression", false,
 		"Ask the API server to gzip its responses, the pod watch included. Saves network bytes when podjanitor runs far from the API server; costs the API server CPU for every pod event.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 	if plan {
@@ -98,6 +109,21 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "On SIGTERM, how long to wait for removals in flight.")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", 15*time.Second, "Timeout of each removal call to the API server, its retries included; a call that times out is retried with backoff.")
 	return fs
+}
+
+// parseCommand is the preamble of the daemon and of plan: it parses args
+// and handles --version. done says that the command has nothing more to do
+// (--help, --version, a bad flag), with its exit code.
+func parseCommand(name string, args []string, plan bool) (o *options, code int, done bool) {
+	o, err := parseFlags(name, args, plan)
+	if err != nil {
+		return nil, exitCode(err), true
+	}
+	if o.showVersion {
+		printVersion()
+		return nil, 0, true
+	}
+	return o, 0, false
 }
 
 // parseFlags parses and validates args; klog's flags are added to the set.
@@ -132,25 +158,25 @@ func (o *options) validate(plan bool) error {
 	bad := func(flag, why string, args ...any) error {
 		return usageError{fmt.Sprintf("invalid value for --%s: %s", flag, fmt.Sprintf(why, args...))}
 	}
-	if _, err := labels.Parse(o.labelSelector); err != nil {
+	if _, err := labels.Parse(o.scope.labelSelector); err != nil {
 		return bad("label-selector", "%v", err)
 	}
-	if o.namespace != "" {
-		if errs := validation.IsDNS1123Label(o.namespace); len(errs) > 0 {
-			return bad("namespace", "%q: %s", o.namespace, strings.Join(errs, "; "))
+	if o.scope.namespace != "" {
+		if errs := validation.IsDNS1123Label(o.scope.namespace); len(errs) > 0 {
+			return bad("namespace", "%q: %s", o.scope.namespace, strings.Join(errs, "; "))
 		}
 	}
-	if errs := validation.IsDNS1123Subdomain(o.annotationPrefix); len(errs) > 0 {
-		return bad("annotation-prefix", "%q must be a DNS subdomain such as podjanitor.io: %s", o.annotationPrefix, strings.Join(errs, "; "))
+	if errs := validation.IsDNS1123Subdomain(o.scope.annotationPrefix); len(errs) > 0 {
+		return bad("annotation-prefix", "%q must be a DNS subdomain such as podjanitor.io: %s", o.scope.annotationPrefix, strings.Join(errs, "; "))
 	}
-	if o.kubeAPIQPS <= 0 {
-		return bad("kube-api-qps", "%v: must be positive", o.kubeAPIQPS)
+	if o.cluster.kubeAPIQPS <= 0 {
+		return bad("kube-api-qps", "%v: must be positive", o.cluster.kubeAPIQPS)
 	}
-	if o.kubeAPIBurst <= 0 {
-		return bad("kube-api-burst", "%d: must be positive", o.kubeAPIBurst)
+	if o.cluster.kubeAPIBurst <= 0 {
+		return bad("kube-api-burst", "%d: must be positive", o.cluster.kubeAPIBurst)
 	}
-	if o.kubeAPIContentType != runtime.ContentTypeProtobuf && o.kubeAPIContentType != runtime.ContentTypeJSON {
-		return bad("kube-api-content-type", "%q: want %s or %s", o.kubeAPIContentType, runtime.ContentTypeProtobuf, runtime.ContentTypeJSON)
+	if o.cluster.kubeAPIContentType != runtime.ContentTypeProtobuf && o.cluster.kubeAPIContentType != runtime.ContentTypeJSON {
+		return bad("kube-api-content-type", "%q: want %s or %s", o.cluster.kubeAPIContentType, runtime.ContentTypeProtobuf, runtime.ContentTypeJSON)
 	}
 	if plan {
 		if o.output != "table" && o.output != "json" {

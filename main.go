@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"time"
@@ -11,7 +12,6 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
-	"github.com/podjanitor/podjanitor/internal/apiclock"
 	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/internal/removalerrors"
@@ -32,13 +32,9 @@ func main() {
 }
 
 func runDaemon(args []string) int {
-	o, err := parseFlags("podjanitor", args, false)
-	if err != nil {
-		return exitCode(err)
-	}
-	if o.showVersion {
-		printVersion()
-		return 0
+	o, code, done := parseCommand("podjanitor", args, false)
+	if done {
+		return code
 	}
 	if o.loggingFormat == loggingJSON {
 		klog.SetLoggerWithOptions(newJSONLogger(os.Stderr, o.verbosity), klog.ContextualLogger(true))
@@ -57,44 +53,36 @@ func runDaemon(args []string) int {
 func daemon(ctx context.Context, o *options) error {
 	logger := klog.FromContext(ctx)
 	applyMemoryDefaults(logger)
-	evaluator, policyData, err := loadEvaluatorData(o)
-	if err != nil {
-		return err
-	}
-	cfg, err := restConfig(o)
+	evaluator, policyData, err := loadEvaluator(o.configFile, o.scope.annotationPrefix)
 	if err != nil {
 		return err
 	}
 	meters := metrics.New(controllerName, version, commit)
 	meters.RegisterClientMetrics()
 	leaderelection.SetProvider(meters.LeaderElectionProvider())
-	clk, err := apiclock.ProcessClock(logger)
+	clients, err := connect(logger, o.cluster, removalerrors.WithoutDisruptionBudgetRetryAfter)
 	if err != nil {
 		return err
 	}
 	// Deadlines are compared in the API server's time, as its responses tell it.
-	apiClk := apiclock.New(clk)
+	clk, apiClk := clients.clock, clients.apiClock
 	apiClk.Subscribe(meters.SetClockOffset)
-	clients, err := newClients(cfg, apiClk.Wrap, removalerrors.WithoutDisruptionBudgetRetryAfter)
-	if err != nil {
-		return err
-	}
-	logger.Info("Starting podjanitor", "version", version, "apiServer", cfg.Host,
-		"namespace", valueOr(o.namespace, "<all>"), "labelSelector", o.labelSelector, "config", o.configFile, "dryRun", o.dryRun)
-	recording, err := events.StartPipeline(ctx, cfg, controllerName)
+	logger.Info("Starting podjanitor", "version", version, "apiServer", clients.config.Host,
+		"namespace", cmp.Or(o.scope.namespace, "<all>"), "labelSelector", o.scope.labelSelector, "config", o.configFile, "dryRun", o.dryRun)
+	recording, err := events.StartPipeline(ctx, clients.config, controllerName)
 	if err != nil {
 		return err
 	}
 	defer recording.Shutdown()
 
-	factory := informerFactory(clients.kube, o)
+	factory := informerFactory(clients.kube, o.scope)
 	podInformer := factory.Core().V1().Pods()
 	namespaceWatch := newWatchHealth(logger, clk, meters.SetNamespaceWatchHealthy)
-	namespaceInformer, err := newNamespaceInformer(clients.metadata, o, namespaceWatch)
+	namespaceInformer, err := newNamespaceInformer(clients.metadata, o.scope, namespaceWatch)
 	if err != nil {
 		return err
 	}
-	podSelector, err := labels.Parse(o.labelSelector) // validated with the flags
+	podSelector, err := labels.Parse(o.scope.labelSelector) // validated with the flags
 	if err != nil {
 		return err
 	}
@@ -119,7 +107,7 @@ func daemon(ctx context.Context, o *options) error {
 		recording.Drain()
 	}()
 	if o.configFile != "" {
-		go watchPolicyFile(ctx, o.configFile, policyData, policyEvaluator(o.annotationPrefix), func(e *policy.Evaluator, err error) {
+		go watchPolicyFile(ctx, o.configFile, policyData, policyEvaluator(o.scope.annotationPrefix), func(e *policy.Evaluator, err error) {
 			if err == nil {
 				if err := controller.SetEvaluator(e); err != nil {
 					logger.Error(err, "Re-evaluating pods after a policy reload", "config", o.configFile)
@@ -162,11 +150,4 @@ func daemon(ctx context.Context, o *options) error {
 		return run(runCtx)
 	}
 	return runAsLeader(runCtx, o.lease, clients.kube, meters.SetLeader, watchdog, run)
-}
-
-func valueOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }

@@ -142,7 +142,7 @@ current-context: c
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := restConfig(o)
+		cfg, err := restConfig(o.cluster)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -393,7 +393,7 @@ func TestNamespaceInformerReportsItsRequests(t *testing.T) {
 	m := metrics.New(controllerName, "test", "test")
 	_, ctx := ktesting.NewTestContext(t)
 	h := newWatchHealth(klog.FromContext(ctx), clock.RealClock{}, m.SetNamespaceWatchHealthy)
-	informer, err := newNamespaceInformer(client, &options{}, h)
+	informer, err := newNamespaceInformer(client, scopeFlags{}, h)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,8 +53,8 @@ func BenchmarkAPIWrite(b *testing.B) {
 	defer srv.Close()
 	cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
 	// podjanitor's client settings, with the client-side rate limit off.
-	o := &options{kubeAPIContentType: runtime.ContentTypeProtobuf, kubeAPIQPS: -1, kubeAPIBurst: 1}
-	client, err := kubernetes.NewForConfig(withLimits(cfg, o))
+	flags := clusterFlags{kubeAPIContentType: runtime.ContentTypeProtobuf, kubeAPIQPS: -1, kubeAPIBurst: 1}
+	client, err := kubernetes.NewForConfig(withLimits(cfg, flags))
 	if err != nil {
 		b.Fatal(err)
 	}
