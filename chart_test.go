@@ -496,7 +496,7 @@ func TestChartValuesReachTheFlags(t *testing.T) {
 	dep := one(t, "Deployment", r.deployments)
 	o := checkDeployment(t, dep, r.policyConfigMap())
 	if !o.dryRun || o.loggingFormat != loggingJSON || o.verbosity != 4 || o.scope.annotationPrefix != "janitor.example.com" ||
-		o.maxDeletionsPerSecond != 20 || o.workers != 8 {
+		o.maxRemovalsPerSecond != 20 || o.workers != 8 {
 		t.Errorf("args %q did not carry the values", dep.Spec.Template.Spec.Containers[0].Args)
 	}
 	spec := dep.Spec.Template.Spec

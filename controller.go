@@ -71,9 +71,10 @@ type Result struct {
 	Requeue      bool
 	RequeueAfter time.Duration
 
-	// scheduled marks a RequeueAfter until the pod's deadline, as opposed to
-	// a wait for a removal token (podjanitor_pods_scheduled counts the former).
-	scheduled bool
+	// parking says why a RequeueAfter parks the key: until the pod's
+	// deadline, or (the zero value) for a removal token or a refusal's
+	// backoff; podjanitor_pods_scheduled counts the former.
+	parking parking
 }
 
 // retryAfterError is a failed removal to try again after a wait of its own
@@ -314,7 +315,7 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 		logger.V(2).Info("Leaving pod alone until it changes", "pod", key, "err", events.CutNote(err.Error())) // a bad value can be 256 KiB
 	case errors.As(err, &retry):
 		c.queue.Forget(key)
-		c.state.park(key, retry.after, false)
+		c.state.park(key, retry.after, untilRetry)
 		c.metrics.Reconciled(metrics.ResultError, false)
 		utilruntime.HandleErrorWithContext(ctx, err, "Syncing pod failed, will retry", "pod", key, "after", retry.after)
 	case err != nil:
@@ -324,7 +325,7 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 		utilruntime.HandleErrorWithContext(ctx, err, "Syncing pod failed, will retry", "pod", key, "retries", c.queue.NumRequeues(key))
 	case result.RequeueAfter > 0:
 		c.queue.Forget(key)
-		c.state.park(key, result.RequeueAfter, result.scheduled)
+		c.state.park(key, result.RequeueAfter, result.parking)
 		c.metrics.Reconciled(metrics.ResultRequeueAfter, false)
 	case result.Requeue:
 		c.queue.AddRateLimited(key)
@@ -409,7 +410,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	}
 	if wait := decision.Deadline.Sub(now); wait > 0 {
 		logger.V(4).Info("Pod is not due yet", "deadline", decision.Deadline, "wait", wait, "by", decision.Source)
-		return Result{RequeueAfter: wait, scheduled: true}, nil
+		return Result{RequeueAfter: wait, parking: untilDeadline}, nil
 	}
 	decision, due, result, err := c.decideFresh(ctx, pod, now)
 	if !due {
@@ -440,7 +441,7 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 			return c.removalFailed(ctx, pod, d, err)
 		}
 	}
-	c.removed(ctx, pod, d)
+	c.recordRemoval(ctx, pod, d)
 	return Result{}, nil
 }
 
@@ -504,15 +505,15 @@ func (c *Controller) freshDecision(ctx context.Context, cached *corev1.Pod, d po
 		wait := freshD.Deadline.Sub(now)
 		logger.V(2).Info("Pod changed since the decision and is not due yet, not evicting", "pod", klog.KObj(cached),
 			"deadline", freshD.Deadline, "wait", wait, "by", freshD.Source)
-		return nil, d, Result{RequeueAfter: wait, scheduled: true}, nil
+		return nil, d, Result{RequeueAfter: wait, parking: untilDeadline}, nil
 	}
 	return fresh, freshD, Result{}, nil
 }
 
-// removed reports a removal that the API server accepted, or in a dry run
-// one that would have happened, and marks the pod removed: no second API
-// call, and in a dry run one report per pod.
-func (c *Controller) removed(ctx context.Context, pod *corev1.Pod, d policy.Decision) {
+// recordRemoval logs, reports (an event, the metrics) and marks removed a
+// removal that the API server accepted, or in a dry run one that would have
+// happened: no second API call, and in a dry run one report per pod.
+func (c *Controller) recordRemoval(ctx context.Context, pod *corev1.Pod, d policy.Decision) {
 	logger := klog.FromContext(ctx)
 	key := cache.MetaObjectToName(pod)
 	if c.opts.DryRun {
@@ -572,8 +573,8 @@ func (c *Controller) removalFailed(ctx context.Context, pod *corev1.Pod, d polic
 		c.state.charge(key, pod.UID, c.limiter) // a call that timed out may have removed the pod
 		return Result{}, err
 	}
-	after, report := c.state.refused(key, pod.UID, kind)
-	if report {
+	after, firstOfKind := c.state.recordRefusal(key, pod.UID, kind)
+	if firstOfKind {
 		c.reporter.RemovalRefused(pod, d.Action, kind, err)
 	}
 	return Result{}, &retryAfterError{err: err, after: after}

@@ -218,7 +218,7 @@ func TestTTLPodIsParkedUntilDeadlineThenDeleted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(Result{RequeueAfter: 50 * time.Minute, scheduled: true}, res, cmp.AllowUnexported(Result{})); diff != "" {
+	if diff := cmp.Diff(Result{RequeueAfter: 50 * time.Minute, parking: untilDeadline}, res, cmp.AllowUnexported(Result{})); diff != "" {
 		t.Errorf("result (-want,+got):\n%s", diff)
 	}
 

@@ -20,23 +20,23 @@ import (
 
 // options are the command-line flags.
 type options struct {
-	cluster               clusterFlags // --kubeconfig, --master, --kube-api-*
-	scope                 scopeFlags   // --namespace, --label-selector, --annotation-prefix
-	configFile            string
-	workers               int
-	dryRun                bool
-	removalEvents         bool
-	maxDeletionsPerSecond float64
-	deletionBurst         int
-	leaderElect           bool
-	lease                 leaseConfig     // --leader-elect-*
-	endpoints             endpointsConfig // --metrics-bind-address, --health-probe-bind-address, --profiling
-	shutdownTimeout       time.Duration
-	writeTimeout          time.Duration
-	showVersion           bool
-	loggingFormat         string
-	verbosity             int    // klog's -v, for --logging-format=json
-	output                string // plan only
+	cluster              clusterFlags // --kubeconfig, --master, --kube-api-*
+	scope                scopeFlags   // --namespace, --label-selector, --annotation-prefix
+	configFile           string
+	workers              int
+	dryRun               bool
+	removalEvents        bool
+	maxRemovalsPerSecond float64 // --max-deletions-per-second
+	removalBurst         int     // --deletion-burst
+	leaderElect          bool
+	lease                leaseConfig     // --leader-elect-*
+	endpoints            endpointsConfig // --metrics-bind-address, --health-probe-bind-address, --profiling
+	shutdownTimeout      time.Duration
+	writeTimeout         time.Duration
+	showVersion          bool
+	loggingFormat        string
+	verbosity            int    // klog's -v, for --logging-format=json
+	output               string // plan only
 }
 
 // clusterFlags say how to reach the API server and how hard to press it.
@@ -95,8 +95,8 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (logs, WouldRemove events, metrics) but remove nothing.")
 	fs.BoolVar(&o.removalEvents, "removal-events", true,
 		"Record LifetimeExpired events of removals: on each pod, and in bulk one per owner and 10 s. false records none; warnings and dry-run events are recorded regardless.")
-	fs.Float64Var(&o.maxDeletionsPerSecond, "max-deletions-per-second", 50, "Cluster-wide cap on removals per second; 0 means no cap. Removals over the cap wait, they are never dropped.")
-	fs.IntVar(&o.deletionBurst, "deletion-burst", 100, "Removals allowed at once above --max-deletions-per-second.")
+	fs.Float64Var(&o.maxRemovalsPerSecond, "max-deletions-per-second", 50, "Cluster-wide cap on removals per second; 0 means no cap. Removals over the cap wait, they are never dropped.")
+	fs.IntVar(&o.removalBurst, "deletion-burst", 100, "Removals allowed at once above --max-deletions-per-second.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader on a Lease before acting; only the leader removes pods.")
 	fs.DurationVar(&o.lease.duration, "leader-elect-lease-duration", 15*time.Second, "How long followers wait before taking over a lease that is not renewed.")
 	fs.DurationVar(&o.lease.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew before it gives up (and exits).")
@@ -187,10 +187,10 @@ func (o *options) validate(plan bool) error {
 	switch {
 	case o.workers < 1:
 		return bad("workers", "%d: must be at least 1", o.workers)
-	case o.maxDeletionsPerSecond < 0:
-		return bad("max-deletions-per-second", "%v: must not be negative", o.maxDeletionsPerSecond)
-	case o.deletionBurst < 1:
-		return bad("deletion-burst", "%d: must be at least 1", o.deletionBurst)
+	case o.maxRemovalsPerSecond < 0:
+		return bad("max-deletions-per-second", "%v: must not be negative", o.maxRemovalsPerSecond)
+	case o.removalBurst < 1:
+		return bad("deletion-burst", "%d: must be at least 1", o.removalBurst)
 	case o.loggingFormat != loggingText && o.loggingFormat != loggingJSON:
 		return bad("logging-format", "%q: want %s or %s", o.loggingFormat, loggingText, loggingJSON)
 	case o.shutdownTimeout <= 0:

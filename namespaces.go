@@ -215,7 +215,7 @@ func (c *Controller) decideFresh(ctx context.Context, pod *corev1.Pod, now time.
 	case err == nil && d.HasDeadline() && !d.Deadline.After(now):
 		return d, true, Result{}, nil
 	case err == nil && d.HasDeadline():
-		return d, false, Result{RequeueAfter: d.Deadline.Sub(now), scheduled: true}, nil
+		return d, false, Result{RequeueAfter: d.Deadline.Sub(now), parking: untilDeadline}, nil
 	}
 	klog.FromContext(ctx).V(2).Info("Not removing pod: its namespace as read now disagrees with the namespace cache, deciding again",
 		"pod", klog.KObj(pod), "kept", d.Kept, "err", err)

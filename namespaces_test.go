@@ -300,7 +300,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(Result{RequeueAfter: time.Hour, scheduled: true}, res, cmp.AllowUnexported(Result{})); diff != "" {
+	if diff := cmp.Diff(Result{RequeueAfter: time.Hour, parking: untilDeadline}, res, cmp.AllowUnexported(Result{})); diff != "" {
 		t.Errorf("result (-want,+got):\n%s", diff)
 	}
 	checkActions(t, nil, f.writes())

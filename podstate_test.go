@@ -89,11 +89,11 @@ func names(keys []cache.ObjectName) []string {
 func TestFarFutureKeyDoesNotHoldUpOthers(t *testing.T) {
 	r := newParkedRun(t)
 	far := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
-	r.s.park(cache.ObjectName{Namespace: "default", Name: "far"}, far.Sub(r.clk.Now()), true)
-	r.s.park(cache.ObjectName{Namespace: "default", Name: "ttl-max"}, math.MaxInt64, true)
+	r.s.park(cache.ObjectName{Namespace: "default", Name: "far"}, far.Sub(r.clk.Now()), untilDeadline)
+	r.s.park(cache.ObjectName{Namespace: "default", Name: "ttl-max"}, math.MaxInt64, untilDeadline)
 	r.settle()
 	for i := 1; i <= 3; i++ {
-		r.s.park(cache.ObjectName{Namespace: "default", Name: fmt.Sprintf("soon-%d", i)}, time.Duration(i)*time.Second, true)
+		r.s.park(cache.ObjectName{Namespace: "default", Name: fmt.Sprintf("soon-%d", i)}, time.Duration(i)*time.Second, untilDeadline)
 	}
 	if got := r.step(time.Second - time.Millisecond); len(got) != 0 {
 		t.Fatalf("handed over early: %v", names(got))
@@ -197,8 +197,8 @@ func checkParking(t *testing.T, data []byte) {
 	var scheduled int
 	s := newPodStates(testingclock.NewFakeClock(t0), func() time.Time { return now }, func(n int) { scheduled = n })
 	type entry struct {
-		wake        time.Time
-		forDeadline bool
+		wake    time.Time
+		parking parking
 	}
 	model := map[cache.ObjectName]entry{}
 	key := func(b byte) cache.ObjectName { return cache.ObjectName{Namespace: "fuzz", Name: fmt.Sprint(b % 8)} }
@@ -211,10 +211,10 @@ func checkParking(t *testing.T, data []byte) {
 			if code%6 == 1 {
 				d = parkingDurations[arg%uint64(len(parkingDurations))]
 			}
-			forDeadline := arg&1 == 0
-			s.park(k, d, forDeadline)
+			why := parking(arg&1 == 0)
+			s.park(k, d, why)
 			// What park promises: after d, but no later than maxPark.
-			model[k] = entry{wake: now.Add(min(max(d, 0), maxPark)), forDeadline: forDeadline}
+			model[k] = entry{wake: now.Add(min(max(d, 0), maxPark)), parking: why}
 		case 2: // the estimate jumps to one of the extreme times
 			now = parkingTimes[arg%uint64(len(parkingTimes))]
 		case 3: // the estimate moves by a raw duration, back or forth
@@ -248,7 +248,7 @@ func checkParking(t *testing.T, data []byte) {
 			next := time.Duration(math.MaxInt64)
 			for _, e := range model {
 				next = min(next, e.wake.Sub(now))
-				if e.forDeadline {
+				if e.parking == untilDeadline {
 					wantScheduled++
 				}
 			}
@@ -284,7 +284,7 @@ func TestAPIClockCallbackDoesNotDeadlockWithParkedKeys(t *testing.T) {
 			now := time.Now()
 			// Samples whose lower bound keeps rising, so every one calls back.
 			a.Observe(ctx, now, now, now.Add(time.Duration(i)*time.Millisecond))
-			states.park(cache.ObjectName{Namespace: "default", Name: fmt.Sprint(i % 100)}, time.Duration(i%7)*time.Microsecond, true)
+			states.park(cache.ObjectName{Namespace: "default", Name: fmt.Sprint(i % 100)}, time.Duration(i%7)*time.Microsecond, untilDeadline)
 		}
 	}()
 	select {

@@ -33,9 +33,12 @@ const (
 	ResultRequeueAfter = "requeue_after"
 )
 
-// Metrics holds every series podjanitor exports. Its methods are safe on a nil
-// *Metrics, which records nothing (unit tests that do not look at metrics).
-// No label takes a pod name or another unbounded value.
+// Metrics holds every series podjanitor exports. The methods the controller
+// calls (WorkqueueProvider, the Set*, Count* and worker methods, Reconciled,
+// Panicked, PolicyReloaded) are safe on a nil *Metrics, which records
+// nothing (unit tests that do not look at metrics); RegisterClientMetrics and
+// LeaderElectionProvider need a real one. No label takes a pod name or
+// another unbounded value.
 type Metrics struct {
 	Registry *prometheus.Registry
 
