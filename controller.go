@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,8 +32,6 @@ import (
 	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
 )
-
-const controllerName = "podjanitor"
 
 // Options configure a Controller. The zero value of a field means its default.
 type Options struct {
@@ -233,6 +232,60 @@ func (c *Controller) enqueue(obj interface{}) {
 	c.queue.Add(key)
 }
 
+// namespaceEventHandler decides a namespace's pods again when what decisions
+// read of it changes: its labels or keep annotation, or its arrival after
+// the initial list (its pods, seen first, were left alone until then). The
+// initial list enqueues nothing: every cached pod is queued already, and
+// workers start only once both caches have synced.
+func (c *Controller) namespaceEventHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj interface{}, isInInitialList bool) {
+			if !isInInitialList {
+				c.enqueueNamespacePods(obj)
+			}
+		},
+		UpdateFunc: func(old, cur interface{}) {
+			oldMeta, err1 := meta.Accessor(old)
+			curMeta, err2 := meta.Accessor(cur)
+			if err1 != nil || err2 != nil || !maps.Equal(oldMeta.GetAnnotations(), curMeta.GetAnnotations()) {
+				c.nsWarnings.forget(curMeta)
+				c.enqueueNamespacePods(cur)
+			} else if !maps.Equal(oldMeta.GetLabels(), curMeta.GetLabels()) {
+				c.enqueueNamespacePods(cur)
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if m, err := meta.Accessor(obj); err == nil {
+				c.nsWarnings.forget(m)
+			}
+		},
+	}
+}
+
+// enqueueNamespacePods adds the key of every cached pod of a namespace. It
+// looks through every key (the pod cache keeps no namespace index, which
+// would cost a map entry per pod for what changes rarely: a namespace's
+// labels or keep annotation).
+func (c *Controller) enqueueNamespacePods(obj interface{}) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	prefix := m.GetName() + "/"
+	for _, key := range c.pods.ListKeys() {
+		if !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		name, err := cache.ParseObjectName(key)
+		if err != nil {
+			utilruntime.HandleError(err)
+			continue
+		}
+		c.queue.Add(name)
+	}
+}
+
 // SetEvaluator replaces the policy and decides every cached pod again.
 func (c *Controller) SetEvaluator(e *policy.Evaluator) error {
 	c.evaluator.Store(e)
@@ -422,6 +475,32 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 		return Result{RequeueAfter: delay}, nil
 	}
 	return c.removePod(ctx, pod, decision)
+}
+
+// decideFresh decides once more a pod that the namespace cache made due, on
+// its namespace as read from the API server (namespaceReader): due says that
+// the pod must go now by that read too, and d is then the decision to act on
+// (its labels may select another rule). Otherwise result says what to do.
+// A failed read is an error: the removal waits, with the workqueue's backoff,
+// until the namespace can be read. A fresh read that disagrees with the cache
+// (keep, an invalid value, a rule no longer matching) may be the older of the
+// two, so the pod is decided again (with backoff) rather than forgotten, until
+// the cache agrees; a later deadline parks it until then.
+func (c *Controller) decideFresh(ctx context.Context, pod *corev1.Pod, now time.Time) (d policy.Decision, due bool, result Result, err error) {
+	ns, err := c.nsReader.read(ctx, pod.Namespace)
+	if err != nil {
+		return d, false, Result{}, fmt.Errorf("pod %s/%s is due, reading its namespace before removing it: %w", pod.Namespace, pod.Name, err)
+	}
+	d, err = c.evaluator.Load().Decide(pod, ns, now)
+	switch {
+	case err == nil && d.HasDeadline() && !d.Deadline.After(now):
+		return d, true, Result{}, nil
+	case err == nil && d.HasDeadline():
+		return d, false, Result{RequeueAfter: d.Deadline.Sub(now), parking: untilDeadline}, nil
+	}
+	klog.FromContext(ctx).V(2).Info("Not removing pod: its namespace as read now disagrees with the namespace cache, deciding again",
+		"pod", klog.KObj(pod), "kept", d.Kept, "err", err)
+	return d, false, Result{Requeue: true}, nil
 }
 
 // removePod deletes or evicts a due pod, guarded by the cached UID and
