@@ -18,8 +18,8 @@ import (
 	"github.com/podjanitor/podjanitor/policy"
 )
 
-// options are the command-line flags.
-type options struct {
+// flagValues are the command-line flags (the Controller's are its Options).
+type flagValues struct {
 	cluster              clusterFlags // --kubeconfig, --master, --kube-api-*
 	scope                scopeFlags   // --namespace, --label-selector, --annotation-prefix
 	configFile           string
@@ -55,6 +55,14 @@ type scopeFlags struct {
 	annotationPrefix         string
 }
 
+// command is the command whose flags are parsed: the daemon's or plan's.
+type command string
+
+const (
+	daemonCommand command = "podjanitor"
+	planCommand   command = "podjanitor plan"
+)
+
 // usageError is a bad flag value: exit status 2.
 type usageError struct{ msg string }
 
@@ -69,8 +77,8 @@ func exitCode(err error) int {
 	return 2
 }
 
-func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
+	fs := flag.NewFlagSet(string(cmd), flag.ContinueOnError)
 	fs.StringVar(&o.cluster.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Default: $KUBECONFIG, else in-cluster configuration, else ~/.kube/config.")
 	fs.StringVar(&o.cluster.master, "master", "", "The address of the Kubernetes API server. Overrides any value in kubeconfig.")
 	fs.StringVar(&o.scope.namespace, "namespace", "", "Only watch pods in this namespace. Default: all namespaces.")
@@ -84,7 +92,7 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	fs.BoolVar(&o.cluster.kubeAPICompression, "kube-api-compression", false,
 		"Ask the API server to gzip its responses, the pod watch included. Saves network bytes when podjanitor runs far from the API server; costs the API server CPU for every pod event.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
-	if plan {
+	if cmd == planCommand {
 		fs.StringVar(&o.output, "o", "table", "Output format: table or json.")
 		fs.StringVar(&o.output, "output", "table", "Output format: table or json (same as -o).")
 		return fs
@@ -114,8 +122,8 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 // parseCommand is the preamble of the daemon and of plan: it parses args
 // and handles --version. done says that the command has nothing more to do
 // (--help, --version, a bad flag), with its exit code.
-func parseCommand(name string, args []string, plan bool) (o *options, code int, done bool) {
-	o, err := parseFlags(name, args, plan)
+func parseCommand(cmd command, args []string) (o *flagValues, code int, done bool) {
+	o, err := parseFlags(cmd, args)
 	if err != nil {
 		return nil, exitCode(err), true
 	}
@@ -127,9 +135,9 @@ func parseCommand(name string, args []string, plan bool) (o *options, code int, 
 }
 
 // parseFlags parses and validates args; klog's flags are added to the set.
-func parseFlags(name string, args []string, plan bool) (*options, error) {
-	o := &options{}
-	fs := newFlagSet(name, o, plan)
+func parseFlags(cmd command, args []string) (*flagValues, error) {
+	o := &flagValues{}
+	fs := newFlagSet(cmd, o)
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	for _, name := range []string{"v", "vmodule"} {
@@ -137,7 +145,7 @@ func parseFlags(name string, args []string, plan bool) (*options, error) {
 	}
 	fs.Usage = func() {
 		out := fs.Output()
-		if plan {
+		if cmd == planCommand {
 			fmt.Fprintf(out, "Usage: podjanitor plan [flags]\n\nLists every pod that has a deadline under the current annotations and policy, sorted by deadline. Changes nothing.\n\nFlags:\n")
 		} else {
 			fmt.Fprintf(out, "Usage: podjanitor [flags]\n       podjanitor plan [flags]\n\nRemoves pods whose lifetime is over, exactly when it is over.\n\nFlags:\n")
@@ -151,10 +159,10 @@ func parseFlags(name string, args []string, plan bool) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	return o, o.validate(plan)
+	return o, o.validate(cmd)
 }
 
-func (o *options) validate(plan bool) error {
+func (o *flagValues) validate(cmd command) error {
 	bad := func(flag, why string, args ...any) error {
 		return usageError{fmt.Sprintf("invalid value for --%s: %s", flag, fmt.Sprintf(why, args...))}
 	}
@@ -178,7 +186,7 @@ func (o *options) validate(plan bool) error {
 	if o.cluster.kubeAPIContentType != runtime.ContentTypeProtobuf && o.cluster.kubeAPIContentType != runtime.ContentTypeJSON {
 		return bad("kube-api-content-type", "%q: want %s or %s", o.cluster.kubeAPIContentType, runtime.ContentTypeProtobuf, runtime.ContentTypeJSON)
 	}
-	if plan {
+	if cmd == planCommand {
 		if o.output != "table" && o.output != "json" {
 			return bad("output", "%q: want table or json", o.output)
 		}

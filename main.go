@@ -32,7 +32,7 @@ func main() {
 }
 
 func runDaemon(args []string) int {
-	o, code, done := parseCommand("podjanitor", args, false)
+	o, code, done := parseCommand(daemonCommand, args)
 	if done {
 		return code
 	}
@@ -50,7 +50,7 @@ func runDaemon(args []string) int {
 }
 
 // daemon runs the controller until ctx is cancelled.
-func daemon(ctx context.Context, o *options) error {
+func daemon(ctx context.Context, o *flagValues) error {
 	logger := klog.FromContext(ctx)
 	applyMemoryDefaults(logger)
 	evaluator, policyData, err := loadEvaluator(o.configFile, o.scope.annotationPrefix)

@@ -42,7 +42,7 @@ func TestFlagValidation(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			_, err := parseFlags("podjanitor", tc.args, false)
+			_, err := parseFlags(daemonCommand, tc.args)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Errorf("parseFlags(%q) = %v, want no error", tc.args, err)
@@ -51,25 +51,25 @@ func TestFlagValidation(t *testing.T) {
 			}
 		})
 	}
-	if _, err := parseFlags("podjanitor plan", []string{"-o", "yaml"}, true); err == nil {
+	if _, err := parseFlags(planCommand, []string{"-o", "yaml"}); err == nil {
 		t.Error("plan -o yaml accepted, want table or json only")
 	}
 	for _, args := range [][]string{{"-o", "json"}, {"--output", "json"}, {"--output=json"}} {
-		o, err := parseFlags("podjanitor plan", args, true)
+		o, err := parseFlags(planCommand, args)
 		if err != nil {
 			t.Errorf("plan %q: %v", args, err)
 		} else if o.output != "json" {
 			t.Errorf("plan %q: output %q, want json", args, o.output)
 		}
 	}
-	if _, err := parseFlags("podjanitor plan", []string{"--output", "yaml"}, true); err == nil || !strings.Contains(err.Error(), "--output") {
+	if _, err := parseFlags(planCommand, []string{"--output", "yaml"}); err == nil || !strings.Contains(err.Error(), "--output") {
 		t.Errorf("plan --output yaml: err = %v, want an error naming --output", err)
 	}
-	if _, err := parseFlags("podjanitor", []string{"--kube-api-burst", "-1"}, false); err == nil || strings.Contains(err.Error(), "--kube-api-qps") {
+	if _, err := parseFlags(daemonCommand, []string{"--kube-api-burst", "-1"}); err == nil || strings.Contains(err.Error(), "--kube-api-qps") {
 		t.Errorf("--kube-api-burst -1: err = %v, want it to name --kube-api-burst alone", err)
 	}
 	var usage usageError
-	if _, err := parseFlags("podjanitor", []string{"--workers", "0"}, false); !errors.As(err, &usage) || exitCode(err) != 2 {
+	if _, err := parseFlags(daemonCommand, []string{"--workers", "0"}); !errors.As(err, &usage) || exitCode(err) != 2 {
 		t.Errorf("a bad flag value must be a usage error with exit status 2, got %v", err)
 	}
 }
@@ -138,7 +138,7 @@ current-context: c
 		{nil, ""},
 		{[]string{"--kube-api-compression"}, "gzip"},
 	} {
-		o, err := parseFlags("podjanitor", append([]string{"--kubeconfig", kubeconfig}, tc.args...), false)
+		o, err := parseFlags(daemonCommand, append([]string{"--kubeconfig", kubeconfig}, tc.args...))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -52,7 +52,7 @@ type planReport struct {
 
 // runPlan is `podjanitor plan`: what the daemon would do to the cluster now.
 func runPlan(args []string) int {
-	o, code, done := parseCommand("podjanitor plan", args, true)
+	o, code, done := parseCommand(planCommand, args)
 	if done {
 		return code
 	}
@@ -63,7 +63,7 @@ func runPlan(args []string) int {
 	return 0
 }
 
-func plan(ctx context.Context, o *options, out io.Writer) error {
+func plan(ctx context.Context, o *flagValues, out io.Writer) error {
 	evaluator, _, err := loadEvaluator(o.configFile, o.scope.annotationPrefix)
 	if err != nil {
 		return err

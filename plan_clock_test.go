@@ -56,7 +56,7 @@ current-context: c
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o, err := parseFlags("podjanitor plan", []string{"--kubeconfig", kubeconfig, "-o", "json"}, true)
+	o, err := parseFlags(planCommand, []string{"--kubeconfig", kubeconfig, "-o", "json"})
 	if err != nil {
 		t.Fatal(err)
 	}
