@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
+	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/policy"
 )
@@ -324,7 +325,7 @@ func TestChartDefaultPolicyIsConservative(t *testing.T) {
 			{"ReplicaSet crash-looping", []func(*corev1.Pod){owned("ReplicaSet"), crashLooping}},
 			{"bare unschedulable", []func(*corev1.Pod){unschedulable}},
 		} {
-			pod := newPod("healthy", old, phase, nil)
+			pod := apitest.Pod("healthy", old, phase, nil)
 			pod.Status.StartTime = &metav1.Time{Time: old}
 			for _, o := range shape.opts {
 				o(pod)
@@ -336,10 +337,10 @@ func TestChartDefaultPolicyIsConservative(t *testing.T) {
 		}
 	}
 	// What it is for: an evicted pod and a finished bare pod do go.
-	evicted := newPod("evicted", old, corev1.PodFailed, nil)
+	evicted := apitest.Pod("evicted", old, corev1.PodFailed, nil)
 	evicted.Status.Reason = "Evicted"
 	owned("ReplicaSet")(evicted)
-	for _, pod := range []*corev1.Pod{evicted, newPod("done", old, corev1.PodSucceeded, nil)} {
+	for _, pod := range []*corev1.Pod{evicted, apitest.Pod("done", old, corev1.PodSucceeded, nil)} {
 		if d, err := e.Decide(pod, &policy.Namespace{}, now); err != nil || !d.HasDeadline() {
 			t.Errorf("%s pod: decision %+v, err %v; want a deadline", pod.Name, d, err)
 		}

@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -30,6 +29,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/policy"
@@ -185,16 +185,6 @@ func (f *fixture) events() []string {
 	}
 }
 
-func newPod(name string, created time.Time, phase corev1.PodPhase, annotations map[string]string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: "default", UID: types.UID("uid-" + name), ResourceVersion: "7",
-			CreationTimestamp: metav1.NewTime(created), Annotations: annotations,
-		},
-		Status: corev1.PodStatus{Phase: phase},
-	}
-}
-
 func keyOf(p *corev1.Pod) cache.ObjectName { return cache.MetaObjectToName(p) }
 
 func deleteAction(p *corev1.Pod) core.Action {
@@ -211,7 +201,7 @@ func checkActions(t *testing.T, want []core.Action, got []core.Action) {
 }
 
 func TestTTLPodIsParkedUntilDeadlineThenDeleted(t *testing.T) {
-	pod := newPod("web", t0.Add(-10*time.Minute), corev1.PodPending, map[string]string{"podjanitor.io/ttl": "1h"})
+	pod := apitest.Pod("web", t0.Add(-10*time.Minute), corev1.PodPending, map[string]string{"podjanitor.io/ttl": "1h"})
 	f := newFixture(t, Options{}, pod)
 
 	res, err := f.c.syncHandler(f.ctx, keyOf(pod))
@@ -255,14 +245,14 @@ func TestTTLPodIsParkedUntilDeadlineThenDeleted(t *testing.T) {
 
 func TestPodsThatMustNotBeRemoved(t *testing.T) {
 	old := t0.Add(-24 * time.Hour)
-	terminating := newPod("terminating", old, corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1s"})
+	terminating := apitest.Pod("terminating", old, corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1s"})
 	terminating.DeletionTimestamp = &metav1.Time{Time: t0}
-	mirror := newPod("mirror", old, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1s", corev1.MirrorPodAnnotationKey: "x"})
+	mirror := apitest.Pod("mirror", old, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1s", corev1.MirrorPodAnnotationKey: "x"})
 	tests := map[string]*corev1.Pod{
-		"keep vetoes a due ttl":            newPod("kept", old, corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1s", "podjanitor.io/keep": "true"}),
-		"no annotation, no policy":         newPod("plain", old, corev1.PodFailed, nil),
-		"other prefix is not ours":         newPod("other", old, corev1.PodFailed, map[string]string{"example.com/ttl": "1s"}),
-		"ttl-after-finished while running": newPod("running", old, corev1.PodRunning, map[string]string{"podjanitor.io/ttl-after-finished": "1s"}),
+		"keep vetoes a due ttl":            apitest.Pod("kept", old, corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1s", "podjanitor.io/keep": "true"}),
+		"no annotation, no policy":         apitest.Pod("plain", old, corev1.PodFailed, nil),
+		"other prefix is not ours":         apitest.Pod("other", old, corev1.PodFailed, map[string]string{"example.com/ttl": "1s"}),
+		"ttl-after-finished while running": apitest.Pod("running", old, corev1.PodRunning, map[string]string{"podjanitor.io/ttl-after-finished": "1s"}),
 		"terminating":                      terminating,
 		"mirror pod":                       mirror,
 	}
@@ -279,7 +269,7 @@ func TestPodsThatMustNotBeRemoved(t *testing.T) {
 }
 
 func TestInvalidAnnotationWarnsAndIsNotRetried(t *testing.T) {
-	pod := newPod("bad", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "3x"})
+	pod := apitest.Pod("bad", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "3x"})
 	f := newFixture(t, Options{}, pod)
 	f.process(keyOf(pod))
 
@@ -300,8 +290,8 @@ func TestInvalidAnnotationWarnsAndIsNotRetried(t *testing.T) {
 }
 
 func TestConflictRequeuesAndDeletesNothingElse(t *testing.T) {
-	pod := newPod("changed", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
-	other := newPod("bystander", t0.Add(-time.Hour), corev1.PodSucceeded, nil)
+	pod := apitest.Pod("changed", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	other := apitest.Pod("bystander", t0.Add(-time.Hour), corev1.PodSucceeded, nil)
 	f := newFixture(t, Options{}, pod, other)
 	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, pod.Name, nil)
@@ -318,8 +308,8 @@ func TestConflictRequeuesAndDeletesNothingElse(t *testing.T) {
 }
 
 func TestDryRunRemovesNothing(t *testing.T) {
-	pod := newPod("dry", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
-	running := newPod("dry-running", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("dry", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	running := apitest.Pod("dry-running", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{DryRun: true}, pod, running)
 	f.process(keyOf(pod))
 	f.process(keyOf(running))
@@ -336,8 +326,8 @@ func TestDryRunRemovesNothing(t *testing.T) {
 }
 
 func TestNoRemovalEventsKeepsWarnings(t *testing.T) {
-	due := newPod("due", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
-	bad := newPod("bad", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "3x"})
+	due := apitest.Pod("due", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	bad := apitest.Pod("bad", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "3x"})
 	f := newFixture(t, Options{NoRemovalEvents: true}, due, bad)
 	f.process(keyOf(due))
 	f.process(keyOf(bad))
@@ -353,7 +343,7 @@ func TestNoRemovalEventsKeepsWarnings(t *testing.T) {
 }
 
 func TestAPIErrorRetriesWithGrowingBackoff(t *testing.T) {
-	pod := newPod("flaky", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("flaky", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
 	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewInternalError(context.DeadlineExceeded)
@@ -380,7 +370,7 @@ func TestAPIErrorRetriesWithGrowingBackoff(t *testing.T) {
 }
 
 func TestPanicIsRecoveredAndRetried(t *testing.T) {
-	pod := newPod("boom", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("boom", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
 	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) { panic("boom") })
 	f.process(keyOf(pod))
@@ -394,7 +384,7 @@ func TestPanicIsRecoveredAndRetried(t *testing.T) {
 }
 
 func TestGonePodIsNoOp(t *testing.T) {
-	gone := newPod("gone", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	gone := apitest.Pod("gone", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{})
 	f.c.enqueue(cache.DeletedFinalStateUnknown{Key: "default/gone", Obj: gone})
 	if got := f.c.queue.Len(); got != 1 {
@@ -409,7 +399,7 @@ func TestGonePodIsNoOp(t *testing.T) {
 }
 
 func TestRunningPodIsEvicted(t *testing.T) {
-	pod := newPod("svc", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("svc", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
 	blocked := 0
 	f.client.PrependReactor("create", "pods", func(a core.Action) (bool, runtime.Object, error) {
@@ -418,7 +408,7 @@ func TestRunningPodIsEvicted(t *testing.T) {
 		}
 		if blocked < 2 {
 			blocked++
-			return true, nil, pdbRefusal()
+			return true, nil, apitest.DisruptionBudgetRefusal()
 		}
 		return true, nil, nil
 	})
@@ -448,7 +438,7 @@ func TestRunningPodIsEvicted(t *testing.T) {
 func TestRemovalRateLimitDelaysButNeverDrops(t *testing.T) {
 	var pods []*corev1.Pod
 	for _, name := range []string{"a", "b", "c", "d"} {
-		pods = append(pods, newPod(name, t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"}))
+		pods = append(pods, apitest.Pod(name, t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"}))
 	}
 	f := newFixture(t, Options{MaxRemovalsPerSecond: 1, RemovalBurst: 1}, pods...)
 	for _, p := range pods {
@@ -481,14 +471,6 @@ func TestRemovalRateLimitDelaysButNeverDrops(t *testing.T) {
 	}
 }
 
-// pdbRefusal is the Eviction API's answer when a PodDisruptionBudget forbids the eviction.
-func pdbRefusal() error {
-	err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
-	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes,
-		metav1.StatusCause{Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget web-pdb needs 1 healthy pods and has 1 currently"})
-	return err
-}
-
 // A pod parked for a far deadline and then deleted leaves nothing behind:
 // memory follows the pods that exist, not the pods seen.
 func TestDeletedPodsLeaveNoParkedKeys(t *testing.T) {
@@ -504,7 +486,7 @@ func TestDeletedPodsLeaveNoParkedKeys(t *testing.T) {
 	}
 	before := heapInUse()
 	for i := range n {
-		pod := newPod(fmt.Sprintf("churn-%d", i), t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "7d"})
+		pod := apitest.Pod(fmt.Sprintf("churn-%d", i), t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "7d"})
 		if err := indexer.Add(pod); err != nil {
 			t.Fatal(err)
 		}
@@ -530,7 +512,7 @@ func TestDeletedPodsLeaveNoParkedKeys(t *testing.T) {
 // After an outage, a due pod is retried within transientBackoffMax however
 // often it failed, so that it goes within seconds of the API server's return.
 func TestTransientErrorsRetryWithinTenSeconds(t *testing.T) {
-	pod := newPod("outage", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("outage", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
 	down := true
 	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
@@ -562,7 +544,7 @@ func TestTransientErrorsRetryWithinTenSeconds(t *testing.T) {
 // A 404 from a removal call does not make podjanitor forget a pod that its
 // informer still has: the 404 may come from a proxy, not from the pod.
 func TestNotFoundFromTheAPIIsRetriedWhileTheInformerHasThePod(t *testing.T) {
-	pod := newPod("still-there", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("still-there", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
 	notFound := 1
 	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
@@ -595,10 +577,10 @@ func TestNotFoundFromTheAPIIsRetriedWhileTheInformerHasThePod(t *testing.T) {
 // Evictions refused by a PodDisruptionBudget wait 5 s, then longer, up to
 // 5 min: not the transient backoff, which would hammer the API server.
 func TestDisruptionBudgetRefusalsBackOffSlowly(t *testing.T) {
-	pod := newPod("guarded", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("guarded", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
 	f.client.PrependReactor("create", "pods", func(a core.Action) (bool, runtime.Object, error) {
-		return a.GetSubresource() == "eviction", nil, pdbRefusal()
+		return a.GetSubresource() == "eviction", nil, apitest.DisruptionBudgetRefusal()
 	})
 	f.process(keyOf(pod))
 	for _, wait := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second} {
@@ -624,7 +606,7 @@ func TestRemovalCapWakesEachKeyOnce(t *testing.T) {
 	const n = 200
 	var pods []*corev1.Pod
 	for i := range n {
-		pods = append(pods, newPod(fmt.Sprintf("backlog-%d", i), t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"}))
+		pods = append(pods, apitest.Pod(fmt.Sprintf("backlog-%d", i), t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"}))
 	}
 	f := newFixture(t, Options{MaxRemovalsPerSecond: 10, RemovalBurst: 1, NoRemovalEvents: true}, pods...)
 	for _, p := range pods {
@@ -651,8 +633,8 @@ func TestRemovalCapWakesEachKeyOnce(t *testing.T) {
 // A key waiting for a removal token gives it back when its pod no longer
 // needs it, so the next pod in line does not wait for a slot nobody uses.
 func TestUnusedRemovalTokenIsGivenBack(t *testing.T) {
-	a := newPod("a", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
-	b := newPod("b", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	a := apitest.Pod("a", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	b := apitest.Pod("b", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{MaxRemovalsPerSecond: 1, RemovalBurst: 1}, a, b)
 	f.process(keyOf(a)) // takes the burst
 	f.process(keyOf(b)) // reserves the slot at +1s and waits
@@ -666,7 +648,7 @@ func TestUnusedRemovalTokenIsGivenBack(t *testing.T) {
 	if got := f.c.state.len(); got != 1 { // a's removed mark
 		t.Errorf("state entries = %d, want 1", got)
 	}
-	c := newPod("c", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	c := apitest.Pod("c", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
 	if err := f.c.pods.Add(c); err != nil {
 		t.Fatal(err)
 	}
@@ -680,7 +662,7 @@ func TestUnusedRemovalTokenIsGivenBack(t *testing.T) {
 func TestDeadlinesHoldInTheAPIServersTime(t *testing.T) {
 	// t0 is this machine's time; the API server's is 30 s behind, so the pod,
 	// created at t0-50s in the API server's time, is 20 s old.
-	pod := newPod("skewed", t0.Add(-50*time.Second), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("skewed", t0.Add(-50*time.Second), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{ClockOffset: func() time.Duration { return -30 * time.Second }}, pod)
 	f.process(keyOf(pod))
 	checkActions(t, nil, f.writes())
@@ -737,7 +719,7 @@ func metricValue(m *metrics.Metrics, name string, labels ...string) float64 {
 // can be up to a second below the truth until it is calibrated.
 func TestParkedDeadlinesFollowTheClockOffset(t *testing.T) {
 	var offset atomic.Int64
-	pod := newPod("parked", t0, corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("parked", t0, corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{ClockOffset: func() time.Duration { return time.Duration(offset.Load()) }}, pod)
 	f.process(keyOf(pod))
 	offset.Store(int64(900 * time.Millisecond)) // the server's clock turns out to be 0.9 s ahead

@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/policy"
 )
@@ -61,7 +62,7 @@ func (f *fixture) updateNamespace(ns *corev1.Namespace, create, wantQueued bool)
 // annotated keep stays, and goes once the annotation is removed, without
 // any event of the pod itself.
 func TestNamespaceKeepHoldsPodsUntilRemoved(t *testing.T) {
-	pod := newPod("job", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	pod := apitest.Pod("job", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
 	ns := namespace("default", nil, map[string]string{"podjanitor.io/keep": "true"})
 	f := newFixtureWithNamespaces(t, Options{}, []*corev1.Namespace{ns}, pod)
 
@@ -95,9 +96,9 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	inCI := newPod("ci-pod", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
+	inCI := apitest.Pod("ci-pod", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
 	inCI.Namespace = "ci"
-	plain := newPod("web", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
+	plain := apitest.Pod("web", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
 	ci := namespace("ci", map[string]string{"podjanitor.io/cleanup": "true"}, nil)
 	web := namespace("default", nil, nil)
 	f := newFixtureWithNamespaces(t, Options{Evaluator: &policy.Evaluator{Policy: p}}, []*corev1.Namespace{ci, web}, inCI, plain)
@@ -117,7 +118,7 @@ rules:
 // TestPodOfUnknownNamespaceWaitsForIt proves that a pod whose namespace the
 // cache has not seen is left alone, and decided when the namespace arrives.
 func TestPodOfUnknownNamespaceWaitsForIt(t *testing.T) {
-	pod := newPod("job", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	pod := apitest.Pod("job", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
 	f := newFixtureWithNamespaces(t, Options{}, []*corev1.Namespace{}, pod)
 
 	f.process(keyOf(pod))
@@ -139,9 +140,9 @@ func TestCriticalPodIsNotRemovedByRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	critical := newPod("dns", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
+	critical := apitest.Pod("dns", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
 	critical.Spec.PriorityClassName = "system-cluster-critical"
-	plain := newPod("plain", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
+	plain := apitest.Pod("plain", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
 	f := newFixture(t, Options{Evaluator: &policy.Evaluator{Policy: p}}, critical, plain)
 
 	f.process(keyOf(critical))
@@ -188,8 +189,8 @@ func (f *fixture) namespaceGets() int {
 // server, carries keep; that the read is shared by the namespace's removals
 // for a second; and that the pod goes once a fresh read no longer keeps it.
 func TestDueRemovalReadsNamespaceFresh(t *testing.T) {
-	a := newPod("a", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
-	b := newPod("b", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	a := apitest.Pod("a", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	b := apitest.Pod("b", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
 	ns := namespace("default", nil, map[string]string{"podjanitor.io/keep": "true"})
 	f := newFixtureWithNamespaces(t, Options{}, []*corev1.Namespace{ns}, a, b)
 	f.staleNamespaces(namespace("default", nil, nil)) // keep was added after the watch stalled
@@ -229,8 +230,8 @@ func TestDueRemovalReadsNamespaceFresh(t *testing.T) {
 // RBAC change), one GET a second however many pods wait, and removed once
 // the namespace can be read again.
 func TestDueRemovalWaitsWhileNamespaceCannotBeRead(t *testing.T) {
-	a := newPod("a", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
-	b := newPod("b", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	a := apitest.Pod("a", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	b := apitest.Pod("b", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
 	f := newFixture(t, Options{}, a, b)
 	var refuse atomic.Bool
 	refuse.Store(true)
@@ -292,7 +293,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := newPod("job", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
+	pod := apitest.Pod("job", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
 	f := newFixtureWithNamespaces(t, Options{Evaluator: &policy.Evaluator{Policy: p}}, []*corev1.Namespace{namespace("default", nil, nil)}, pod)
 	f.staleNamespaces(namespace("default", map[string]string{"cleanup": "fast"}, nil))
 
@@ -312,7 +313,7 @@ rules:
 func TestInvalidNamespaceKeepWarnsOncePerNamespace(t *testing.T) {
 	var pods []*corev1.Pod
 	for _, name := range []string{"a", "b", "c"} {
-		pods = append(pods, newPod(name, t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"}))
+		pods = append(pods, apitest.Pod(name, t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"}))
 	}
 	ns := namespace("default", nil, map[string]string{"podjanitor.io/keep": "maybe"})
 	f := newFixtureWithNamespaces(t, Options{}, []*corev1.Namespace{ns}, pods...)

@@ -19,6 +19,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/podjanitor/podjanitor/internal/apiclock"
+	"github.com/podjanitor/podjanitor/internal/apitest"
 )
 
 // parkedRun is a podStates whose run loop hands keys to a list, on a fake clock.
@@ -120,9 +121,9 @@ func TestFarFutureKeyDoesNotHoldUpOthers(t *testing.T) {
 // The same through the controller: a pod that expires in 9999 and pods with
 // ttls of seconds; the short ones come due at their deadlines.
 func TestFarFuturePodDoesNotStallOtherPods(t *testing.T) {
-	pods := []*corev1.Pod{newPod("far", t0, corev1.PodRunning, map[string]string{"podjanitor.io/expires-at": "9999-12-31"})}
+	pods := []*corev1.Pod{apitest.Pod("far", t0, corev1.PodRunning, map[string]string{"podjanitor.io/expires-at": "9999-12-31"})}
 	for i := 1; i <= 3; i++ {
-		pods = append(pods, newPod(fmt.Sprintf("ttl-%d", i), t0, corev1.PodFailed,
+		pods = append(pods, apitest.Pod(fmt.Sprintf("ttl-%d", i), t0, corev1.PodFailed,
 			map[string]string{"podjanitor.io/ttl": fmt.Sprintf("%ds", 5*i)}))
 	}
 	f := newFixture(t, Options{}, pods...)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	core "k8s.io/client-go/testing"
 
+	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
 )
@@ -38,21 +39,6 @@ func evictAction(p *corev1.Pod) core.Action {
 	}
 }
 
-// multipleBudgetsRefusal is what client-go returns for the Eviction API's
-// answer about a pod under two PodDisruptionBudgets: a Status with code 500
-// and no reason (k8s.io/kubernetes pkg/registry/core/pod/storage/eviction.go).
-func multipleBudgetsRefusal() error {
-	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 500,
-		Message: "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."}}
-}
-
-// webhookDenial is a validating webhook's denial of a DELETE, as the API
-// server words it (the webhook chose no code: 400).
-func webhookDenial() error {
-	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 400,
-		Message: `admission webhook "deny-delete.example.com" denied the request: pods of team x are kept for audit`}}
-}
-
 // refusingEvictions makes every eviction answer err, and counts them.
 func refusingEvictions(f *fixture, err func() error) *int {
 	n := new(int)
@@ -70,9 +56,9 @@ func refusingEvictions(f *fixture, err func() error) *int {
 // backs off slowly (not the transient 10 s cap), is reported once by a
 // Warning, is counted as multiple_budgets, and is never turned into a delete.
 func TestMultipleBudgetsRefusalBacksOffSlowlyAndWarnsOnce(t *testing.T) {
-	pod := newPod("two-budgets", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("two-budgets", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
-	evictions := refusingEvictions(f, multipleBudgetsRefusal)
+	evictions := refusingEvictions(f, apitest.MultipleBudgetsRefusal)
 	f.process(keyOf(pod))
 	for _, wait := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second} {
 		if f.stepAndCheckReady(wait - time.Millisecond) {
@@ -103,9 +89,9 @@ func TestMultipleBudgetsRefusalBacksOffSlowlyAndWarnsOnce(t *testing.T) {
 // One event per pod and kind of refusal: a pod first refused by admission,
 // then by a PodDisruptionBudget, gets one event for each.
 func TestRefusalsAreReportedOncePerKind(t *testing.T) {
-	pod := newPod("guarded", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("guarded", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
-	answers := []func() error{webhookDenial, webhookDenial, pdbRefusal, pdbRefusal, webhookDenial}
+	answers := []func() error{apitest.WebhookDenial, apitest.WebhookDenial, apitest.DisruptionBudgetRefusal, apitest.DisruptionBudgetRefusal, apitest.WebhookDenial}
 	refusingEvictions(f, func() error { e := answers[0]; answers = answers[1:]; return e() })
 	f.process(keyOf(pod))
 	for len(answers) > 0 {
@@ -132,9 +118,9 @@ func TestRefusalsAreReportedOncePerKind(t *testing.T) {
 func TestRefusedRetriesTakeNoRemovalTokens(t *testing.T) {
 	const ttl = "podjanitor.io/ttl"
 	due := func(name string, at time.Duration) *corev1.Pod { // deleted at t0+at
-		return newPod(name, t0.Add(-time.Hour+at), corev1.PodSucceeded, map[string]string{ttl: "1h"})
+		return apitest.Pod(name, t0.Add(-time.Hour+at), corev1.PodSucceeded, map[string]string{ttl: "1h"})
 	}
-	refused := newPod("refused", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{ttl: "1m"})
+	refused := apitest.Pod("refused", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{ttl: "1m"})
 	a, b := due("a", 6*time.Second), due("b", 6*time.Second) // creation times are whole seconds
 	d, e := due("d", 15*time.Second), due("e", 15*time.Second)
 	g := due("g", 16*time.Second)
@@ -146,7 +132,7 @@ func TestRefusedRetriesTakeNoRemovalTokens(t *testing.T) {
 		}
 		evictions++
 		if refusing {
-			return true, nil, multipleBudgetsRefusal()
+			return true, nil, apitest.MultipleBudgetsRefusal()
 		}
 		return true, nil, nil
 	})
@@ -227,7 +213,7 @@ func TestEvictionDecidesAgainOnTheFreshPod(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			cached := newPod("web", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{ttl: "1m"})
+			cached := apitest.Pod("web", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{ttl: "1m"})
 			cached.Labels = map[string]string{"race": "yes"}
 			f := newFixture(t, Options{PodSelector: labels.SelectorFromSet(labels.Set{"race": "yes"})}, cached)
 			fresh := cached.DeepCopy()
@@ -263,7 +249,7 @@ func TestEvictionDecidesAgainOnTheFreshPod(t *testing.T) {
 // does not make podjanitor forget a pod its informer still has, and the
 // pod is neither evicted nor deleted meanwhile.
 func TestFreshReadFailureIsRetried(t *testing.T) {
-	pod := newPod("web", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("web", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
 	failures := []error{
 		apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, pod.Name),
@@ -304,7 +290,7 @@ func TestFreshReadKeepsTheCachedStatusTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	crashLooping := func(restarts int32, written time.Time) *corev1.Pod {
-		p := newPod("web", t0.Add(-2*time.Hour), corev1.PodRunning, nil)
+		p := apitest.Pod("web", t0.Add(-2*time.Hour), corev1.PodRunning, nil)
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse,
 			LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))}}
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", RestartCount: restarts,
@@ -346,7 +332,7 @@ func TestHungRemovalCallTimesOut(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	pod := newPod("hung", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("hung", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{WriteTimeout: 200 * time.Millisecond}, pod)
 	f.c.client = kubernetes.NewForConfigOrDie(&rest.Config{Host: srv.URL})
 	start := time.Now()

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/policy"
@@ -18,9 +19,9 @@ import (
 func TestInvalidAnnotationWarningFitsTheEventsAPI(t *testing.T) {
 	for _, size := range []int{5 << 10, 100 << 10} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			ttl := newPod("long-ttl", t0.Add(-time.Hour), corev1.PodSucceeded,
+			ttl := apitest.Pod("long-ttl", t0.Add(-time.Hour), corev1.PodSucceeded,
 				map[string]string{"podjanitor.io/ttl": "3" + strings.Repeat("h", size)})
-			date := newPod("long-date", t0.Add(-time.Hour), corev1.PodSucceeded,
+			date := apitest.Pod("long-date", t0.Add(-time.Hour), corev1.PodSucceeded,
 				map[string]string{"podjanitor.io/expires-at": strings.Repeat("2026-12-01", size/10)})
 			f := newFixture(t, Options{}, ttl, date)
 			f.process(keyOf(ttl))
@@ -50,7 +51,7 @@ func TestInvalidAnnotationWarningFitsTheEventsAPI(t *testing.T) {
 }
 
 func TestInvalidAnnotationWarnsOncePerPodAndValue(t *testing.T) {
-	pod := newPod("bad", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "3x"})
+	pod := apitest.Pod("bad", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "3x"})
 	f := newFixture(t, Options{}, pod)
 	f.process(keyOf(pod))
 

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -162,7 +163,7 @@ func (h *budgetHarness) step(d time.Duration) {
 func ownedPods(prefix string, n int, owner *metav1.OwnerReference, phase corev1.PodPhase) []*corev1.Pod {
 	var pods []*corev1.Pod
 	for i := range n {
-		p := newPod(fmt.Sprintf("%s-%d", prefix, i), t0.Add(-time.Hour), phase, nil)
+		p := apitest.Pod(fmt.Sprintf("%s-%d", prefix, i), t0.Add(-time.Hour), phase, nil)
 		if owner != nil {
 			p.OwnerReferences = []metav1.OwnerReference{*owner}
 		}
@@ -414,14 +415,3 @@ func TestSummaryNoteNamesAsManyPodsAsFit(t *testing.T) {
 }
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-
-// newPod is a pod created at created in the default namespace.
-func newPod(name string, created time.Time, phase corev1.PodPhase, annotations map[string]string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: "default", UID: types.UID("uid-" + name), ResourceVersion: "7",
-			CreationTimestamp: metav1.NewTime(created), Annotations: annotations,
-		},
-		Status: corev1.PodStatus{Phase: phase},
-	}
-}

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/podjanitor/podjanitor/internal/apitest"
 )
 
 func TestRemovalErrorKinds(t *testing.T) {
@@ -30,13 +32,13 @@ func TestRemovalErrorKinds(t *testing.T) {
 		"500":                  {apierrors.NewInternalError(errors.New("etcd")), Unavailable},
 		"401":                  {apierrors.NewUnauthorized("token expired"), Unavailable},
 		"flow control 429":     {apierrors.NewTooManyRequests("too many requests", 1), Throttled},
-		"budget 429":           {pdbRefusal(), DisruptionBudget},
+		"budget 429":           {apitest.DisruptionBudgetRefusal(), DisruptionBudget},
 		"404":                  {apierrors.NewNotFound(gr, "web"), NotFound},
 		"403":                  {apierrors.NewForbidden(gr, "web", errors.New("RBAC")), Refused},
 		"422":                  {apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, "web", nil), Refused},
 		"conflict stays a 4xx": {apierrors.NewConflict(gr, "web", errors.New("uid")), Refused},
-		"two budgets":          {multipleBudgetsRefusal(), MultipleBudgets},
-		"webhook denial":       {webhookDenial(), AdmissionDenied},
+		"two budgets":          {apitest.MultipleBudgetsRefusal(), MultipleBudgets},
+		"webhook denial":       {apitest.WebhookDenial(), AdmissionDenied},
 		"webhook denial 403": {apierrors.NewForbidden(gr, "web",
 			errors.New(`admission webhook "validation.gatekeeper.sh" denied the request: [no-delete] pods are protected`)), AdmissionDenied},
 		"webhook without explanation, wrapped in a 500 (older API servers)": {apierrors.NewInternalError(
@@ -127,27 +129,4 @@ func TestRefusalKinds(t *testing.T) {
 	if len(Refusals) > 8 {
 		t.Errorf("%d refusal kinds do not fit podMarks.reported", len(Refusals))
 	}
-}
-
-// pdbRefusal is the Eviction API's answer when a PodDisruptionBudget forbids the eviction.
-func pdbRefusal() error {
-	err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
-	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes,
-		metav1.StatusCause{Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget web-pdb needs 1 healthy pods and has 1 currently"})
-	return err
-}
-
-// multipleBudgetsRefusal is what client-go returns for the Eviction API's
-// answer about a pod under two PodDisruptionBudgets: a Status with code 500
-// and no reason (k8s.io/kubernetes pkg/registry/core/pod/storage/eviction.go).
-func multipleBudgetsRefusal() error {
-	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 500,
-		Message: "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."}}
-}
-
-// webhookDenial is a validating webhook's denial of a DELETE, as the API
-// server words it (the webhook chose no code: 400).
-func webhookDenial() error {
-	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 400,
-		Message: `admission webhook "deny-delete.example.com" denied the request: pods of team x are kept for audit`}}
 }
