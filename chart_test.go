@@ -408,18 +408,20 @@ func TestChartLeaderElection(t *testing.T) {
 		{set: []string{"replicas=2", "leaderElection.enabled=false"}, wantElect: true, wantLeaseRoles: 1},
 		{set: []string{"replicas=1", "leaderElection.enabled=false"}, wantElect: false, wantRecreate: true},
 	} {
-		r := renderChart(t, tc.set...)
-		dep := one(t, "Deployment", r.deployments)
-		o := checkDeployment(t, dep, r.policyConfigMap())
-		if o.leaderElect != tc.wantElect {
-			t.Errorf("%v: --leader-elect=%v, want %v", tc.set, o.leaderElect, tc.wantElect)
-		}
-		if got := dep.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType; got != tc.wantRecreate {
-			t.Errorf("%v: strategy %q, want Recreate: %v", tc.set, dep.Spec.Strategy.Type, tc.wantRecreate)
-		}
-		if len(r.roles) != tc.wantLeaseRoles {
-			t.Errorf("%v: %d lease Roles, want %d", tc.set, len(r.roles), tc.wantLeaseRoles)
-		}
+		t.Run(strings.Join(tc.set, ","), func(t *testing.T) {
+			r := renderChart(t, tc.set...)
+			dep := one(t, "Deployment", r.deployments)
+			o := checkDeployment(t, dep, r.policyConfigMap())
+			if o.leaderElect != tc.wantElect {
+				t.Errorf("%v: --leader-elect=%v, want %v", tc.set, o.leaderElect, tc.wantElect)
+			}
+			if got := dep.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType; got != tc.wantRecreate {
+				t.Errorf("%v: strategy %q, want Recreate: %v", tc.set, dep.Spec.Strategy.Type, tc.wantRecreate)
+			}
+			if len(r.roles) != tc.wantLeaseRoles {
+				t.Errorf("%v: %d lease Roles, want %d", tc.set, len(r.roles), tc.wantLeaseRoles)
+			}
+		})
 	}
 }
 

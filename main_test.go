@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -138,26 +139,28 @@ current-context: c
 		{nil, ""},
 		{[]string{"--kube-api-compression"}, "gzip"},
 	} {
-		o, err := parseFlags(daemonCommand, append([]string{"--kubeconfig", kubeconfig}, tc.args...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := restConfig(o.cluster)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := newClients(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = c.kube.CoreV1().Pods("default").Get(context.Background(), "p", metav1.GetOptions{})
-		select {
-		case got := <-encodings:
-			if got != tc.want {
-				t.Errorf("flags %q: Accept-Encoding %q, want %q", tc.args, got, tc.want)
+		t.Run(fmt.Sprint(tc.args), func(t *testing.T) {
+			o, err := parseFlags(daemonCommand, append([]string{"--kubeconfig", kubeconfig}, tc.args...))
+			if err != nil {
+				t.Fatal(err)
 			}
-		default: // the handler sends before it answers, so the Get has returned by now
-			t.Fatalf("flags %q: no request reached the server", tc.args)
-		}
+			cfg, err := restConfig(o.cluster)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := newClients(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = c.kube.CoreV1().Pods("default").Get(context.Background(), "p", metav1.GetOptions{})
+			select {
+			case got := <-encodings:
+				if got != tc.want {
+					t.Errorf("flags %q: Accept-Encoding %q, want %q", tc.args, got, tc.want)
+				}
+			default: // the handler sends before it answers, so the Get has returned by now
+				t.Fatalf("flags %q: no request reached the server", tc.args)
+			}
+		})
 	}
 }
