@@ -24,6 +24,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
+	"github.com/podjanitor/podjanitor/internal/apitest"
+	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -229,7 +231,7 @@ func TestChartDefaults(t *testing.T) {
 		t.Errorf("replicas = %v, want 1", dep.Spec.Replicas)
 	}
 	o := checkDeployment(t, dep, r.policyConfigMap())
-	if !o.leaderElect || o.dryRun || o.namespace != "" || o.configFile == "" {
+	if !o.leaderElect || o.dryRun || o.scope.namespace != "" || o.configFile == "" {
 		t.Errorf("args %q: want leader election, no dry run, all namespaces, a policy file", dep.Spec.Template.Spec.Containers[0].Args)
 	}
 	if img := dep.Spec.Template.Spec.Containers[0].Image; img != "podjanitor:v0.1.0" {
@@ -323,7 +325,7 @@ func TestChartDefaultPolicyIsConservative(t *testing.T) {
 			{"ReplicaSet crash-looping", []func(*corev1.Pod){owned("ReplicaSet"), crashLooping}},
 			{"bare unschedulable", []func(*corev1.Pod){unschedulable}},
 		} {
-			pod := newPod("healthy", old, phase, nil)
+			pod := apitest.Pod("healthy", old, phase, nil)
 			pod.Status.StartTime = &metav1.Time{Time: old}
 			for _, o := range shape.opts {
 				o(pod)
@@ -335,10 +337,10 @@ func TestChartDefaultPolicyIsConservative(t *testing.T) {
 		}
 	}
 	// What it is for: an evicted pod and a finished bare pod do go.
-	evicted := newPod("evicted", old, corev1.PodFailed, nil)
+	evicted := apitest.Pod("evicted", old, corev1.PodFailed, nil)
 	evicted.Status.Reason = "Evicted"
 	owned("ReplicaSet")(evicted)
-	for _, pod := range []*corev1.Pod{evicted, newPod("done", old, corev1.PodSucceeded, nil)} {
+	for _, pod := range []*corev1.Pod{evicted, apitest.Pod("done", old, corev1.PodSucceeded, nil)} {
 		if d, err := e.Decide(pod, &policy.Namespace{}, now); err != nil || !d.HasDeadline() {
 			t.Errorf("%s pod: decision %+v, err %v; want a deadline", pod.Name, d, err)
 		}
@@ -382,14 +384,14 @@ func TestChartScopeNamespace(t *testing.T) {
 		checkRoleBinding(t, "RoleBinding "+rb.Namespace+"/"+rb.Name, rb.RoleRef, rb.Subjects, "Role", role.Name, sa)
 	}
 	o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
-	if o.namespace != "apps" {
-		t.Errorf("--namespace=%q, want apps", o.namespace)
+	if o.scope.namespace != "apps" {
+		t.Errorf("--namespace=%q, want apps", o.scope.namespace)
 	}
 	// watchNamespace defaults to the release's namespace.
 	r = renderChart(t, "scope=namespace")
 	o = checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
-	if o.namespace != deployNamespace {
-		t.Errorf("scope namespace without watchNamespace: --namespace=%q, want %s", o.namespace, deployNamespace)
+	if o.scope.namespace != deployNamespace {
+		t.Errorf("scope namespace without watchNamespace: --namespace=%q, want %s", o.scope.namespace, deployNamespace)
 	}
 }
 
@@ -406,18 +408,20 @@ func TestChartLeaderElection(t *testing.T) {
 		{set: []string{"replicas=2", "leaderElection.enabled=false"}, wantElect: true, wantLeaseRoles: 1},
 		{set: []string{"replicas=1", "leaderElection.enabled=false"}, wantElect: false, wantRecreate: true},
 	} {
-		r := renderChart(t, tc.set...)
-		dep := one(t, "Deployment", r.deployments)
-		o := checkDeployment(t, dep, r.policyConfigMap())
-		if o.leaderElect != tc.wantElect {
-			t.Errorf("%v: --leader-elect=%v, want %v", tc.set, o.leaderElect, tc.wantElect)
-		}
-		if got := dep.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType; got != tc.wantRecreate {
-			t.Errorf("%v: strategy %q, want Recreate: %v", tc.set, dep.Spec.Strategy.Type, tc.wantRecreate)
-		}
-		if len(r.roles) != tc.wantLeaseRoles {
-			t.Errorf("%v: %d lease Roles, want %d", tc.set, len(r.roles), tc.wantLeaseRoles)
-		}
+		t.Run(strings.Join(tc.set, ","), func(t *testing.T) {
+			r := renderChart(t, tc.set...)
+			dep := one(t, "Deployment", r.deployments)
+			o := checkDeployment(t, dep, r.policyConfigMap())
+			if o.leaderElect != tc.wantElect {
+				t.Errorf("%v: --leader-elect=%v, want %v", tc.set, o.leaderElect, tc.wantElect)
+			}
+			if got := dep.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType; got != tc.wantRecreate {
+				t.Errorf("%v: strategy %q, want Recreate: %v", tc.set, dep.Spec.Strategy.Type, tc.wantRecreate)
+			}
+			if len(r.roles) != tc.wantLeaseRoles {
+				t.Errorf("%v: %d lease Roles, want %d", tc.set, len(r.roles), tc.wantLeaseRoles)
+			}
+		})
 	}
 }
 
@@ -494,8 +498,8 @@ func TestChartValuesReachTheFlags(t *testing.T) {
 		"tolerations[0].operator=Exists", "nodeSelector.pool=infra", "image.tag=v9.9.9", "podAnnotations.team=platform")
 	dep := one(t, "Deployment", r.deployments)
 	o := checkDeployment(t, dep, r.policyConfigMap())
-	if !o.dryRun || o.loggingFormat != loggingJSON || o.verbosity != 4 || o.annotationPrefix != "janitor.example.com" ||
-		o.maxDeletionsPerSecond != 20 || o.workers != 8 {
+	if !o.dryRun || o.loggingFormat != loggingJSON || o.verbosity != 4 || o.scope.annotationPrefix != "janitor.example.com" ||
+		o.maxRemovalsPerSecond != 20 || o.workers != 8 {
 		t.Errorf("args %q did not carry the values", dep.Spec.Template.Spec.Containers[0].Args)
 	}
 	spec := dep.Spec.Template.Spec
@@ -849,7 +853,7 @@ func TestChartNotesNameRealEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	known := []string{ReasonLifetimeExpired, ReasonWouldRemove, ReasonInvalidAnnotation, ReasonEvictionBlocked}
+	known := []string{events.ReasonLifetimeExpired, events.ReasonWouldRemove, events.ReasonInvalidAnnotation, events.ReasonEvictionBlocked}
 	found := regexp.MustCompile(`reason=([A-Za-z]+)`).FindAllStringSubmatch(string(data), -1)
 	if len(found) == 0 {
 		t.Fatal("NOTES.txt selects no event reason")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,15 +21,17 @@ import (
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
+	clientevents "k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/podjanitor/podjanitor/internal/events"
+	"github.com/podjanitor/podjanitor/internal/metrics"
+	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
 )
-
-const controllerName = "podjanitor"
 
 // Options configure a Controller. The zero value of a field means its default.
 type Options struct {
@@ -53,7 +56,7 @@ type Options struct {
 	// means no offset.
 	ClockOffset func() time.Duration
 	// Metrics receives the controller's measurements; nil records nothing.
-	Metrics *Metrics
+	Metrics *metrics.Metrics
 	// PodSelector is the pod informer's label selector (--label-selector):
 	// a pod read afresh that no longer matches it is not removed. nil
 	// matches every pod.
@@ -67,9 +70,10 @@ type Result struct {
 	Requeue      bool
 	RequeueAfter time.Duration
 
-	// scheduled marks a RequeueAfter until the pod's deadline, as opposed to
-	// a wait for a removal token (podjanitor_pods_scheduled counts the former).
-	scheduled bool
+	// parking says why a RequeueAfter parks the key: until the pod's
+	// deadline, or (the zero value) for a removal token or a refusal's
+	// backoff; podjanitor_pods_scheduled counts the former.
+	parking parking
 }
 
 // retryAfterError is a failed removal to try again after a wait of its own
@@ -108,14 +112,14 @@ func isTerminal(err error) bool {
 // token is parked until one is free, never dropped.
 type Controller struct {
 	client   kubernetes.Interface
-	reporter *eventReporter
+	reporter *events.Reporter
 	clock    clock.WithTicker
 
-	// pods is the pod informer's store; see podFromCache for what it holds.
+	// pods is the pod informer's store; see podcache.Pod for what it holds.
 	pods       cache.Indexer
 	podsSynced cache.InformerSynced
 	// namespaces holds the labels and keep annotation of each namespace
-	// (namespaceTransform); a namespace change decides its pods again.
+	// (podcache.NamespaceTransform); a namespace change decides its pods again.
 	namespaces       cache.Indexer
 	namespacesSynced cache.InformerSynced
 	// nsReader reads a due pod's namespace fresh before its removal;
@@ -132,11 +136,11 @@ type Controller struct {
 	queue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	state   *podStates
 	limiter *rate.Limiter
-	// transform is the pod informer's (rememberingPodTransform against the
+	// transform is the pod informer's (podcache.RememberingPodTransform against the
 	// cache), for pods read afresh before an eviction.
 	transform cache.TransformFunc
 	opts      Options
-	metrics   *Metrics
+	metrics   *metrics.Metrics
 }
 
 // transientBackoffMax caps the workqueue's backoff for failed syncs, so that
@@ -147,7 +151,7 @@ const transientBackoffMax = 10 * time.Second
 // NewController wires the controller to the pod informer and the namespace
 // metadata informer. It does not start anything.
 func NewController(ctx context.Context, podInformer coreinformers.PodInformer, namespaceInformer cache.SharedIndexInformer,
-	client kubernetes.Interface, recorder events.EventRecorder, clk clock.WithTicker, opts Options) (*Controller, error) {
+	client kubernetes.Interface, recorder clientevents.EventRecorder, clk clock.WithTicker, opts Options) (*Controller, error) {
 	logger := klog.FromContext(ctx)
 	if opts.Evaluator == nil {
 		return nil, errors.New("options: an Evaluator is required")
@@ -171,7 +175,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	}
 	c := &Controller{
 		client:     client,
-		reporter:   newEventReporter(logger, recorder, clk, opts.DryRun, opts.NoRemovalEvents),
+		reporter:   events.NewReporter(logger, recorder, clk, opts.DryRun, opts.NoRemovalEvents),
 		clock:      clk,
 		pods:       podInformer.Informer().GetIndexer(),
 		podsSynced: podInformer.Informer().HasSynced,
@@ -183,13 +187,13 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 		limiter: rate.NewLimiter(limit, burst),
 		// Against the cache's version, as the informer's own transform: a pod read
 		// afresh keeps the status time of the cached version with the same clocks.
-		transform: rememberingPodTransform(strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/"), podInformer.Informer().GetIndexer()),
+		transform: podcache.RememberingPodTransform(strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/"), podInformer.Informer().GetIndexer()),
 		opts:      opts,
 		metrics:   opts.Metrics,
 	}
 	c.namespaces, c.namespacesSynced = namespaceInformer.GetIndexer(), namespaceInformer.HasSynced
 	c.nsReader = newNamespaceReader(client, clk, opts.WriteTimeout)
-	c.state = newPodStates(clk, c.now, opts.Metrics.setScheduled)
+	c.state = newPodStates(clk, c.now, opts.Metrics.SetPodsParked)
 	c.evaluator.Store(opts.Evaluator)
 	_, err := podInformer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
@@ -216,7 +220,7 @@ func (c *Controller) Pending() int { return c.queue.Len() }
 
 // FlushEvents records the removals held back for bulk events now; on
 // shutdown, so that none is lost.
-func (c *Controller) FlushEvents() { c.reporter.flush() }
+func (c *Controller) FlushEvents() { c.reporter.Flush() }
 
 // enqueue adds the key of a pod, or of a deleted pod's tombstone.
 func (c *Controller) enqueue(obj interface{}) {
@@ -226,6 +230,60 @@ func (c *Controller) enqueue(obj interface{}) {
 		return
 	}
 	c.queue.Add(key)
+}
+
+// namespaceEventHandler decides a namespace's pods again when what decisions
+// read of it changes: its labels or keep annotation, or its arrival after
+// the initial list (its pods, seen first, were left alone until then). The
+// initial list enqueues nothing: every cached pod is queued already, and
+// workers start only once both caches have synced.
+func (c *Controller) namespaceEventHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj interface{}, isInInitialList bool) {
+			if !isInInitialList {
+				c.enqueueNamespacePods(obj)
+			}
+		},
+		UpdateFunc: func(old, cur interface{}) {
+			oldMeta, err1 := meta.Accessor(old)
+			curMeta, err2 := meta.Accessor(cur)
+			if err1 != nil || err2 != nil || !maps.Equal(oldMeta.GetAnnotations(), curMeta.GetAnnotations()) {
+				c.nsWarnings.forget(curMeta)
+				c.enqueueNamespacePods(cur)
+			} else if !maps.Equal(oldMeta.GetLabels(), curMeta.GetLabels()) {
+				c.enqueueNamespacePods(cur)
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if m, err := meta.Accessor(obj); err == nil {
+				c.nsWarnings.forget(m)
+			}
+		},
+	}
+}
+
+// enqueueNamespacePods adds the key of every cached pod of a namespace. It
+// looks through every key (the pod cache keeps no namespace index, which
+// would cost a map entry per pod for what changes rarely: a namespace's
+// labels or keep annotation).
+func (c *Controller) enqueueNamespacePods(obj interface{}) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	prefix := m.GetName() + "/"
+	for _, key := range c.pods.ListKeys() {
+		if !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		name, err := cache.ParseObjectName(key)
+		if err != nil {
+			utilruntime.HandleError(err)
+			continue
+		}
+		c.queue.Add(name)
+	}
 }
 
 // SetEvaluator replaces the policy and decides every cached pod again.
@@ -270,7 +328,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		return errors.New("pod and namespace caches did not sync")
 	}
 	wg.Go(func() { c.state.run(ctx, c.queue.Add) })
-	c.metrics.setMaxConcurrency(workers)
+	c.metrics.SetMaxConcurrency(workers)
 	for range workers {
 		wg.Go(func() {
 			for c.processNextWorkItem(ctx, workCtx) {
@@ -295,10 +353,10 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 		return false // shutting down: take no new work
 	}
 
-	c.metrics.workerStarted()
+	c.metrics.WorkerStarted()
 	start := c.clock.Now()
 	result, err := c.safeSync(workCtx, key)
-	c.metrics.workerFinished(c.clock.Since(start))
+	c.metrics.WorkerFinished(c.clock.Since(start))
 
 	logger := klog.FromContext(ctx)
 	var retry *retryAfterError
@@ -306,30 +364,30 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 	case err != nil && isTerminal(err):
 		c.queue.Forget(key)
 		c.state.unpark(key)
-		c.metrics.reconciled(labelError, true)
-		logger.V(2).Info("Leaving pod alone until it changes", "pod", key, "err", cutNote(err.Error())) // a bad value can be 256 KiB
+		c.metrics.Reconciled(metrics.ResultError, true)
+		logger.V(2).Info("Leaving pod alone until it changes", "pod", key, "err", events.CutNote(err.Error())) // a bad value can be 256 KiB
 	case errors.As(err, &retry):
 		c.queue.Forget(key)
-		c.state.park(key, retry.after, false)
-		c.metrics.reconciled(labelError, false)
+		c.state.park(key, retry.after, untilRetry)
+		c.metrics.Reconciled(metrics.ResultError, false)
 		utilruntime.HandleErrorWithContext(ctx, err, "Syncing pod failed, will retry", "pod", key, "after", retry.after)
 	case err != nil:
 		c.queue.AddRateLimited(key)
 		c.state.unpark(key)
-		c.metrics.reconciled(labelError, false)
+		c.metrics.Reconciled(metrics.ResultError, false)
 		utilruntime.HandleErrorWithContext(ctx, err, "Syncing pod failed, will retry", "pod", key, "retries", c.queue.NumRequeues(key))
 	case result.RequeueAfter > 0:
 		c.queue.Forget(key)
-		c.state.park(key, result.RequeueAfter, result.scheduled)
-		c.metrics.reconciled(labelRequeueAfter, false)
+		c.state.park(key, result.RequeueAfter, result.parking)
+		c.metrics.Reconciled(metrics.ResultRequeueAfter, false)
 	case result.Requeue:
 		c.queue.AddRateLimited(key)
 		c.state.unpark(key)
-		c.metrics.reconciled(labelRequeue, false)
+		c.metrics.Reconciled(metrics.ResultRequeue, false)
 	default:
 		c.queue.Forget(key)
 		c.state.unpark(key)
-		c.metrics.reconciled(labelSuccess, false)
+		c.metrics.Reconciled(metrics.ResultSuccess, false)
 	}
 	return true
 }
@@ -338,7 +396,7 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 func (c *Controller) safeSync(ctx context.Context, key cache.ObjectName) (result Result, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.metrics.panicked()
+			c.metrics.Panicked()
 			err = fmt.Errorf("panic syncing pod %s: %v", key, r)
 		}
 	}()
@@ -353,7 +411,7 @@ func (c *Controller) ClockOffsetChanged() { c.state.offsetChanged() }
 // now is the API server's current time as this process estimates it:
 // creation, finish and transition times are the API server's, so deadlines
 // are compared with its clock, not with this process's. c.clock is steady
-// (processClock): a step of the wall clock moves neither it nor the offset.
+// (apiclock.ProcessClock): a step of the wall clock moves neither it nor the offset.
 func (c *Controller) now() time.Time {
 	return c.clock.Now().Add(c.opts.ClockOffset())
 }
@@ -370,7 +428,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 		c.state.forget(key)
 		return Result{}, nil
 	}
-	pod, err := podFromCache(obj)
+	pod, err := podcache.Pod(obj)
 	if err != nil {
 		return Result{}, err
 	}
@@ -387,10 +445,10 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 		if errors.As(err, &invalid) {
 			if invalid.Namespace != "" { // one warning per namespace and value, not per pod
 				if c.nsWarnings.warnOnce(invalid.Namespace, invalid.Value) {
-					c.reporter.invalidNamespaceAnnotation(invalid)
+					c.reporter.InvalidNamespaceAnnotation(invalid)
 				}
 			} else if c.state.warnOnce(key, pod.UID, invalid.Key, invalid.Value) {
-				c.reporter.invalidAnnotation(pod, invalid)
+				c.reporter.InvalidAnnotation(pod, invalid)
 			}
 			return Result{}, TerminalError(fmt.Errorf("pod %s: %w", key, err))
 		}
@@ -405,7 +463,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	}
 	if wait := decision.Deadline.Sub(now); wait > 0 {
 		logger.V(4).Info("Pod is not due yet", "deadline", decision.Deadline, "wait", wait, "by", decision.Source)
-		return Result{RequeueAfter: wait, scheduled: true}, nil
+		return Result{RequeueAfter: wait, parking: untilDeadline}, nil
 	}
 	decision, due, result, err := c.decideFresh(ctx, pod, now)
 	if !due {
@@ -417,6 +475,32 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 		return Result{RequeueAfter: delay}, nil
 	}
 	return c.removePod(ctx, pod, decision)
+}
+
+// decideFresh decides once more a pod that the namespace cache made due, on
+// its namespace as read from the API server (namespaceReader): due says that
+// the pod must go now by that read too, and d is then the decision to act on
+// (its labels may select another rule). Otherwise result says what to do.
+// A failed read is an error: the removal waits, with the workqueue's backoff,
+// until the namespace can be read. A fresh read that disagrees with the cache
+// (keep, an invalid value, a rule no longer matching) may be the older of the
+// two, so the pod is decided again (with backoff) rather than forgotten, until
+// the cache agrees; a later deadline parks it until then.
+func (c *Controller) decideFresh(ctx context.Context, pod *corev1.Pod, now time.Time) (d policy.Decision, due bool, result Result, err error) {
+	ns, err := c.nsReader.read(ctx, pod.Namespace)
+	if err != nil {
+		return d, false, Result{}, fmt.Errorf("pod %s/%s is due, reading its namespace before removing it: %w", pod.Namespace, pod.Name, err)
+	}
+	d, err = c.evaluator.Load().Decide(pod, ns, now)
+	switch {
+	case err == nil && d.HasDeadline() && !d.Deadline.After(now):
+		return d, true, Result{}, nil
+	case err == nil && d.HasDeadline():
+		return d, false, Result{RequeueAfter: d.Deadline.Sub(now), parking: untilDeadline}, nil
+	}
+	klog.FromContext(ctx).V(2).Info("Not removing pod: its namespace as read now disagrees with the namespace cache, deciding again",
+		"pod", klog.KObj(pod), "kept", d.Kept, "err", err)
+	return d, false, Result{Requeue: true}, nil
 }
 
 // removePod deletes or evicts a due pod, guarded by the cached UID and
@@ -436,7 +520,7 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 			return c.removalFailed(ctx, pod, d, err)
 		}
 	}
-	c.removed(ctx, pod, d)
+	c.recordRemoval(ctx, pod, d)
 	return Result{}, nil
 }
 
@@ -482,7 +566,7 @@ func (c *Controller) freshDecision(ctx context.Context, cached *corev1.Pod, d po
 	if err != nil {
 		return nil, d, Result{}, err
 	}
-	fresh, err := podFromCache(obj)
+	fresh, err := podcache.Pod(obj)
 	if err != nil {
 		return nil, d, Result{}, err
 	}
@@ -490,7 +574,7 @@ func (c *Controller) freshDecision(ctx context.Context, cached *corev1.Pod, d po
 	freshD, err := c.evaluator.Load().Decide(fresh, namespaceInfo(c.namespaces, fresh.Namespace), now)
 	switch {
 	case err != nil:
-		logger.V(2).Info("Pod changed since the decision and its annotations do not parse, not evicting", "pod", klog.KObj(cached), "err", cutNote(err.Error()))
+		logger.V(2).Info("Pod changed since the decision and its annotations do not parse, not evicting", "pod", klog.KObj(cached), "err", events.CutNote(err.Error()))
 		return nil, d, Result{}, nil
 	case !freshD.HasDeadline():
 		logger.V(2).Info("Pod changed since the decision and is not to be removed, not evicting", "pod", klog.KObj(cached),
@@ -500,29 +584,29 @@ func (c *Controller) freshDecision(ctx context.Context, cached *corev1.Pod, d po
 		wait := freshD.Deadline.Sub(now)
 		logger.V(2).Info("Pod changed since the decision and is not due yet, not evicting", "pod", klog.KObj(cached),
 			"deadline", freshD.Deadline, "wait", wait, "by", freshD.Source)
-		return nil, d, Result{RequeueAfter: wait, scheduled: true}, nil
+		return nil, d, Result{RequeueAfter: wait, parking: untilDeadline}, nil
 	}
 	return fresh, freshD, Result{}, nil
 }
 
-// removed reports a removal that the API server accepted, or in a dry run
-// one that would have happened, and marks the pod removed: no second API
-// call, and in a dry run one report per pod.
-func (c *Controller) removed(ctx context.Context, pod *corev1.Pod, d policy.Decision) {
+// recordRemoval logs, reports (an event, the metrics) and marks removed a
+// removal that the API server accepted, or in a dry run one that would have
+// happened: no second API call, and in a dry run one report per pod.
+func (c *Controller) recordRemoval(ctx context.Context, pod *corev1.Pod, d policy.Decision) {
 	logger := klog.FromContext(ctx)
 	key := cache.MetaObjectToName(pod)
 	if c.opts.DryRun {
 		logger.V(2).Info("Would remove pod (dry run)", "pod", klog.KObj(pod), "action", d.Action, "by", d.Source, "deadline", d.Deadline)
-		c.reporter.removed(pod, d)
-		c.metrics.removed(d, true, 0)
+		c.reporter.ReportRemoval(pod, d)
+		c.metrics.CountRemoval(d, true, 0)
 		c.state.markRemoved(key, pod.UID)
 		return
 	}
 	lateness := c.now().Sub(d.Deadline) // measured once the API server accepted the removal
 	c.state.charge(key, pod.UID, c.limiter)
 	c.state.markRemoved(key, pod.UID)
-	c.reporter.removed(pod, d)
-	c.metrics.removed(d, false, lateness)
+	c.reporter.ReportRemoval(pod, d)
+	c.metrics.CountRemoval(d, false, lateness)
 	logger.V(2).Info("Removed pod", "pod", klog.KObj(pod), "namespace", pod.Namespace, "uid", pod.UID,
 		"action", d.Action, "reason", d.Reason, "by", d.Source, "deadline", d.Deadline, "lateness", lateness)
 }
@@ -547,7 +631,7 @@ func (c *Controller) callRemoval(ctx context.Context, pod *corev1.Pod, d policy.
 
 // removalFailed sorts a failed removal: a conflict means the pod changed and is
 // decided again; transient failures retry with the workqueue's short backoff;
-// refusals that retrying soon cannot fix (refusalKinds) wait longer, are
+// refusals that retrying soon cannot fix (removalerrors.Refusals) wait longer, are
 // reported once per pod and kind, and their retries take no removal token a
 // due pod needs (podStates.reserve). A 404 is not taken as "gone": only the
 // informer says that a pod is gone, so a 404 from anything else (a proxy, an
@@ -561,16 +645,16 @@ func (c *Controller) removalFailed(ctx context.Context, pod *corev1.Pod, d polic
 		logger.V(2).Info("Pod changed since the decision, deciding again", "pod", klog.KObj(pod), "err", err)
 		return Result{Requeue: true}, nil
 	}
-	kind := removalErrorKind(err)
-	c.metrics.removalFailed(d.Action, kind)
+	kind := removalerrors.KindOf(err)
+	c.metrics.CountRemovalError(d.Action, kind)
 	err = fmt.Errorf("removing pod %s (%s): %w", key, d.Action, err)
-	if !isRefusal(kind) {
+	if !removalerrors.IsRefusal(kind) {
 		c.state.charge(key, pod.UID, c.limiter) // a call that timed out may have removed the pod
 		return Result{}, err
 	}
-	after, report := c.state.refused(key, pod.UID, kind)
-	if report {
-		c.reporter.removalRefused(pod, d.Action, kind, err)
+	after, firstOfKind := c.state.recordRefusal(key, pod.UID, kind)
+	if firstOfKind {
+		c.reporter.RemovalRefused(pod, d.Action, kind, err)
 	}
 	return Result{}, &retryAfterError{err: err, after: after}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	goruntime "runtime"
 	"slices"
 	"strings"
@@ -12,15 +13,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -31,6 +29,9 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/podjanitor/podjanitor/internal/apitest"
+	"github.com/podjanitor/podjanitor/internal/metrics"
+	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -46,7 +47,7 @@ type fixture struct {
 	recorder *events.FakeRecorder
 	clock    *testingclock.FakeClock
 	c        *Controller
-	metrics  *Metrics
+	metrics  *metrics.Metrics
 }
 
 // newFixture builds a controller over a fake clientset whose informer cache is
@@ -84,19 +85,19 @@ func newFixtureWithNamespaces(t *testing.T, opts Options, namespaces []*corev1.N
 		client:   fake.NewClientset(objs...),
 		recorder: &events.FakeRecorder{Events: make(chan string, 100), Verbose: true}, // "type reason action note"
 		clock:    testingclock.NewFakeClock(t0),
-		metrics:  NewMetrics("test", "test"),
+		metrics:  metrics.New(controllerName, "test", "test"),
 	}
 	if opts.Evaluator == nil {
 		opts.Evaluator = &policy.Evaluator{}
 	}
 	opts.Metrics = f.metrics
-	factory := informerFactory(f.client, &options{annotationPrefix: strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/")})
+	factory := informerFactory(f.client, scopeFlags{annotationPrefix: strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/")})
 	podInformer := factory.Core().V1().Pods()
 	if indexers := podInformer.Informer().GetIndexer().GetIndexers(); len(indexers) != 0 {
 		t.Fatalf("the pod cache keeps indexes %v: a map entry per pod", slices.Collect(maps.Keys(indexers)))
 	}
 	for _, p := range pods { // stored as the informer's transform stores them
-		obj, err := podTransform(strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/"))(p.DeepCopy())
+		obj, err := podcache.PodTransform(strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/"))(p.DeepCopy())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,16 +185,6 @@ func (f *fixture) events() []string {
 	}
 }
 
-func newPod(name string, created time.Time, phase corev1.PodPhase, annotations map[string]string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: "default", UID: types.UID("uid-" + name), ResourceVersion: "7",
-			CreationTimestamp: metav1.NewTime(created), Annotations: annotations,
-		},
-		Status: corev1.PodStatus{Phase: phase},
-	}
-}
-
 func keyOf(p *corev1.Pod) cache.ObjectName { return cache.MetaObjectToName(p) }
 
 func deleteAction(p *corev1.Pod) core.Action {
@@ -210,14 +201,14 @@ func checkActions(t *testing.T, want []core.Action, got []core.Action) {
 }
 
 func TestTTLPodIsParkedUntilDeadlineThenDeleted(t *testing.T) {
-	pod := newPod("web", t0.Add(-10*time.Minute), corev1.PodPending, map[string]string{"podjanitor.io/ttl": "1h"})
+	pod := apitest.Pod("web", t0.Add(-10*time.Minute), corev1.PodPending, map[string]string{"podjanitor.io/ttl": "1h"})
 	f := newFixture(t, Options{}, pod)
 
 	res, err := f.c.syncHandler(f.ctx, keyOf(pod))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(Result{RequeueAfter: 50 * time.Minute, scheduled: true}, res, cmp.AllowUnexported(Result{})); diff != "" {
+	if diff := cmp.Diff(Result{RequeueAfter: 50 * time.Minute, parking: untilDeadline}, res, cmp.AllowUnexported(Result{})); diff != "" {
 		t.Errorf("result (-want,+got):\n%s", diff)
 	}
 
@@ -226,7 +217,7 @@ func TestTTLPodIsParkedUntilDeadlineThenDeleted(t *testing.T) {
 	if got := f.c.queue.Len(); got != 0 {
 		t.Fatalf("queue length = %d, want 0 while the pod waits", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.podsScheduled); got != 1 {
+	if got := metricValue(f.metrics, "podjanitor_pods_scheduled"); got != 1 {
 		t.Errorf("pods_scheduled = %v, want 1", got)
 	}
 	if f.stepAndCheckReady(50*time.Minute - time.Millisecond) {
@@ -244,24 +235,24 @@ func TestTTLPodIsParkedUntilDeadlineThenDeleted(t *testing.T) {
 	if got := f.events(); len(got) != 1 || !strings.HasPrefix(got[0], "Normal LifetimeExpired Delete ") {
 		t.Errorf("events = %q, want one Normal LifetimeExpired, action Delete", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.podsScheduled); got != 0 {
+	if got := metricValue(f.metrics, "podjanitor_pods_scheduled"); got != 0 {
 		t.Errorf("pods_scheduled = %v, want 0 after removal", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.podsRemoved.WithLabelValues("delete", "ttl", "false")); got != 1 {
+	if got := metricValue(f.metrics, "podjanitor_pods_removed_total", "action", "delete", "reason", "ttl", "dry_run", "false"); got != 1 {
 		t.Errorf("pods_removed_total = %v, want 1", got)
 	}
 }
 
 func TestPodsThatMustNotBeRemoved(t *testing.T) {
 	old := t0.Add(-24 * time.Hour)
-	terminating := newPod("terminating", old, corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1s"})
+	terminating := apitest.Pod("terminating", old, corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1s"})
 	terminating.DeletionTimestamp = &metav1.Time{Time: t0}
-	mirror := newPod("mirror", old, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1s", corev1.MirrorPodAnnotationKey: "x"})
+	mirror := apitest.Pod("mirror", old, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1s", corev1.MirrorPodAnnotationKey: "x"})
 	tests := map[string]*corev1.Pod{
-		"keep vetoes a due ttl":            newPod("kept", old, corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1s", "podjanitor.io/keep": "true"}),
-		"no annotation, no policy":         newPod("plain", old, corev1.PodFailed, nil),
-		"other prefix is not ours":         newPod("other", old, corev1.PodFailed, map[string]string{"example.com/ttl": "1s"}),
-		"ttl-after-finished while running": newPod("running", old, corev1.PodRunning, map[string]string{"podjanitor.io/ttl-after-finished": "1s"}),
+		"keep vetoes a due ttl":            apitest.Pod("kept", old, corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1s", "podjanitor.io/keep": "true"}),
+		"no annotation, no policy":         apitest.Pod("plain", old, corev1.PodFailed, nil),
+		"other prefix is not ours":         apitest.Pod("other", old, corev1.PodFailed, map[string]string{"example.com/ttl": "1s"}),
+		"ttl-after-finished while running": apitest.Pod("running", old, corev1.PodRunning, map[string]string{"podjanitor.io/ttl-after-finished": "1s"}),
 		"terminating":                      terminating,
 		"mirror pod":                       mirror,
 	}
@@ -278,7 +269,7 @@ func TestPodsThatMustNotBeRemoved(t *testing.T) {
 }
 
 func TestInvalidAnnotationWarnsAndIsNotRetried(t *testing.T) {
-	pod := newPod("bad", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "3x"})
+	pod := apitest.Pod("bad", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "3x"})
 	f := newFixture(t, Options{}, pod)
 	f.process(keyOf(pod))
 
@@ -293,14 +284,14 @@ func TestInvalidAnnotationWarnsAndIsNotRetried(t *testing.T) {
 	if f.stepAndCheckReady(time.Hour) {
 		t.Error("invalid pod was requeued")
 	}
-	if got := testutil.ToFloat64(f.metrics.terminalErrors); got != 1 {
+	if got := metricValue(f.metrics, "controller_runtime_terminal_reconcile_errors_total"); got != 1 {
 		t.Errorf("terminal errors = %v, want 1", got)
 	}
 }
 
 func TestConflictRequeuesAndDeletesNothingElse(t *testing.T) {
-	pod := newPod("changed", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
-	other := newPod("bystander", t0.Add(-time.Hour), corev1.PodSucceeded, nil)
+	pod := apitest.Pod("changed", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	other := apitest.Pod("bystander", t0.Add(-time.Hour), corev1.PodSucceeded, nil)
 	f := newFixture(t, Options{}, pod, other)
 	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewConflict(schema.GroupResource{Resource: "pods"}, pod.Name, nil)
@@ -317,8 +308,8 @@ func TestConflictRequeuesAndDeletesNothingElse(t *testing.T) {
 }
 
 func TestDryRunRemovesNothing(t *testing.T) {
-	pod := newPod("dry", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
-	running := newPod("dry-running", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("dry", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	running := apitest.Pod("dry-running", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{DryRun: true}, pod, running)
 	f.process(keyOf(pod))
 	f.process(keyOf(running))
@@ -329,14 +320,14 @@ func TestDryRunRemovesNothing(t *testing.T) {
 	if len(got) != 2 || !strings.HasPrefix(got[0], "Normal WouldRemove") || !strings.HasPrefix(got[1], "Normal WouldRemove") {
 		t.Errorf("events = %q, want two Normal WouldRemove", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.podsRemoved.WithLabelValues("delete", "ttl", "true")); got != 1 {
+	if got := metricValue(f.metrics, "podjanitor_pods_removed_total", "action", "delete", "reason", "ttl", "dry_run", "true"); got != 1 {
 		t.Errorf(`pods_removed_total{dry_run="true"} = %v, want 1`, got)
 	}
 }
 
 func TestNoRemovalEventsKeepsWarnings(t *testing.T) {
-	due := newPod("due", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
-	bad := newPod("bad", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "3x"})
+	due := apitest.Pod("due", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	bad := apitest.Pod("bad", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "3x"})
 	f := newFixture(t, Options{NoRemovalEvents: true}, due, bad)
 	f.process(keyOf(due))
 	f.process(keyOf(bad))
@@ -346,13 +337,13 @@ func TestNoRemovalEventsKeepsWarnings(t *testing.T) {
 	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning InvalidAnnotation") {
 		t.Errorf("events = %q, want only the Warning InvalidAnnotation", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.podsRemoved.WithLabelValues("delete", "ttl", "false")); got != 1 {
+	if got := metricValue(f.metrics, "podjanitor_pods_removed_total", "action", "delete", "reason", "ttl", "dry_run", "false"); got != 1 {
 		t.Errorf("pods_removed_total = %v, want 1", got)
 	}
 }
 
 func TestAPIErrorRetriesWithGrowingBackoff(t *testing.T) {
-	pod := newPod("flaky", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("flaky", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
 	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewInternalError(context.DeadlineExceeded)
@@ -373,13 +364,13 @@ func TestAPIErrorRetriesWithGrowingBackoff(t *testing.T) {
 	if got := len(f.writes()); got != 5 {
 		t.Errorf("delete calls = %d, want 5", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.removalErrors.WithLabelValues("delete", "unavailable")); got != 5 {
+	if got := testutilValue(f.metrics, "delete", "unavailable"); got != 5 {
 		t.Errorf("removal errors = %v, want 5", got)
 	}
 }
 
 func TestPanicIsRecoveredAndRetried(t *testing.T) {
-	pod := newPod("boom", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("boom", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
 	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) { panic("boom") })
 	f.process(keyOf(pod))
@@ -387,13 +378,13 @@ func TestPanicIsRecoveredAndRetried(t *testing.T) {
 	if n := f.c.queue.NumRequeues(keyOf(pod)); n != 1 {
 		t.Errorf("NumRequeues = %d, want 1", n)
 	}
-	if got := testutil.ToFloat64(f.metrics.reconcilePanics); got != 1 {
+	if got := metricValue(f.metrics, "controller_runtime_reconcile_panics_total"); got != 1 {
 		t.Errorf("panics = %v, want 1", got)
 	}
 }
 
 func TestGonePodIsNoOp(t *testing.T) {
-	gone := newPod("gone", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	gone := apitest.Pod("gone", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{})
 	f.c.enqueue(cache.DeletedFinalStateUnknown{Key: "default/gone", Obj: gone})
 	if got := f.c.queue.Len(); got != 1 {
@@ -408,7 +399,7 @@ func TestGonePodIsNoOp(t *testing.T) {
 }
 
 func TestRunningPodIsEvicted(t *testing.T) {
-	pod := newPod("svc", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("svc", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
 	blocked := 0
 	f.client.PrependReactor("create", "pods", func(a core.Action) (bool, runtime.Object, error) {
@@ -417,7 +408,7 @@ func TestRunningPodIsEvicted(t *testing.T) {
 		}
 		if blocked < 2 {
 			blocked++
-			return true, nil, pdbRefusal()
+			return true, nil, apitest.DisruptionBudgetRefusal()
 		}
 		return true, nil, nil
 	})
@@ -447,7 +438,7 @@ func TestRunningPodIsEvicted(t *testing.T) {
 func TestRemovalRateLimitDelaysButNeverDrops(t *testing.T) {
 	var pods []*corev1.Pod
 	for _, name := range []string{"a", "b", "c", "d"} {
-		pods = append(pods, newPod(name, t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"}))
+		pods = append(pods, apitest.Pod(name, t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"}))
 	}
 	f := newFixture(t, Options{MaxRemovalsPerSecond: 1, RemovalBurst: 1}, pods...)
 	for _, p := range pods {
@@ -480,38 +471,6 @@ func TestRemovalRateLimitDelaysButNeverDrops(t *testing.T) {
 	}
 }
 
-func TestDrainingSinkWaitsForWritesInFlight(t *testing.T) {
-	slow := &slowSink{delay: 300 * time.Millisecond}
-	sink := &drainingSink{EventSink: slow}
-	go func() { _, _ = sink.Create(context.Background(), &eventsv1.Event{}) }()
-	time.Sleep(20 * time.Millisecond)
-	start := time.Now()
-	sink.drain(50*time.Millisecond, 5*time.Second)
-	if slow.done.Load() != 1 {
-		t.Errorf("drain returned after %v with the write still in flight", time.Since(start))
-	}
-}
-
-type slowSink struct {
-	events.EventSink
-	delay time.Duration
-	done  atomic.Int32
-}
-
-func (s *slowSink) Create(context.Context, *eventsv1.Event) (*eventsv1.Event, error) {
-	time.Sleep(s.delay)
-	s.done.Add(1)
-	return nil, nil
-}
-
-// pdbRefusal is the Eviction API's answer when a PodDisruptionBudget forbids the eviction.
-func pdbRefusal() error {
-	err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
-	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes,
-		metav1.StatusCause{Type: policyv1.DisruptionBudgetCause, Message: "The disruption budget web-pdb needs 1 healthy pods and has 1 currently"})
-	return err
-}
-
 // A pod parked for a far deadline and then deleted leaves nothing behind:
 // memory follows the pods that exist, not the pods seen.
 func TestDeletedPodsLeaveNoParkedKeys(t *testing.T) {
@@ -527,7 +486,7 @@ func TestDeletedPodsLeaveNoParkedKeys(t *testing.T) {
 	}
 	before := heapInUse()
 	for i := range n {
-		pod := newPod(fmt.Sprintf("churn-%d", i), t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "7d"})
+		pod := apitest.Pod(fmt.Sprintf("churn-%d", i), t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "7d"})
 		if err := indexer.Add(pod); err != nil {
 			t.Fatal(err)
 		}
@@ -539,7 +498,7 @@ func TestDeletedPodsLeaveNoParkedKeys(t *testing.T) {
 		f.next()
 	}
 	after := heapInUse()
-	if got := testutil.ToFloat64(f.metrics.podsScheduled); got != 0 {
+	if got := metricValue(f.metrics, "podjanitor_pods_scheduled"); got != 0 {
 		t.Errorf("pods_scheduled = %v, want 0 with no pods left", got)
 	}
 	// The workqueue's delaying queue kept ~300 B per parked key until its
@@ -553,7 +512,7 @@ func TestDeletedPodsLeaveNoParkedKeys(t *testing.T) {
 // After an outage, a due pod is retried within transientBackoffMax however
 // often it failed, so that it goes within seconds of the API server's return.
 func TestTransientErrorsRetryWithinTenSeconds(t *testing.T) {
-	pod := newPod("outage", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("outage", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
 	down := true
 	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
@@ -585,7 +544,7 @@ func TestTransientErrorsRetryWithinTenSeconds(t *testing.T) {
 // A 404 from a removal call does not make podjanitor forget a pod that its
 // informer still has: the 404 may come from a proxy, not from the pod.
 func TestNotFoundFromTheAPIIsRetriedWhileTheInformerHasThePod(t *testing.T) {
-	pod := newPod("still-there", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("still-there", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
 	notFound := 1
 	f.client.PrependReactor("delete", "pods", func(core.Action) (bool, runtime.Object, error) {
@@ -610,7 +569,7 @@ func TestNotFoundFromTheAPIIsRetriedWhileTheInformerHasThePod(t *testing.T) {
 	if !f.c.state.wasRemoved(keyOf(pod), pod.UID) {
 		t.Error("pod not removed on the retry")
 	}
-	if got := testutil.ToFloat64(f.metrics.removalErrors.WithLabelValues("delete", "not_found")); got != 1 {
+	if got := testutilValue(f.metrics, "delete", "not_found"); got != 1 {
 		t.Errorf(`removal_errors_total{error="not_found"} = %v, want 1`, got)
 	}
 }
@@ -618,10 +577,10 @@ func TestNotFoundFromTheAPIIsRetriedWhileTheInformerHasThePod(t *testing.T) {
 // Evictions refused by a PodDisruptionBudget wait 5 s, then longer, up to
 // 5 min: not the transient backoff, which would hammer the API server.
 func TestDisruptionBudgetRefusalsBackOffSlowly(t *testing.T) {
-	pod := newPod("guarded", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("guarded", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
 	f.client.PrependReactor("create", "pods", func(a core.Action) (bool, runtime.Object, error) {
-		return a.GetSubresource() == "eviction", nil, pdbRefusal()
+		return a.GetSubresource() == "eviction", nil, apitest.DisruptionBudgetRefusal()
 	})
 	f.process(keyOf(pod))
 	for _, wait := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second} {
@@ -636,7 +595,7 @@ func TestDisruptionBudgetRefusalsBackOffSlowly(t *testing.T) {
 	if got := f.events(); len(got) != 1 || !strings.HasPrefix(got[0], "Normal EvictionBlocked") {
 		t.Errorf("events = %q, want one EvictionBlocked", got)
 	}
-	if got := testutil.ToFloat64(f.metrics.removalErrors.WithLabelValues("evict", "disruption_budget")); got != 5 {
+	if got := testutilValue(f.metrics, "evict", "disruption_budget"); got != 5 {
 		t.Errorf(`removal_errors_total{error="disruption_budget"} = %v, want 5`, got)
 	}
 }
@@ -647,7 +606,7 @@ func TestRemovalCapWakesEachKeyOnce(t *testing.T) {
 	const n = 200
 	var pods []*corev1.Pod
 	for i := range n {
-		pods = append(pods, newPod(fmt.Sprintf("backlog-%d", i), t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"}))
+		pods = append(pods, apitest.Pod(fmt.Sprintf("backlog-%d", i), t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"}))
 	}
 	f := newFixture(t, Options{MaxRemovalsPerSecond: 10, RemovalBurst: 1, NoRemovalEvents: true}, pods...)
 	for _, p := range pods {
@@ -674,8 +633,8 @@ func TestRemovalCapWakesEachKeyOnce(t *testing.T) {
 // A key waiting for a removal token gives it back when its pod no longer
 // needs it, so the next pod in line does not wait for a slot nobody uses.
 func TestUnusedRemovalTokenIsGivenBack(t *testing.T) {
-	a := newPod("a", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
-	b := newPod("b", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	a := apitest.Pod("a", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	b := apitest.Pod("b", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{MaxRemovalsPerSecond: 1, RemovalBurst: 1}, a, b)
 	f.process(keyOf(a)) // takes the burst
 	f.process(keyOf(b)) // reserves the slot at +1s and waits
@@ -689,7 +648,7 @@ func TestUnusedRemovalTokenIsGivenBack(t *testing.T) {
 	if got := f.c.state.len(); got != 1 { // a's removed mark
 		t.Errorf("state entries = %d, want 1", got)
 	}
-	c := newPod("c", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	c := apitest.Pod("c", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
 	if err := f.c.pods.Add(c); err != nil {
 		t.Fatal(err)
 	}
@@ -703,7 +662,7 @@ func TestUnusedRemovalTokenIsGivenBack(t *testing.T) {
 func TestDeadlinesHoldInTheAPIServersTime(t *testing.T) {
 	// t0 is this machine's time; the API server's is 30 s behind, so the pod,
 	// created at t0-50s in the API server's time, is 20 s old.
-	pod := newPod("skewed", t0.Add(-50*time.Second), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("skewed", t0.Add(-50*time.Second), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{ClockOffset: func() time.Duration { return -30 * time.Second }}, pod)
 	f.process(keyOf(pod))
 	checkActions(t, nil, f.writes())
@@ -717,8 +676,42 @@ func TestDeadlinesHoldInTheAPIServersTime(t *testing.T) {
 	checkActions(t, []core.Action{deleteAction(pod)}, f.writes())
 }
 
-func testutilValue(m *Metrics, action, kind string) float64 {
-	return testutil.ToFloat64(m.removalErrors.WithLabelValues(action, kind))
+// testutilValue is podjanitor_removal_errors_total{action, error=kind}.
+func testutilValue(m *metrics.Metrics, action, kind string) float64 {
+	return metricValue(m, "podjanitor_removal_errors_total", "action", action, "error", kind)
+}
+
+// metricValue is the value of the series name in m's registry whose labels
+// include labels (name, value, ...); NaN when there is none.
+func metricValue(m *metrics.Metrics, name string, labels ...string) float64 {
+	families, err := m.Registry.Gather()
+	if err != nil {
+		return math.NaN()
+	}
+	for _, family := range families {
+		if family.GetName() != name {
+			continue
+		}
+	series:
+		for _, metric := range family.GetMetric() {
+			have := map[string]string{}
+			for _, l := range metric.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue series
+				}
+			}
+			switch {
+			case metric.GetCounter() != nil:
+				return metric.GetCounter().GetValue()
+			case metric.GetGauge() != nil:
+				return metric.GetGauge().GetValue()
+			}
+		}
+	}
+	return math.NaN()
 }
 
 // A parked pod wakes at its deadline in the API server's time as estimated
@@ -726,7 +719,7 @@ func testutilValue(m *Metrics, action, kind string) float64 {
 // can be up to a second below the truth until it is calibrated.
 func TestParkedDeadlinesFollowTheClockOffset(t *testing.T) {
 	var offset atomic.Int64
-	pod := newPod("parked", t0, corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("parked", t0, corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{ClockOffset: func() time.Duration { return time.Duration(offset.Load()) }}, pod)
 	f.process(keyOf(pod))
 	offset.Store(int64(900 * time.Millisecond)) // the server's clock turns out to be 0.9 s ahead

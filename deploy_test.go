@@ -303,7 +303,7 @@ func checkLeaseRole(t *testing.T, role *rbacv1.Role, ns, lease string) {
 func leaseFlag(t *testing.T, dep *appsv1.Deployment) string {
 	t.Helper()
 	args := dep.Spec.Template.Spec.Containers[0].Args
-	o, err := parseFlags("podjanitor", args, false)
+	o, err := parseFlags(daemonCommand, args)
 	if err != nil {
 		t.Fatalf("args %q: %v", args, err)
 	}
@@ -381,7 +381,7 @@ func TestDeploymentMatchesFlags(t *testing.T) {
 // flag parser and checks that ports, probes, the policy volume (cm, nil when
 // the Deployment runs without --config) and the grace period agree with them,
 // and that the pod runs locked down. It returns the parsed flags.
-func checkDeployment(t *testing.T, dep *appsv1.Deployment, cm *corev1.ConfigMap) *options {
+func checkDeployment(t *testing.T, dep *appsv1.Deployment, cm *corev1.ConfigMap) *flagValues {
 	t.Helper()
 	spec := dep.Spec.Template.Spec
 	if len(spec.Containers) != 1 {
@@ -392,11 +392,11 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment, cm *corev1.ConfigMap)
 		t.Errorf("command %q overrides the image's entrypoint; set args only", c.Command)
 	}
 
-	o, err := parseFlags("podjanitor", c.Args, false)
+	o, err := parseFlags(daemonCommand, c.Args)
 	if err != nil {
 		t.Fatalf("the Deployment's args %q do not parse: %v", c.Args, err)
 	}
-	if o.kubeconfig != "" || o.master != "" {
+	if o.cluster.kubeconfig != "" || o.cluster.master != "" {
 		t.Errorf("args %q: want in-cluster configuration", c.Args)
 	}
 	if o.lease.namespace != "" {
@@ -453,7 +453,7 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment, cm *corev1.ConfigMap)
 }
 
 // checkPolicyMount: --config names a key of cm mounted as a read-only directory.
-func checkPolicyMount(t *testing.T, spec corev1.PodSpec, o *options, cm *corev1.ConfigMap) {
+func checkPolicyMount(t *testing.T, spec corev1.PodSpec, o *flagValues, cm *corev1.ConfigMap) {
 	t.Helper()
 	c := spec.Containers[0]
 	if cm == nil {

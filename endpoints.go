@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
+
+	"github.com/podjanitor/podjanitor/internal/metrics"
 )
 
 // endpointsConfig are the addresses of podjanitor's HTTP endpoints ("0"
@@ -25,7 +27,7 @@ type endpointsConfig struct {
 // cache syncs. /healthz fails while watchdog (nil without leader election)
 // does, /readyz until synced and while namespaceWatch returns an error. An
 // endpoint that stops serving sends its error to errs.
-func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *Metrics, watchdog *leaderelection.HealthzAdaptor,
+func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.Metrics, watchdog *leaderelection.HealthzAdaptor,
 	synced func() bool, namespaceWatch func() error, errs chan<- error) error {
 	if cfg.metricsAddr != "0" {
 		mux := http.NewServeMux()

@@ -18,31 +18,50 @@ import (
 	"github.com/podjanitor/podjanitor/policy"
 )
 
-// options are the command-line flags.
-type options struct {
-	kubeconfig, master       string
-	namespace, labelSelector string
-	configFile               string
-	workers                  int
-	dryRun                   bool
-	removalEvents            bool
-	annotationPrefix         string
-	maxDeletionsPerSecond    float64
-	deletionBurst            int
-	kubeAPIQPS               float64
-	kubeAPIBurst             int
-	kubeAPIContentType       string
-	kubeAPICompression       bool
-	leaderElect              bool
-	lease                    leaseConfig     // --leader-elect-*
-	endpoints                endpointsConfig // --metrics-bind-address, --health-probe-bind-address, --profiling
-	shutdownTimeout          time.Duration
-	writeTimeout             time.Duration
-	showVersion              bool
-	loggingFormat            string
-	verbosity                int    // klog's -v, for --logging-format=json
-	output                   string // plan only
+// flagValues are the command-line flags (the Controller's are its Options).
+type flagValues struct {
+	cluster              clusterFlags // --kubeconfig, --master, --kube-api-*
+	scope                scopeFlags   // --namespace, --label-selector, --annotation-prefix
+	configFile           string
+	workers              int
+	dryRun               bool
+	removalEvents        bool
+	maxRemovalsPerSecond float64 // --max-deletions-per-second
+	removalBurst         int     // --deletion-burst
+	leaderElect          bool
+	lease                leaseConfig     // --leader-elect-*
+	endpoints            endpointsConfig // --metrics-bind-address, --health-probe-bind-address, --profiling
+	shutdownTimeout      time.Duration
+	writeTimeout         time.Duration
+	showVersion          bool
+	loggingFormat        string
+	verbosity            int    // klog's -v, for --logging-format=json
+	output               string // plan only
 }
+
+// clusterFlags say how to reach the API server and how hard to press it.
+type clusterFlags struct {
+	kubeconfig, master string
+	kubeAPIQPS         float64
+	kubeAPIBurst       int
+	kubeAPIContentType string
+	kubeAPICompression bool
+}
+
+// scopeFlags say which pods and namespaces podjanitor reads, and which
+// annotations are its own.
+type scopeFlags struct {
+	namespace, labelSelector string
+	annotationPrefix         string
+}
+
+// command is the command whose flags are parsed: the daemon's or plan's.
+type command string
+
+const (
+	daemonCommand command = "podjanitor"
+	planCommand   command = "podjanitor plan"
+)
 
 // usageError is a bad flag value: exit status 2.
 type usageError struct{ msg string }
@@ -58,22 +77,22 @@ func exitCode(err error) int {
 	return 2
 }
 
-func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Default: $KUBECONFIG, else in-cluster configuration, else ~/.kube/config.")
-	fs.StringVar(&o.master, "master", "", "The address of the Kubernetes API server. Overrides any value in kubeconfig.")
-	fs.StringVar(&o.namespace, "namespace", "", "Only watch pods in this namespace. Default: all namespaces.")
-	fs.StringVar(&o.labelSelector, "label-selector", "", "Only watch pods matching this label selector (applied by the API server), e.g. 'team=ci,!keep'.")
+func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
+	fs := flag.NewFlagSet(string(cmd), flag.ContinueOnError)
+	fs.StringVar(&o.cluster.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Default: $KUBECONFIG, else in-cluster configuration, else ~/.kube/config.")
+	fs.StringVar(&o.cluster.master, "master", "", "The address of the Kubernetes API server. Overrides any value in kubeconfig.")
+	fs.StringVar(&o.scope.namespace, "namespace", "", "Only watch pods in this namespace. Default: all namespaces.")
+	fs.StringVar(&o.scope.labelSelector, "label-selector", "", "Only watch pods matching this label selector (applied by the API server), e.g. 'team=ci,!keep'.")
 	fs.StringVar(&o.configFile, "config", "", "Policy file (YAML, kind PodJanitorPolicy) with cluster-wide rules. Default: annotations only. Changes are reloaded without a restart.")
-	fs.StringVar(&o.annotationPrefix, "annotation-prefix", policy.DefaultAnnotationPrefix, "Prefix of the per-pod annotations (<prefix>/ttl, /expires-at, /ttl-after-finished, /keep). Every key under it is podjanitor's: a pod with any other is left alone as invalid.")
-	fs.Float64Var(&o.kubeAPIQPS, "kube-api-qps", 50, "Queries per second to the API server.")
-	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 100, "Burst of queries to the API server.")
-	fs.StringVar(&o.kubeAPIContentType, "kube-api-content-type", runtime.ContentTypeProtobuf,
+	fs.StringVar(&o.scope.annotationPrefix, "annotation-prefix", policy.DefaultAnnotationPrefix, "Prefix of the per-pod annotations (<prefix>/ttl, /expires-at, /ttl-after-finished, /keep). Every key under it is podjanitor's: a pod with any other is left alone as invalid.")
+	fs.Float64Var(&o.cluster.kubeAPIQPS, "kube-api-qps", 50, "Queries per second to the API server.")
+	fs.IntVar(&o.cluster.kubeAPIBurst, "kube-api-burst", 100, "Burst of queries to the API server.")
+	fs.StringVar(&o.cluster.kubeAPIContentType, "kube-api-content-type", runtime.ContentTypeProtobuf,
 		"Content type of requests to the API server: "+runtime.ContentTypeProtobuf+" or "+runtime.ContentTypeJSON+".")
-	fs.BoolVar(&o.kubeAPICompression, "kube-api-compression", false,
+	fs.BoolVar(&o.cluster.kubeAPICompression, "kube-api-compression", false,
 		"Ask the API server to gzip its responses, the pod watch included. Saves network bytes when podjanitor runs far from the API server; costs the API server CPU for every pod event.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
-	if plan {
+	if cmd == planCommand {
 		fs.StringVar(&o.output, "o", "table", "Output format: table or json.")
 		fs.StringVar(&o.output, "output", "table", "Output format: table or json (same as -o).")
 		return fs
@@ -84,8 +103,8 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (logs, WouldRemove events, metrics) but remove nothing.")
 	fs.BoolVar(&o.removalEvents, "removal-events", true,
 		"Record LifetimeExpired events of removals: on each pod, and in bulk one per owner and 10 s. false records none; warnings and dry-run events are recorded regardless.")
-	fs.Float64Var(&o.maxDeletionsPerSecond, "max-deletions-per-second", 50, "Cluster-wide cap on removals per second; 0 means no cap. Removals over the cap wait, they are never dropped.")
-	fs.IntVar(&o.deletionBurst, "deletion-burst", 100, "Removals allowed at once above --max-deletions-per-second.")
+	fs.Float64Var(&o.maxRemovalsPerSecond, "max-deletions-per-second", 50, "Cluster-wide cap on removals per second; 0 means no cap. Removals over the cap wait, they are never dropped.")
+	fs.IntVar(&o.removalBurst, "deletion-burst", 100, "Removals allowed at once above --max-deletions-per-second.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader on a Lease before acting; only the leader removes pods.")
 	fs.DurationVar(&o.lease.duration, "leader-elect-lease-duration", 15*time.Second, "How long followers wait before taking over a lease that is not renewed.")
 	fs.DurationVar(&o.lease.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew before it gives up (and exits).")
@@ -100,10 +119,25 @@ func newFlagSet(name string, o *options, plan bool) *flag.FlagSet {
 	return fs
 }
 
+// parseCommand is the preamble of the daemon and of plan: it parses args
+// and handles --version. done says that the command has nothing more to do
+// (--help, --version, a bad flag), with its exit code.
+func parseCommand(cmd command, args []string) (o *flagValues, code int, done bool) {
+	o, err := parseFlags(cmd, args)
+	if err != nil {
+		return nil, exitCode(err), true
+	}
+	if o.showVersion {
+		printVersion()
+		return nil, 0, true
+	}
+	return o, 0, false
+}
+
 // parseFlags parses and validates args; klog's flags are added to the set.
-func parseFlags(name string, args []string, plan bool) (*options, error) {
-	o := &options{}
-	fs := newFlagSet(name, o, plan)
+func parseFlags(cmd command, args []string) (*flagValues, error) {
+	o := &flagValues{}
+	fs := newFlagSet(cmd, o)
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
 	for _, name := range []string{"v", "vmodule"} {
@@ -111,7 +145,7 @@ func parseFlags(name string, args []string, plan bool) (*options, error) {
 	}
 	fs.Usage = func() {
 		out := fs.Output()
-		if plan {
+		if cmd == planCommand {
 			fmt.Fprintf(out, "Usage: podjanitor plan [flags]\n\nLists every pod that has a deadline under the current annotations and policy, sorted by deadline. Changes nothing.\n\nFlags:\n")
 		} else {
 			fmt.Fprintf(out, "Usage: podjanitor [flags]\n       podjanitor plan [flags]\n\nRemoves pods whose lifetime is over, exactly when it is over.\n\nFlags:\n")
@@ -125,34 +159,34 @@ func parseFlags(name string, args []string, plan bool) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
-	return o, o.validate(plan)
+	return o, o.validate(cmd)
 }
 
-func (o *options) validate(plan bool) error {
+func (o *flagValues) validate(cmd command) error {
 	bad := func(flag, why string, args ...any) error {
 		return usageError{fmt.Sprintf("invalid value for --%s: %s", flag, fmt.Sprintf(why, args...))}
 	}
-	if _, err := labels.Parse(o.labelSelector); err != nil {
+	if _, err := labels.Parse(o.scope.labelSelector); err != nil {
 		return bad("label-selector", "%v", err)
 	}
-	if o.namespace != "" {
-		if errs := validation.IsDNS1123Label(o.namespace); len(errs) > 0 {
-			return bad("namespace", "%q: %s", o.namespace, strings.Join(errs, "; "))
+	if o.scope.namespace != "" {
+		if errs := validation.IsDNS1123Label(o.scope.namespace); len(errs) > 0 {
+			return bad("namespace", "%q: %s", o.scope.namespace, strings.Join(errs, "; "))
 		}
 	}
-	if errs := validation.IsDNS1123Subdomain(o.annotationPrefix); len(errs) > 0 {
-		return bad("annotation-prefix", "%q must be a DNS subdomain such as podjanitor.io: %s", o.annotationPrefix, strings.Join(errs, "; "))
+	if errs := validation.IsDNS1123Subdomain(o.scope.annotationPrefix); len(errs) > 0 {
+		return bad("annotation-prefix", "%q must be a DNS subdomain such as podjanitor.io: %s", o.scope.annotationPrefix, strings.Join(errs, "; "))
 	}
-	if o.kubeAPIQPS <= 0 {
-		return bad("kube-api-qps", "%v: must be positive", o.kubeAPIQPS)
+	if o.cluster.kubeAPIQPS <= 0 {
+		return bad("kube-api-qps", "%v: must be positive", o.cluster.kubeAPIQPS)
 	}
-	if o.kubeAPIBurst <= 0 {
-		return bad("kube-api-burst", "%d: must be positive", o.kubeAPIBurst)
+	if o.cluster.kubeAPIBurst <= 0 {
+		return bad("kube-api-burst", "%d: must be positive", o.cluster.kubeAPIBurst)
 	}
-	if o.kubeAPIContentType != runtime.ContentTypeProtobuf && o.kubeAPIContentType != runtime.ContentTypeJSON {
-		return bad("kube-api-content-type", "%q: want %s or %s", o.kubeAPIContentType, runtime.ContentTypeProtobuf, runtime.ContentTypeJSON)
+	if o.cluster.kubeAPIContentType != runtime.ContentTypeProtobuf && o.cluster.kubeAPIContentType != runtime.ContentTypeJSON {
+		return bad("kube-api-content-type", "%q: want %s or %s", o.cluster.kubeAPIContentType, runtime.ContentTypeProtobuf, runtime.ContentTypeJSON)
 	}
-	if plan {
+	if cmd == planCommand {
 		if o.output != "table" && o.output != "json" {
 			return bad("output", "%q: want table or json", o.output)
 		}
@@ -161,10 +195,10 @@ func (o *options) validate(plan bool) error {
 	switch {
 	case o.workers < 1:
 		return bad("workers", "%d: must be at least 1", o.workers)
-	case o.maxDeletionsPerSecond < 0:
-		return bad("max-deletions-per-second", "%v: must not be negative", o.maxDeletionsPerSecond)
-	case o.deletionBurst < 1:
-		return bad("deletion-burst", "%d: must be at least 1", o.deletionBurst)
+	case o.maxRemovalsPerSecond < 0:
+		return bad("max-deletions-per-second", "%v: must not be negative", o.maxRemovalsPerSecond)
+	case o.removalBurst < 1:
+		return bad("deletion-burst", "%d: must be at least 1", o.removalBurst)
 	case o.loggingFormat != loggingText && o.loggingFormat != loggingJSON:
 		return bad("logging-format", "%q: want %s or %s", o.loggingFormat, loggingText, loggingJSON)
 	case o.shutdownTimeout <= 0:

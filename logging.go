@@ -19,7 +19,7 @@ const (
 // newJSONLogger writes one JSON object per line to w, in the shape of
 // Kubernetes components' --logging-format=json (k8s.io/component-base/logs/json):
 //
-//	{"ts":1764437645018.768,"caller":"controller.go:418","msg":"Removed pod","v":2,"pod":{"name":"web-1","namespace":"default"},...}
+//	{"ts":1764437645018.768,"caller":"controller.go:531","msg":"Removed pod","v":2,"pod":{"name":"web-1","namespace":"default"},...}
 //
 // ts is milliseconds since the epoch; info lines carry their verbosity "v",
 // error lines the error "err" instead; the call's keys and values follow.

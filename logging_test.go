@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/podjanitor/podjanitor/internal/apitest"
 )
 
 // jsonLines decodes every line of buf as one JSON object.
@@ -106,7 +108,7 @@ func TestJSONLogShape(t *testing.T) {
 // TestRemovalLogLine: the line logged for every removal carries pod,
 // namespace, uid, action, reason, deadline and lateness.
 func TestRemovalLogLine(t *testing.T) {
-	pod := newPod("web-1", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	pod := apitest.Pod("web-1", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
 	pod.UID = types.UID("uid-web-1")
 	f := newFixture(t, Options{}, pod)
 	var buf bytes.Buffer

@@ -3,15 +3,18 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
+	"github.com/podjanitor/podjanitor/internal/events"
+	"github.com/podjanitor/podjanitor/internal/metrics"
+	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
 	"github.com/podjanitor/podjanitor/signals"
 )
@@ -29,13 +32,9 @@ func main() {
 }
 
 func runDaemon(args []string) int {
-	o, err := parseFlags("podjanitor", args, false)
-	if err != nil {
-		return exitCode(err)
-	}
-	if o.showVersion {
-		printVersion()
-		return 0
+	o, code, done := parseCommand(daemonCommand, args)
+	if done {
+		return code
 	}
 	if o.loggingFormat == loggingJSON {
 		klog.SetLoggerWithOptions(newJSONLogger(os.Stderr, o.verbosity), klog.ContextualLogger(true))
@@ -51,84 +50,70 @@ func runDaemon(args []string) int {
 }
 
 // daemon runs the controller until ctx is cancelled.
-func daemon(ctx context.Context, o *options) error {
+func daemon(ctx context.Context, o *flagValues) error {
 	logger := klog.FromContext(ctx)
 	applyMemoryDefaults(logger)
-	evaluator, policyData, err := loadEvaluatorData(o)
+	evaluator, policyData, err := loadEvaluator(o.configFile, o.scope.annotationPrefix)
 	if err != nil {
 		return err
 	}
-	cfg, err := restConfig(o)
-	if err != nil {
-		return err
-	}
-	metrics := NewMetrics(version, commit)
-	metrics.RegisterClientMetrics()
-	leaderelection.SetProvider(metrics.LeaderElectionProvider())
-	clk, err := processClock(logger)
+	meters := metrics.New(controllerName, version, commit)
+	meters.RegisterClientMetrics()
+	leaderelection.SetProvider(meters.LeaderElectionProvider())
+	clients, err := connect(logger, o.cluster, removalerrors.WithoutDisruptionBudgetRetryAfter)
 	if err != nil {
 		return err
 	}
 	// Deadlines are compared in the API server's time, as its responses tell it.
-	var offsetChanged atomic.Pointer[func()] // set once the controller exists
-	apiClk := newAPIClock(clk, func(offset time.Duration) {
-		metrics.setClockOffset(offset)
-		if f := offsetChanged.Load(); f != nil {
-			(*f)()
-		}
-	})
-	clients, err := newClients(cfg, apiClk.wrap, withoutDisruptionBudgetRetryAfter)
+	clk, apiClk := clients.clock, clients.apiClock
+	apiClk.Subscribe(meters.SetClockOffset)
+	logger.Info("Starting podjanitor", "version", version, "apiServer", clients.config.Host,
+		"namespace", cmp.Or(o.scope.namespace, "<all>"), "labelSelector", o.scope.labelSelector, "config", o.configFile, "dryRun", o.dryRun)
+	recording, err := events.StartPipeline(ctx, clients.config, controllerName)
 	if err != nil {
 		return err
 	}
-	logger.Info("Starting podjanitor", "version", version, "apiServer", cfg.Host,
-		"namespace", valueOr(o.namespace, "<all>"), "labelSelector", o.labelSelector, "config", o.configFile, "dryRun", o.dryRun)
-	recording, err := startEventPipeline(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer recording.shutdown()
+	defer recording.Shutdown()
 
-	factory := informerFactory(clients.kube, o)
+	factory := informerFactory(clients.kube, o.scope)
 	podInformer := factory.Core().V1().Pods()
-	namespaceWatch := newWatchHealth(logger, clk, metrics.setNamespaceWatchHealthy)
-	namespaceInformer, err := newNamespaceInformer(clients.metadata, o, namespaceWatch)
+	namespaceWatch := newWatchHealth(logger, clk, meters.SetNamespaceWatchHealthy)
+	namespaceInformer, err := newNamespaceInformer(clients.metadata, o.scope, namespaceWatch)
 	if err != nil {
 		return err
 	}
-	podSelector, err := labels.Parse(o.labelSelector) // validated with the flags
+	podSelector, err := labels.Parse(o.scope.labelSelector) // validated with the flags
 	if err != nil {
 		return err
 	}
-	controller, err := NewController(ctx, podInformer, namespaceInformer, clients.kube, recording.recorder, clk, Options{
+	controller, err := NewController(ctx, podInformer, namespaceInformer, clients.kube, recording.Recorder(), clk, Options{
 		Evaluator:            evaluator,
 		DryRun:               o.dryRun,
 		NoRemovalEvents:      !o.removalEvents,
-		MaxRemovalsPerSecond: o.maxDeletionsPerSecond,
-		RemovalBurst:         o.deletionBurst,
+		MaxRemovalsPerSecond: o.maxRemovalsPerSecond,
+		RemovalBurst:         o.removalBurst,
 		ShutdownTimeout:      o.shutdownTimeout,
 		WriteTimeout:         o.writeTimeout,
 		ClockOffset:          apiClk.Offset,
-		Metrics:              metrics,
+		Metrics:              meters,
 		PodSelector:          podSelector,
 	})
 	if err != nil {
 		return err
 	}
-	onOffset := controller.ClockOffsetChanged
-	offsetChanged.Store(&onOffset)
+	apiClk.Subscribe(func(time.Duration) { controller.ClockOffsetChanged() })
 	defer func() { // before the pipeline shuts down: removals reported in bulk, and time for them to be queued
 		controller.FlushEvents()
-		recording.drain()
+		recording.Drain()
 	}()
 	if o.configFile != "" {
-		go watchPolicyFile(ctx, o.configFile, policyData, policyEvaluator(o.annotationPrefix), func(e *policy.Evaluator, err error) {
+		go watchPolicyFile(ctx, o.configFile, policyData, policyEvaluator(o.scope.annotationPrefix), func(e *policy.Evaluator, err error) {
 			if err == nil {
 				if err := controller.SetEvaluator(e); err != nil {
 					logger.Error(err, "Re-evaluating pods after a policy reload", "config", o.configFile)
 				}
 			}
-			metrics.policyReloaded(err == nil)
+			meters.PolicyReloaded(err == nil)
 		})
 	}
 
@@ -138,11 +123,11 @@ func daemon(ctx context.Context, o *options) error {
 	}
 	serveErr := make(chan error, 2)
 	synced := func() bool { return podInformer.Informer().HasSynced() && namespaceInformer.HasSynced() }
-	if err := serveEndpoints(ctx, o.endpoints, metrics, watchdog, synced, namespaceWatch.check, serveErr); err != nil {
+	if err := serveEndpoints(ctx, o.endpoints, meters, watchdog, synced, namespaceWatch.check, serveErr); err != nil {
 		return err
 	}
 
-	go apiClk.runCalibration(ctx, func(ctx context.Context) error {
+	go apiClk.RunCalibration(ctx, func(ctx context.Context) error {
 		return clients.kube.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error()
 	})
 	factory.Start(ctx.Done())
@@ -161,15 +146,8 @@ func daemon(ctx context.Context, o *options) error {
 
 	run := func(ctx context.Context) error { return controller.Run(ctx, o.workers) }
 	if !o.leaderElect {
-		metrics.SetLeader(true)
+		meters.SetLeader(true)
 		return run(runCtx)
 	}
-	return runAsLeader(runCtx, o.lease, clients.kube, metrics.SetLeader, watchdog, run)
-}
-
-func valueOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
+	return runAsLeader(runCtx, o.lease, clients.kube, meters.SetLeader, watchdog, run)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podjanitor/podjanitor/internal/metrics"
 )
 
 func TestFlagValidation(t *testing.T) {
@@ -40,7 +43,7 @@ func TestFlagValidation(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			_, err := parseFlags("podjanitor", tc.args, false)
+			_, err := parseFlags(daemonCommand, tc.args)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Errorf("parseFlags(%q) = %v, want no error", tc.args, err)
@@ -49,25 +52,25 @@ func TestFlagValidation(t *testing.T) {
 			}
 		})
 	}
-	if _, err := parseFlags("podjanitor plan", []string{"-o", "yaml"}, true); err == nil {
+	if _, err := parseFlags(planCommand, []string{"-o", "yaml"}); err == nil {
 		t.Error("plan -o yaml accepted, want table or json only")
 	}
 	for _, args := range [][]string{{"-o", "json"}, {"--output", "json"}, {"--output=json"}} {
-		o, err := parseFlags("podjanitor plan", args, true)
+		o, err := parseFlags(planCommand, args)
 		if err != nil {
 			t.Errorf("plan %q: %v", args, err)
 		} else if o.output != "json" {
 			t.Errorf("plan %q: output %q, want json", args, o.output)
 		}
 	}
-	if _, err := parseFlags("podjanitor plan", []string{"--output", "yaml"}, true); err == nil || !strings.Contains(err.Error(), "--output") {
+	if _, err := parseFlags(planCommand, []string{"--output", "yaml"}); err == nil || !strings.Contains(err.Error(), "--output") {
 		t.Errorf("plan --output yaml: err = %v, want an error naming --output", err)
 	}
-	if _, err := parseFlags("podjanitor", []string{"--kube-api-burst", "-1"}, false); err == nil || strings.Contains(err.Error(), "--kube-api-qps") {
+	if _, err := parseFlags(daemonCommand, []string{"--kube-api-burst", "-1"}); err == nil || strings.Contains(err.Error(), "--kube-api-qps") {
 		t.Errorf("--kube-api-burst -1: err = %v, want it to name --kube-api-burst alone", err)
 	}
 	var usage usageError
-	if _, err := parseFlags("podjanitor", []string{"--workers", "0"}, false); !errors.As(err, &usage) || exitCode(err) != 2 {
+	if _, err := parseFlags(daemonCommand, []string{"--workers", "0"}); !errors.As(err, &usage) || exitCode(err) != 2 {
 		t.Errorf("a bad flag value must be a usage error with exit status 2, got %v", err)
 	}
 }
@@ -82,7 +85,7 @@ func TestProfilingIsOptIn(t *testing.T) {
 		ln.Close()
 		ctx, cancel := context.WithCancel(context.Background())
 		cfg := endpointsConfig{metricsAddr: addr, healthAddr: "0", profiling: profiling}
-		if err := serveEndpoints(ctx, cfg, NewMetrics("test", "test"), nil, func() bool { return true }, func() error { return nil }, make(chan error, 2)); err != nil {
+		if err := serveEndpoints(ctx, cfg, metrics.New(controllerName, "test", "test"), nil, func() bool { return true }, func() error { return nil }, make(chan error, 2)); err != nil {
 			t.Fatal(err)
 		}
 		resp, err := http.Get("http://" + addr + "/debug/pprof/cmdline")
@@ -136,26 +139,28 @@ current-context: c
 		{nil, ""},
 		{[]string{"--kube-api-compression"}, "gzip"},
 	} {
-		o, err := parseFlags("podjanitor", append([]string{"--kubeconfig", kubeconfig}, tc.args...), false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := restConfig(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := newClients(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = c.kube.CoreV1().Pods("default").Get(context.Background(), "p", metav1.GetOptions{})
-		select {
-		case got := <-encodings:
-			if got != tc.want {
-				t.Errorf("flags %q: Accept-Encoding %q, want %q", tc.args, got, tc.want)
+		t.Run(fmt.Sprint(tc.args), func(t *testing.T) {
+			o, err := parseFlags(daemonCommand, append([]string{"--kubeconfig", kubeconfig}, tc.args...))
+			if err != nil {
+				t.Fatal(err)
 			}
-		default: // the handler sends before it answers, so the Get has returned by now
-			t.Fatalf("flags %q: no request reached the server", tc.args)
-		}
+			cfg, err := restConfig(o.cluster)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := newClients(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = c.kube.CoreV1().Pods("default").Get(context.Background(), "p", metav1.GetOptions{})
+			select {
+			case got := <-encodings:
+				if got != tc.want {
+					t.Errorf("flags %q: Accept-Encoding %q, want %q", tc.args, got, tc.want)
+				}
+			default: // the handler sends before it answers, so the Get has returned by now
+				t.Fatalf("flags %q: no request reached the server", tc.args)
+			}
+		})
 	}
 }

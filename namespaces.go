@@ -1,18 +1,19 @@
 package main
 
+// The namespaces as the controller reads them: what the namespace cache
+// knows of one (namespaceInfo), a fresh read before a removal
+// (namespaceReader), one warning per invalid keep value (namespaceWarnings),
+// and the health of the namespace watch (watchHealth).
+
 import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"strings"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -20,28 +21,6 @@ import (
 
 	"github.com/podjanitor/podjanitor/policy"
 )
-
-// namespaceTransform returns the namespace informer's transform: of each
-// namespace's metadata, only what decisions read (labels for rules'
-// namespaceSelector, the keep annotation) and what the informer needs.
-func namespaceTransform(keepKey string) cache.TransformFunc {
-	return func(obj interface{}) (interface{}, error) {
-		m, ok := obj.(*metav1.PartialObjectMetadata)
-		if !ok {
-			return obj, nil // a tombstone
-		}
-		lean := &metav1.PartialObjectMetadata{
-			TypeMeta: m.TypeMeta,
-			ObjectMeta: metav1.ObjectMeta{
-				Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Labels: m.Labels,
-			},
-		}
-		if value, ok := m.Annotations[keepKey]; ok {
-			lean.Annotations = map[string]string{keepKey: value}
-		}
-		return lean, nil
-	}
-}
 
 // namespaceInfo is what the namespace cache knows of a namespace; nil when
 // the namespace is not in it (not yet seen, or deleted), which policy.Decide
@@ -56,60 +35,6 @@ func namespaceInfo(namespaces cache.Indexer, name string) *policy.Namespace {
 		return nil
 	}
 	return &policy.Namespace{Labels: m.GetLabels(), Annotations: m.GetAnnotations()}
-}
-
-// namespaceEventHandler decides a namespace's pods again when what decisions
-// read of it changes: its labels or keep annotation, or its arrival after
-// the initial list (its pods, seen first, were left alone until then). The
-// initial list enqueues nothing: every cached pod is queued already, and
-// workers start only once both caches have synced.
-func (c *Controller) namespaceEventHandler() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(obj interface{}, isInInitialList bool) {
-			if !isInInitialList {
-				c.enqueueNamespacePods(obj)
-			}
-		},
-		UpdateFunc: func(old, cur interface{}) {
-			oldMeta, err1 := meta.Accessor(old)
-			curMeta, err2 := meta.Accessor(cur)
-			if err1 != nil || err2 != nil || !maps.Equal(oldMeta.GetAnnotations(), curMeta.GetAnnotations()) {
-				c.nsWarnings.forget(curMeta)
-				c.enqueueNamespacePods(cur)
-			} else if !maps.Equal(oldMeta.GetLabels(), curMeta.GetLabels()) {
-				c.enqueueNamespacePods(cur)
-			}
-		},
-		DeleteFunc: func(obj interface{}) {
-			if m, err := meta.Accessor(obj); err == nil {
-				c.nsWarnings.forget(m)
-			}
-		},
-	}
-}
-
-// enqueueNamespacePods adds the key of every cached pod of a namespace. It
-// looks through every key (the pod cache keeps no namespace index, which
-// would cost a map entry per pod for what changes rarely: a namespace's
-// labels or keep annotation).
-func (c *Controller) enqueueNamespacePods(obj interface{}) {
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	prefix := m.GetName() + "/"
-	for _, key := range c.pods.ListKeys() {
-		if !strings.HasPrefix(key, prefix) {
-			continue
-		}
-		name, err := cache.ParseObjectName(key)
-		if err != nil {
-			utilruntime.HandleError(err)
-			continue
-		}
-		c.queue.Add(name)
-	}
 }
 
 // namespaceWarnings remembers the invalid keep value each namespace was warned
@@ -216,32 +141,6 @@ func (r *namespaceReader) read(ctx context.Context, name string) (*policy.Namesp
 	rd.ns, rd.err = r.get(ctx, name)
 	close(rd.done)
 	return rd.ns, rd.err
-}
-
-// decideFresh decides once more a pod that the namespace cache made due, on
-// its namespace as read from the API server (namespaceReader): due says that
-// the pod must go now by that read too, and d is then the decision to act on
-// (its labels may select another rule). Otherwise result says what to do.
-// A failed read is an error: the removal waits, with the workqueue's backoff,
-// until the namespace can be read. A fresh read that disagrees with the cache
-// (keep, an invalid value, a rule no longer matching) may be the older of the
-// two, so the pod is decided again (with backoff) rather than forgotten, until
-// the cache agrees; a later deadline parks it until then.
-func (c *Controller) decideFresh(ctx context.Context, pod *corev1.Pod, now time.Time) (d policy.Decision, due bool, result Result, err error) {
-	ns, err := c.nsReader.read(ctx, pod.Namespace)
-	if err != nil {
-		return d, false, Result{}, fmt.Errorf("pod %s/%s is due, reading its namespace before removing it: %w", pod.Namespace, pod.Name, err)
-	}
-	d, err = c.evaluator.Load().Decide(pod, ns, now)
-	switch {
-	case err == nil && d.HasDeadline() && !d.Deadline.After(now):
-		return d, true, Result{}, nil
-	case err == nil && d.HasDeadline():
-		return d, false, Result{RequeueAfter: d.Deadline.Sub(now), scheduled: true}, nil
-	}
-	klog.FromContext(ctx).V(2).Info("Not removing pod: its namespace as read now disagrees with the namespace cache, deciding again",
-		"pod", klog.KObj(pod), "kept", d.Kept, "err", err)
-	return d, false, Result{Requeue: true}, nil
 }
 
 // watchHealth follows the list and watch requests of the namespace informer:

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +27,8 @@ import (
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/podjanitor/podjanitor/internal/apitest"
+	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -61,7 +62,7 @@ func (f *fixture) updateNamespace(ns *corev1.Namespace, create, wantQueued bool)
 // annotated keep stays, and goes once the annotation is removed, without
 // any event of the pod itself.
 func TestNamespaceKeepHoldsPodsUntilRemoved(t *testing.T) {
-	pod := newPod("job", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	pod := apitest.Pod("job", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
 	ns := namespace("default", nil, map[string]string{"podjanitor.io/keep": "true"})
 	f := newFixtureWithNamespaces(t, Options{}, []*corev1.Namespace{ns}, pod)
 
@@ -95,9 +96,9 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	inCI := newPod("ci-pod", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
+	inCI := apitest.Pod("ci-pod", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
 	inCI.Namespace = "ci"
-	plain := newPod("web", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
+	plain := apitest.Pod("web", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
 	ci := namespace("ci", map[string]string{"podjanitor.io/cleanup": "true"}, nil)
 	web := namespace("default", nil, nil)
 	f := newFixtureWithNamespaces(t, Options{Evaluator: &policy.Evaluator{Policy: p}}, []*corev1.Namespace{ci, web}, inCI, plain)
@@ -117,7 +118,7 @@ rules:
 // TestPodOfUnknownNamespaceWaitsForIt proves that a pod whose namespace the
 // cache has not seen is left alone, and decided when the namespace arrives.
 func TestPodOfUnknownNamespaceWaitsForIt(t *testing.T) {
-	pod := newPod("job", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	pod := apitest.Pod("job", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
 	f := newFixtureWithNamespaces(t, Options{}, []*corev1.Namespace{}, pod)
 
 	f.process(keyOf(pod))
@@ -139,9 +140,9 @@ func TestCriticalPodIsNotRemovedByRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	critical := newPod("dns", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
+	critical := apitest.Pod("dns", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
 	critical.Spec.PriorityClassName = "system-cluster-critical"
-	plain := newPod("plain", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
+	plain := apitest.Pod("plain", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
 	f := newFixture(t, Options{Evaluator: &policy.Evaluator{Policy: p}}, critical, plain)
 
 	f.process(keyOf(critical))
@@ -150,27 +151,9 @@ func TestCriticalPodIsNotRemovedByRule(t *testing.T) {
 	checkActions(t, []core.Action{deleteAction(plain)}, f.writes())
 }
 
-// TestNamespaceTransformKeepsLabelsAndKeep proves that the namespace cache
-// holds labels and the keep annotation under the configured prefix, nothing else.
-func TestNamespaceTransformKeepsLabelsAndKeep(t *testing.T) {
-	full := &metav1.PartialObjectMetadata{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
-		ObjectMeta: metav1.ObjectMeta{Name: "ci", UID: "u", ResourceVersion: "5", Labels: map[string]string{"team": "ci"},
-			Annotations: map[string]string{"janitor.example.com/keep": "true", "podjanitor.io/keep": "true", "other": "x"},
-			Finalizers:  []string{"kubernetes"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
-	}
-	got, err := namespaceTransform("janitor.example.com/keep")(full)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := &metav1.PartialObjectMetadata{
-		TypeMeta: full.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{Name: "ci", UID: "u", ResourceVersion: "5", Labels: map[string]string{"team": "ci"},
-			Annotations: map[string]string{"janitor.example.com/keep": "true"}},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("transformed namespace (-want,+got):\n%s", diff)
-	}
+// TestNamespaceInfoOfAnUncachedNamespaceIsNil proves that a namespace the
+// cache does not hold is "not known" (nil) to the policy.
+func TestNamespaceInfoOfAnUncachedNamespaceIsNil(t *testing.T) {
 	if info := namespaceInfo(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), "ci"); info != nil {
 		t.Errorf("namespaceInfo of a namespace not cached = %+v, want nil", info)
 	}
@@ -206,8 +189,8 @@ func (f *fixture) namespaceGets() int {
 // server, carries keep; that the read is shared by the namespace's removals
 // for a second; and that the pod goes once a fresh read no longer keeps it.
 func TestDueRemovalReadsNamespaceFresh(t *testing.T) {
-	a := newPod("a", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
-	b := newPod("b", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	a := apitest.Pod("a", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	b := apitest.Pod("b", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
 	ns := namespace("default", nil, map[string]string{"podjanitor.io/keep": "true"})
 	f := newFixtureWithNamespaces(t, Options{}, []*corev1.Namespace{ns}, a, b)
 	f.staleNamespaces(namespace("default", nil, nil)) // keep was added after the watch stalled
@@ -247,8 +230,8 @@ func TestDueRemovalReadsNamespaceFresh(t *testing.T) {
 // RBAC change), one GET a second however many pods wait, and removed once
 // the namespace can be read again.
 func TestDueRemovalWaitsWhileNamespaceCannotBeRead(t *testing.T) {
-	a := newPod("a", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
-	b := newPod("b", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	a := apitest.Pod("a", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
+	b := apitest.Pod("b", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"})
 	f := newFixture(t, Options{}, a, b)
 	var refuse atomic.Bool
 	refuse.Store(true)
@@ -310,7 +293,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := newPod("job", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
+	pod := apitest.Pod("job", t0.Add(-2*time.Hour), corev1.PodSucceeded, nil)
 	f := newFixtureWithNamespaces(t, Options{Evaluator: &policy.Evaluator{Policy: p}}, []*corev1.Namespace{namespace("default", nil, nil)}, pod)
 	f.staleNamespaces(namespace("default", map[string]string{"cleanup": "fast"}, nil))
 
@@ -318,7 +301,7 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(Result{RequeueAfter: time.Hour, scheduled: true}, res, cmp.AllowUnexported(Result{})); diff != "" {
+	if diff := cmp.Diff(Result{RequeueAfter: time.Hour, parking: untilDeadline}, res, cmp.AllowUnexported(Result{})); diff != "" {
 		t.Errorf("result (-want,+got):\n%s", diff)
 	}
 	checkActions(t, nil, f.writes())
@@ -330,7 +313,7 @@ rules:
 func TestInvalidNamespaceKeepWarnsOncePerNamespace(t *testing.T) {
 	var pods []*corev1.Pod
 	for _, name := range []string{"a", "b", "c"} {
-		pods = append(pods, newPod(name, t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"}))
+		pods = append(pods, apitest.Pod(name, t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"}))
 	}
 	ns := namespace("default", nil, map[string]string{"podjanitor.io/keep": "maybe"})
 	f := newFixtureWithNamespaces(t, Options{}, []*corev1.Namespace{ns}, pods...)
@@ -363,9 +346,9 @@ func TestInvalidNamespaceKeepWarnsOncePerNamespace(t *testing.T) {
 // that a request cancelled at shutdown is no failure.
 func TestWatchHealth(t *testing.T) {
 	clk := testingclock.NewFakeClock(t0)
-	m := NewMetrics("test", "test")
-	h := newWatchHealth(klog.Background(), clk, m.setNamespaceWatchHealthy)
-	healthy := func() float64 { return testutil.ToFloat64(m.namespaceWatch) }
+	m := metrics.New(controllerName, "test", "test")
+	h := newWatchHealth(klog.Background(), clk, m.SetNamespaceWatchHealthy)
+	healthy := func() float64 { return metricValue(m, "podjanitor_namespace_watch_healthy") }
 	if h.check() != nil || healthy() != 1 {
 		t.Fatalf("new: check %v, gauge %v; want healthy", h.check(), healthy())
 	}
@@ -408,10 +391,10 @@ func TestNamespaceInformerReportsItsRequests(t *testing.T) {
 		}
 		return true, &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}, nil
 	})
-	m := NewMetrics("test", "test")
+	m := metrics.New(controllerName, "test", "test")
 	_, ctx := ktesting.NewTestContext(t)
-	h := newWatchHealth(klog.FromContext(ctx), clock.RealClock{}, m.setNamespaceWatchHealthy)
-	informer, err := newNamespaceInformer(client, &options{}, h)
+	h := newWatchHealth(klog.FromContext(ctx), clock.RealClock{}, m.SetNamespaceWatchHealthy)
+	informer, err := newNamespaceInformer(client, scopeFlags{}, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +405,7 @@ func TestNamespaceInformerReportsItsRequests(t *testing.T) {
 		func(context.Context) (bool, error) { return h.check() != nil, nil }); err != nil {
 		t.Fatal("a refused list of namespaces did not make the namespace watch fail")
 	}
-	if got := testutil.ToFloat64(m.namespaceWatch); got != 0 {
+	if got := metricValue(m, "podjanitor_namespace_watch_healthy"); got != 0 {
 		t.Errorf("gauge = %v while the list is refused, want 0", got)
 	}
 	refuse.Store(false)
@@ -450,7 +433,7 @@ func TestReadyzFollowsTheNamespaceWatch(t *testing.T) {
 		}
 		return nil
 	}
-	if err := serveEndpoints(ctx, endpointsConfig{metricsAddr: "0", healthAddr: addr}, NewMetrics("test", "test"), nil,
+	if err := serveEndpoints(ctx, endpointsConfig{metricsAddr: "0", healthAddr: addr}, metrics.New(controllerName, "test", "test"), nil,
 		func() bool { return true }, watchErr, make(chan error, 2)); err != nil {
 		t.Fatal(err)
 	}

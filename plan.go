@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/pager"
 	"k8s.io/klog/v2"
 
+	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -51,13 +52,9 @@ type planReport struct {
 
 // runPlan is `podjanitor plan`: what the daemon would do to the cluster now.
 func runPlan(args []string) int {
-	o, err := parseFlags("podjanitor plan", args, true)
-	if err != nil {
-		return exitCode(err)
-	}
-	if o.showVersion {
-		printVersion()
-		return 0
+	o, code, done := parseCommand(planCommand, args)
+	if done {
+		return code
 	}
 	if err := plan(context.Background(), o, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "podjanitor plan: %v\n", err)
@@ -66,36 +63,27 @@ func runPlan(args []string) int {
 	return 0
 }
 
-func plan(ctx context.Context, o *options, out io.Writer) error {
-	evaluator, err := loadEvaluator(o)
-	if err != nil {
-		return err
-	}
-	cfg, err := restConfig(o)
+func plan(ctx context.Context, o *flagValues, out io.Writer) error {
+	evaluator, _, err := loadEvaluator(o.configFile, o.scope.annotationPrefix)
 	if err != nil {
 		return err
 	}
 	// "In 11s" in the API server's time, as the daemon counts: the Date
 	// headers of the listing's responses give the offset (uncalibrated, to
 	// within a second and a round trip).
-	clk, err := processClock(klog.Background())
+	clients, err := connect(klog.Background(), o.cluster)
 	if err != nil {
 		return err
 	}
-	apiClk := newAPIClock(clk, nil)
-	clients, err := newClients(cfg, apiClk.wrap)
+	namespaces, err := listNamespaces(ctx, clients.metadata, o.scope)
 	if err != nil {
 		return err
 	}
-	namespaces, err := listNamespaces(ctx, clients.metadata, o)
+	pods, err := listPods(ctx, clients.kube, o.scope)
 	if err != nil {
 		return err
 	}
-	pods, err := listPods(ctx, clients.kube, o)
-	if err != nil {
-		return err
-	}
-	report := buildPlan(evaluator, pods, namespaces, clk.Now().Add(apiClk.Offset()))
+	report := buildPlan(evaluator, pods, namespaces, clients.clock.Now().Add(clients.apiClock.Offset()))
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -104,11 +92,11 @@ func plan(ctx context.Context, o *options, out io.Writer) error {
 	return printPlan(out, report)
 }
 
-func listPods(ctx context.Context, client kubernetes.Interface, o *options) ([]*corev1.Pod, error) {
+func listPods(ctx context.Context, client kubernetes.Interface, scope scopeFlags) ([]*corev1.Pod, error) {
 	var pods []*corev1.Pod
 	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		opts.LabelSelector = o.labelSelector
-		return client.CoreV1().Pods(o.namespace).List(ctx, opts)
+		opts.LabelSelector = scope.labelSelector
+		return client.CoreV1().Pods(scope.namespace).List(ctx, opts)
 	})
 	err := p.EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
 		pods = append(pods, obj.(*corev1.Pod))
@@ -122,11 +110,11 @@ func listPods(ctx context.Context, client kubernetes.Interface, o *options) ([]*
 
 // listNamespaces reads the metadata of the namespaces the daemon would watch
 // (only --namespace when it is set), as its namespace cache holds them.
-func listNamespaces(ctx context.Context, client metadata.Interface, o *options) (map[string]*policy.Namespace, error) {
+func listNamespaces(ctx context.Context, client metadata.Interface, scope scopeFlags) (map[string]*policy.Namespace, error) {
 	namespaces := map[string]*policy.Namespace{}
-	transform := namespaceTransform(keepAnnotationKey(o))
+	transform := podcache.NamespaceTransform(keepAnnotationKey(scope.annotationPrefix))
 	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-		opts.FieldSelector = namespaceFieldSelector(o)
+		opts.FieldSelector = namespaceFieldSelector(scope.namespace)
 		return client.Resource(corev1.SchemeGroupVersion.WithResource("namespaces")).List(ctx, opts)
 	})
 	err := p.EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {

@@ -13,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podjanitor/podjanitor/internal/apitest"
 )
 
 // TestPlanCountsInTheAPIServersTime: `plan` says when a pod goes in the API
@@ -22,7 +24,7 @@ import (
 func TestPlanCountsInTheAPIServersTime(t *testing.T) {
 	const serverAhead = 2 * time.Hour
 	serverNow := func() time.Time { return time.Now().Add(serverAhead) }
-	pod := newPod("due", serverNow().Add(-time.Minute), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1h"})
+	pod := apitest.Pod("due", serverNow().Add(-time.Minute), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1h"})
 	pod.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
 	pods := corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: []corev1.Pod{*pod}}
 	namespaces := metav1.PartialObjectMetadataList{
@@ -56,7 +58,7 @@ current-context: c
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o, err := parseFlags("podjanitor plan", []string{"--kubeconfig", kubeconfig, "-o", "json"}, true)
+	o, err := parseFlags(planCommand, []string{"--kubeconfig", kubeconfig, "-o", "json"})
 	if err != nil {
 		t.Fatal(err)
 	}

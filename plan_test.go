@@ -10,17 +10,18 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
 func TestBuildPlanSortsByDeadlineAndCounts(t *testing.T) {
 	pods := []*corev1.Pod{
-		newPod("later", t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "2h"}),
-		newPod("overdue", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"}),
-		newPod("soon", t0, corev1.PodPending, map[string]string{"podjanitor.io/expires-at": "2026-11-29T12:30:00Z"}),
-		newPod("plain", t0, corev1.PodRunning, nil),
-		newPod("kept", t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1s", "podjanitor.io/keep": "true"}),
-		newPod("typo", t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "3x"}),
+		apitest.Pod("later", t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "2h"}),
+		apitest.Pod("overdue", t0.Add(-2*time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1h"}),
+		apitest.Pod("soon", t0, corev1.PodPending, map[string]string{"podjanitor.io/expires-at": "2026-11-29T12:30:00Z"}),
+		apitest.Pod("plain", t0, corev1.PodRunning, nil),
+		apitest.Pod("kept", t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1s", "podjanitor.io/keep": "true"}),
+		apitest.Pod("typo", t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "3x"}),
 	}
 	r := buildPlan(&policy.Evaluator{}, pods, map[string]*policy.Namespace{"default": {}}, t0)
 
@@ -53,7 +54,7 @@ func TestBuildPlanSortsByDeadlineAndCounts(t *testing.T) {
 // TestPlanListsUnknownKeys: a key under the prefix that podjanitor does not
 // know is listed with the invalid annotations, and the pod has no deadline.
 func TestPlanListsUnknownKeys(t *testing.T) {
-	pods := []*corev1.Pod{newPod("typo", t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1s", "podjanitor.io/keeps": "true"})}
+	pods := []*corev1.Pod{apitest.Pod("typo", t0, corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1s", "podjanitor.io/keeps": "true"})}
 	r := buildPlan(&policy.Evaluator{}, pods, map[string]*policy.Namespace{"default": {}}, t0)
 	if len(r.Pods) != 0 || len(r.Invalid) != 1 {
 		t.Fatalf("plan %+v: want the pod invalid, without a deadline", r)
@@ -87,7 +88,7 @@ rules:
 		t.Fatal(err)
 	}
 	inNamespace := func(ns, name string, annotations map[string]string) *corev1.Pod {
-		pod := newPod(name, t0.Add(-2*time.Hour), corev1.PodRunning, annotations)
+		pod := apitest.Pod(name, t0.Add(-2*time.Hour), corev1.PodRunning, annotations)
 		pod.Namespace = ns
 		return pod
 	}

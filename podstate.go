@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+
+	"github.com/podjanitor/podjanitor/internal/removalerrors"
 )
 
 // podStates is everything the controller remembers about individual pods, by
@@ -32,15 +34,15 @@ type podStates struct {
 	// times are in it, so that parked deadlines follow a corrected estimate
 	// of the clock offset (see offsetChanged).
 	now func() time.Time
-	// onScheduled is called with the number of pods parked for a deadline
-	// that has not come yet, whenever it changes.
-	onScheduled func(int)
+	// onParkedUntilDeadline is called with the number of pods parked
+	// untilDeadline (podjanitor_pods_scheduled), whenever it changes.
+	onParkedUntilDeadline func(int)
 
-	mu        sync.Mutex
-	pods      map[cache.ObjectName]*podState
-	parked    parkedHeap
-	scheduled int           // parked entries with forDeadline set
-	wake      chan struct{} // the earliest wake-up time changed
+	mu            sync.Mutex
+	pods          map[cache.ObjectName]*podState
+	parked        parkedHeap
+	untilDeadline int           // parked entries whose parking is untilDeadline
+	wake          chan struct{} // the earliest wake-up time changed
 	// waiting is set while run is blocked with its timer armed for the
 	// earliest entry, so tests with a fake clock know when to step it.
 	waiting bool
@@ -57,9 +59,22 @@ type podState struct {
 	marks    *podMarks
 	wakeNsec int32
 	// index is the entry's place in the heap, -1 when not parked.
-	index       int32
-	forDeadline bool // parked because its deadline has not come yet
+	index   int32
+	parking parking // why it is parked
 }
+
+// parking says why a key is parked: its pod is not due yet, or it is due and
+// waits its turn. Only the former are "scheduled" in the metric's sense.
+type parking bool
+
+const (
+	// untilDeadline: the pod is not due yet; it counts in
+	// podjanitor_pods_scheduled.
+	untilDeadline parking = true
+	// untilRetry: the pod is due and waits for a removal token or for a
+	// refusal's backoff.
+	untilRetry parking = false
+)
 
 // earliestWake is the earliest wake-up time an entry holds: Unix seconds
 // cannot say earlier ones (292 billion years ago), which setWake moves to it.
@@ -90,7 +105,7 @@ type podMarks struct {
 	refusals int    // removals refused in a row for a reason retrying soon cannot fix
 	warned   uint64 // hash of the invalid annotation and value the pod was warned about; 0: none
 	removed  bool   // removed (or reported removed in dry-run): no second API call
-	// reported has a bit for each kind of refusal (refusalKinds) the pod
+	// reported has a bit for each kind of refusal (removalerrors.Refusals) the pod
 	// was reported for: one event per pod and kind.
 	reported uint8
 	// unpaid marks a retry of a refused removal under way without a token:
@@ -102,16 +117,16 @@ func (m *podMarks) empty() bool {
 	return m.token == nil && !m.removed && m.reported == 0 && !m.unpaid && m.refusals == 0 && m.warned == 0
 }
 
-func newPodStates(clk clock.WithTicker, now func() time.Time, onScheduled func(int)) *podStates {
-	if onScheduled == nil {
-		onScheduled = func(int) {}
+func newPodStates(clk clock.WithTicker, now func() time.Time, onParkedUntilDeadline func(int)) *podStates {
+	if onParkedUntilDeadline == nil {
+		onParkedUntilDeadline = func(int) {}
 	}
 	return &podStates{
-		clock:       clk,
-		now:         now,
-		onScheduled: onScheduled,
-		pods:        map[cache.ObjectName]*podState{},
-		wake:        make(chan struct{}, 1),
+		clock:                 clk,
+		now:                   now,
+		onParkedUntilDeadline: onParkedUntilDeadline,
+		pods:                  map[cache.ObjectName]*podState{},
+		wake:                  make(chan struct{}, 1),
 	}
 }
 
@@ -152,9 +167,9 @@ func (s *podStates) dropIfEmpty(st *podState) {
 const maxPark = 24 * time.Hour
 
 // park hands key back to the workqueue after d, or after maxPark when d is
-// longer. forDeadline says that the pod is not due yet (it then counts in
-// podjanitor_pods_scheduled). Parking a parked key moves it.
-func (s *podStates) park(key cache.ObjectName, d time.Duration, forDeadline bool) {
+// longer; why says whether the pod is not due yet (untilDeadline) or waits
+// its turn (untilRetry). Parking a parked key moves it.
+func (s *podStates) park(key cache.ObjectName, d time.Duration, why parking) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.pods[key]
@@ -162,7 +177,7 @@ func (s *podStates) park(key cache.ObjectName, d time.Duration, forDeadline bool
 		st = &podState{key: key, index: -1}
 		s.pods[key] = st
 	}
-	s.setScheduled(st, forDeadline)
+	s.setParking(st, why)
 	st.setWake(s.now().Add(min(max(d, 0), maxPark))) // Add saturates at the last time.Time, never wraps
 	if st.index >= 0 {
 		heap.Fix(&s.parked, int(st.index))
@@ -177,13 +192,22 @@ func (s *podStates) park(key cache.ObjectName, d time.Duration, forDeadline bool
 // unpark takes key out of the heap, if it is there, and gives back a removal
 // token it holds: the pod was decided again and is neither waiting for its
 // deadline nor for a token.
-func (s *podStates) unpark(key cache.ObjectName) { s.release(key, false) }
+func (s *podStates) unpark(key cache.ObjectName) { s.release(key, keepMarks) }
 
 // forget drops everything about a pod that is gone.
-func (s *podStates) forget(key cache.ObjectName) { s.release(key, true) }
+func (s *podStates) forget(key cache.ObjectName) { s.release(key, dropEntry) }
 
-// release unparks key and gives back its token; all drops the whole entry.
-func (s *podStates) release(key cache.ObjectName, all bool) {
+// afterRelease says what release does with the rest of a key's entry.
+type afterRelease bool
+
+const (
+	keepMarks afterRelease = false // keep what is remembered about the pod (unpark)
+	dropEntry afterRelease = true  // drop the whole entry: the pod is gone (forget)
+)
+
+// release unparks key and gives back its token, then keeps its marks or
+// drops the whole entry (then).
+func (s *podStates) release(key cache.ObjectName, then afterRelease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.pods[key]
@@ -192,7 +216,7 @@ func (s *podStates) release(key cache.ObjectName, all bool) {
 	}
 	s.unparkLocked(st)
 	s.cancelToken(st)
-	if all {
+	if then == dropEntry {
 		delete(s.pods, key)
 	} else {
 		s.dropIfEmpty(st)
@@ -203,20 +227,22 @@ func (s *podStates) unparkLocked(st *podState) {
 	if st.index >= 0 {
 		heap.Remove(&s.parked, int(st.index))
 	}
-	s.setScheduled(st, false)
+	s.setParking(st, untilRetry)
 }
 
-func (s *podStates) setScheduled(st *podState, forDeadline bool) {
-	if st.forDeadline == forDeadline {
+// setParking records why st is parked, and counts the entries parked
+// untilDeadline.
+func (s *podStates) setParking(st *podState, why parking) {
+	if st.parking == why {
 		return
 	}
-	st.forDeadline = forDeadline
-	if forDeadline {
-		s.scheduled++
+	st.parking = why
+	if why == untilDeadline {
+		s.untilDeadline++
 	} else {
-		s.scheduled--
+		s.untilDeadline--
 	}
-	s.onScheduled(s.scheduled)
+	s.onParkedUntilDeadline(s.untilDeadline)
 }
 
 // reserve takes a removal token for the pod from limiter. It returns 0 when
@@ -317,24 +343,24 @@ func (s *podStates) warnOnce(key cache.ObjectName, uid types.UID, annotation, va
 	return first
 }
 
-// refused counts a removal refused for a reason that retrying soon cannot fix
-// (kind, one of refusalKinds: a PodDisruptionBudget, an admission denial,
-// missing permissions, ...). It returns how long to wait before trying again
-// (5 s, doubling up to 5 min) and whether the pod is to be reported: the
-// first refusal of this kind for this pod. A retry that was refused again
-// does not pay for its token (reserve).
-func (s *podStates) refused(key cache.ObjectName, uid types.UID, kind string) (after time.Duration, report bool) {
+// recordRefusal counts a removal refused for a reason that retrying soon
+// cannot fix (kind, one of removalerrors.Refusals: a PodDisruptionBudget, an
+// admission denial, missing permissions, ...). It returns how long to wait
+// before trying again (5 s, doubling up to 5 min) and whether this is the
+// first refusal of this kind for this pod, the one to report. A retry that
+// was refused again does not pay for its token (reserve).
+func (s *podStates) recordRefusal(key cache.ObjectName, uid types.UID, kind string) (retryAfter time.Duration, firstOfKind bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, m := s.get(key, uid)
 	m.refusals++
 	m.unpaid = false
-	if i := slices.Index(refusalKinds, kind); i >= 0 {
+	if i := slices.Index(removalerrors.Refusals, kind); i >= 0 {
 		bit := uint8(1) << i
-		report = m.reported&bit == 0
+		firstOfKind = m.reported&bit == 0
 		m.reported |= bit
 	}
-	return refusalBackoff(m.refusals), report
+	return refusalBackoff(m.refusals), firstOfKind
 }
 
 const (
@@ -430,7 +456,7 @@ func (s *podStates) popDue() (due []cache.ObjectName, wait time.Duration, idle b
 			return due, min(wait, maxPark), false
 		}
 		heap.Pop(&s.parked)
-		s.setScheduled(st, false)
+		s.setParking(st, untilRetry)
 		due = append(due, st.key)
 		s.dropIfEmpty(st)
 	}

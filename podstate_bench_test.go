@@ -31,7 +31,7 @@ func BenchmarkParkedMemory(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		s := newPodStates(clk, clk.Now, nil)
 		for i, key := range keys {
-			s.park(key, time.Duration(n-i)*time.Second, true)
+			s.park(key, time.Duration(n-i)*time.Second, untilDeadline)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)

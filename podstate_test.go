@@ -15,7 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/podjanitor/podjanitor/internal/apiclock"
+	"github.com/podjanitor/podjanitor/internal/apitest"
 )
 
 // parkedRun is a podStates whose run loop hands keys to a list, on a fake clock.
@@ -86,11 +90,11 @@ func names(keys []cache.ObjectName) []string {
 func TestFarFutureKeyDoesNotHoldUpOthers(t *testing.T) {
 	r := newParkedRun(t)
 	far := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
-	r.s.park(cache.ObjectName{Namespace: "default", Name: "far"}, far.Sub(r.clk.Now()), true)
-	r.s.park(cache.ObjectName{Namespace: "default", Name: "ttl-max"}, math.MaxInt64, true)
+	r.s.park(cache.ObjectName{Namespace: "default", Name: "far"}, far.Sub(r.clk.Now()), untilDeadline)
+	r.s.park(cache.ObjectName{Namespace: "default", Name: "ttl-max"}, math.MaxInt64, untilDeadline)
 	r.settle()
 	for i := 1; i <= 3; i++ {
-		r.s.park(cache.ObjectName{Namespace: "default", Name: fmt.Sprintf("soon-%d", i)}, time.Duration(i)*time.Second, true)
+		r.s.park(cache.ObjectName{Namespace: "default", Name: fmt.Sprintf("soon-%d", i)}, time.Duration(i)*time.Second, untilDeadline)
 	}
 	if got := r.step(time.Second - time.Millisecond); len(got) != 0 {
 		t.Fatalf("handed over early: %v", names(got))
@@ -117,9 +121,9 @@ func TestFarFutureKeyDoesNotHoldUpOthers(t *testing.T) {
 // The same through the controller: a pod that expires in 9999 and pods with
 // ttls of seconds; the short ones come due at their deadlines.
 func TestFarFuturePodDoesNotStallOtherPods(t *testing.T) {
-	pods := []*corev1.Pod{newPod("far", t0, corev1.PodRunning, map[string]string{"podjanitor.io/expires-at": "9999-12-31"})}
+	pods := []*corev1.Pod{apitest.Pod("far", t0, corev1.PodRunning, map[string]string{"podjanitor.io/expires-at": "9999-12-31"})}
 	for i := 1; i <= 3; i++ {
-		pods = append(pods, newPod(fmt.Sprintf("ttl-%d", i), t0, corev1.PodFailed,
+		pods = append(pods, apitest.Pod(fmt.Sprintf("ttl-%d", i), t0, corev1.PodFailed,
 			map[string]string{"podjanitor.io/ttl": fmt.Sprintf("%ds", 5*i)}))
 	}
 	f := newFixture(t, Options{}, pods...)
@@ -194,8 +198,8 @@ func checkParking(t *testing.T, data []byte) {
 	var scheduled int
 	s := newPodStates(testingclock.NewFakeClock(t0), func() time.Time { return now }, func(n int) { scheduled = n })
 	type entry struct {
-		wake        time.Time
-		forDeadline bool
+		wake    time.Time
+		parking parking
 	}
 	model := map[cache.ObjectName]entry{}
 	key := func(b byte) cache.ObjectName { return cache.ObjectName{Namespace: "fuzz", Name: fmt.Sprint(b % 8)} }
@@ -208,10 +212,10 @@ func checkParking(t *testing.T, data []byte) {
 			if code%6 == 1 {
 				d = parkingDurations[arg%uint64(len(parkingDurations))]
 			}
-			forDeadline := arg&1 == 0
-			s.park(k, d, forDeadline)
+			why := parking(arg&1 == 0)
+			s.park(k, d, why)
 			// What park promises: after d, but no later than maxPark.
-			model[k] = entry{wake: now.Add(min(max(d, 0), maxPark)), forDeadline: forDeadline}
+			model[k] = entry{wake: now.Add(min(max(d, 0), maxPark)), parking: why}
 		case 2: // the estimate jumps to one of the extreme times
 			now = parkingTimes[arg%uint64(len(parkingTimes))]
 		case 3: // the estimate moves by a raw duration, back or forth
@@ -245,7 +249,7 @@ func checkParking(t *testing.T, data []byte) {
 			next := time.Duration(math.MaxInt64)
 			for _, e := range model {
 				next = min(next, e.wake.Sub(now))
-				if e.forDeadline {
+				if e.parking == untilDeadline {
 					wantScheduled++
 				}
 			}
@@ -259,5 +263,34 @@ func checkParking(t *testing.T, data []byte) {
 		if s.len() != len(model) {
 			t.Fatalf("%d entries for %d parked keys", s.len(), len(model))
 		}
+	}
+}
+
+// The offset's callback moves parked deadlines while podStates asks the
+// offset for the time: neither may wait for the other (they did: a.mu was
+// held across the callback, which takes the podStates lock, while podStates'
+// loop held its lock and asked for the offset).
+func TestAPIClockCallbackDoesNotDeadlockWithParkedKeys(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var states *podStates
+	a := apiclock.New(clock.RealClock{})
+	a.Subscribe(func(time.Duration) { states.offsetChanged() })
+	states = newPodStates(clock.RealClock{}, func() time.Time { return time.Now().Add(a.Offset()) }, nil)
+	go states.run(ctx, func(cache.ObjectName) {})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 20000 {
+			now := time.Now()
+			// Samples whose lower bound keeps rising, so every one calls back.
+			a.Observe(ctx, now, now, now.Add(time.Duration(i)*time.Millisecond))
+			states.park(cache.ObjectName{Namespace: "default", Name: fmt.Sprint(i % 100)}, time.Duration(i%7)*time.Microsecond, untilDeadline)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("observe and the parked keys' loop deadlocked")
 	}
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	core "k8s.io/client-go/testing"
 
+	"github.com/podjanitor/podjanitor/internal/apitest"
+	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -33,21 +39,6 @@ func evictAction(p *corev1.Pod) core.Action {
 	}
 }
 
-// multipleBudgetsRefusal is what client-go returns for the Eviction API's
-// answer about a pod under two PodDisruptionBudgets: a Status with code 500
-// and no reason (k8s.io/kubernetes pkg/registry/core/pod/storage/eviction.go).
-func multipleBudgetsRefusal() error {
-	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 500,
-		Message: "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."}}
-}
-
-// webhookDenial is a validating webhook's denial of a DELETE, as the API
-// server words it (the webhook chose no code: 400).
-func webhookDenial() error {
-	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 400,
-		Message: `admission webhook "deny-delete.example.com" denied the request: pods of team x are kept for audit`}}
-}
-
 // refusingEvictions makes every eviction answer err, and counts them.
 func refusingEvictions(f *fixture, err func() error) *int {
 	n := new(int)
@@ -65,9 +56,9 @@ func refusingEvictions(f *fixture, err func() error) *int {
 // backs off slowly (not the transient 10 s cap), is reported once by a
 // Warning, is counted as multiple_budgets, and is never turned into a delete.
 func TestMultipleBudgetsRefusalBacksOffSlowlyAndWarnsOnce(t *testing.T) {
-	pod := newPod("two-budgets", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("two-budgets", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
-	evictions := refusingEvictions(f, multipleBudgetsRefusal)
+	evictions := refusingEvictions(f, apitest.MultipleBudgetsRefusal)
 	f.process(keyOf(pod))
 	for _, wait := range []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second} {
 		if f.stepAndCheckReady(wait - time.Millisecond) {
@@ -90,7 +81,7 @@ func TestMultipleBudgetsRefusalBacksOffSlowlyAndWarnsOnce(t *testing.T) {
 	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning EvictionBlocked Evict ") || !strings.Contains(got[0], "more than one PodDisruptionBudget") {
 		t.Errorf("events = %q, want one Warning EvictionBlocked naming the two budgets", got)
 	}
-	if got := testutilValue(f.metrics, "evict", errorMultipleBudgets); got != 5 {
+	if got := testutilValue(f.metrics, "evict", removalerrors.MultipleBudgets); got != 5 {
 		t.Errorf(`removal_errors_total{error="multiple_budgets"} = %v, want 5`, got)
 	}
 }
@@ -98,9 +89,9 @@ func TestMultipleBudgetsRefusalBacksOffSlowlyAndWarnsOnce(t *testing.T) {
 // One event per pod and kind of refusal: a pod first refused by admission,
 // then by a PodDisruptionBudget, gets one event for each.
 func TestRefusalsAreReportedOncePerKind(t *testing.T) {
-	pod := newPod("guarded", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("guarded", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
-	answers := []func() error{webhookDenial, webhookDenial, pdbRefusal, pdbRefusal, webhookDenial}
+	answers := []func() error{apitest.WebhookDenial, apitest.WebhookDenial, apitest.DisruptionBudgetRefusal, apitest.DisruptionBudgetRefusal, apitest.WebhookDenial}
 	refusingEvictions(f, func() error { e := answers[0]; answers = answers[1:]; return e() })
 	f.process(keyOf(pod))
 	for len(answers) > 0 {
@@ -114,7 +105,7 @@ func TestRefusalsAreReportedOncePerKind(t *testing.T) {
 		!strings.HasPrefix(got[1], "Normal EvictionBlocked Evict ") {
 		t.Errorf("events = %q, want one Warning RemovalRefused, then one Normal EvictionBlocked", got)
 	}
-	if got := testutilValue(f.metrics, "evict", errorAdmissionDenied); got != 3 {
+	if got := testutilValue(f.metrics, "evict", removalerrors.AdmissionDenied); got != 3 {
 		t.Errorf(`removal_errors_total{error="admission_denied"} = %v, want 3`, got)
 	}
 }
@@ -127,9 +118,9 @@ func TestRefusalsAreReportedOncePerKind(t *testing.T) {
 func TestRefusedRetriesTakeNoRemovalTokens(t *testing.T) {
 	const ttl = "podjanitor.io/ttl"
 	due := func(name string, at time.Duration) *corev1.Pod { // deleted at t0+at
-		return newPod(name, t0.Add(-time.Hour+at), corev1.PodSucceeded, map[string]string{ttl: "1h"})
+		return apitest.Pod(name, t0.Add(-time.Hour+at), corev1.PodSucceeded, map[string]string{ttl: "1h"})
 	}
-	refused := newPod("refused", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{ttl: "1m"})
+	refused := apitest.Pod("refused", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{ttl: "1m"})
 	a, b := due("a", 6*time.Second), due("b", 6*time.Second) // creation times are whole seconds
 	d, e := due("d", 15*time.Second), due("e", 15*time.Second)
 	g := due("g", 16*time.Second)
@@ -141,7 +132,7 @@ func TestRefusedRetriesTakeNoRemovalTokens(t *testing.T) {
 		}
 		evictions++
 		if refusing {
-			return true, nil, multipleBudgetsRefusal()
+			return true, nil, apitest.MultipleBudgetsRefusal()
 		}
 		return true, nil, nil
 	})
@@ -222,7 +213,7 @@ func TestEvictionDecidesAgainOnTheFreshPod(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			cached := newPod("web", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{ttl: "1m"})
+			cached := apitest.Pod("web", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{ttl: "1m"})
 			cached.Labels = map[string]string{"race": "yes"}
 			f := newFixture(t, Options{PodSelector: labels.SelectorFromSet(labels.Set{"race": "yes"})}, cached)
 			fresh := cached.DeepCopy()
@@ -258,7 +249,7 @@ func TestEvictionDecidesAgainOnTheFreshPod(t *testing.T) {
 // does not make podjanitor forget a pod its informer still has, and the
 // pod is neither evicted nor deleted meanwhile.
 func TestFreshReadFailureIsRetried(t *testing.T) {
-	pod := newPod("web", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
+	pod := apitest.Pod("web", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
 	f := newFixture(t, Options{}, pod)
 	failures := []error{
 		apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, pod.Name),
@@ -280,7 +271,7 @@ func TestFreshReadFailureIsRetried(t *testing.T) {
 		f.next()
 	}
 	checkActions(t, []core.Action{getAction(pod), getAction(pod), getAction(pod), evictAction(pod)}, f.writes())
-	if got := testutilValue(f.metrics, "evict", errorNotFound); got != 1 {
+	if got := testutilValue(f.metrics, "evict", removalerrors.NotFound); got != 1 {
 		t.Errorf(`removal_errors_total{error="not_found"} = %v, want 1`, got)
 	}
 	if !f.c.state.wasRemoved(keyOf(pod), pod.UID) {
@@ -299,7 +290,7 @@ func TestFreshReadKeepsTheCachedStatusTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	crashLooping := func(restarts int32, written time.Time) *corev1.Pod {
-		p := newPod("web", t0.Add(-2*time.Hour), corev1.PodRunning, nil)
+		p := apitest.Pod("web", t0.Add(-2*time.Hour), corev1.PodRunning, nil)
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse,
 			LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))}}
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", RestartCount: restarts,
@@ -327,5 +318,33 @@ func TestFreshReadKeepsTheCachedStatusTime(t *testing.T) {
 	checkActions(t, []core.Action{getAction(cached), evictAction(fresh)}, f.writes())
 	if !f.c.state.wasRemoved(keyOf(cached), cached.UID) {
 		t.Error("crash-looping pod not evicted: the fresh read restarted its clock at the latest status write")
+	}
+}
+
+// A removal call that hangs is cut off at the write timeout and retried.
+func TestHungRemovalCallTimesOut(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	pod := apitest.Pod("hung", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	f := newFixture(t, Options{WriteTimeout: 200 * time.Millisecond}, pod)
+	f.c.client = kubernetes.NewForConfigOrDie(&rest.Config{Host: srv.URL})
+	start := time.Now()
+	d := policy.Decision{Deadline: t0, Action: policy.ActionDelete, Reason: policy.ReasonTTL}
+	_, err := f.c.removePod(f.ctx, pod, d)
+	if err == nil || removalerrors.KindOf(err) != removalerrors.Timeout {
+		t.Fatalf("err = %v, want a timeout", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the call took %v, want it cut off near the 200ms write timeout", took)
+	}
+	if got := testutilValue(f.metrics, "delete", removalerrors.Timeout); got != 1 {
+		t.Errorf(`removal_errors_total{error="timeout"} = %v, want 1`, got)
 	}
 }

@@ -16,7 +16,7 @@ import (
 const policyPollInterval = 2 * time.Second
 
 // watchPolicyFile reads the policy file at path for changes until ctx ends.
-// loaded is the content the running policy was made from (loadEvaluatorData
+// loaded is the content the running policy was made from (loadEvaluator
 // read it once): a change is a difference from those bytes, so a file changed
 // after they were read is applied at the first poll, not taken for the
 // running policy. Each changed content is made into an evaluator by

@@ -22,8 +22,7 @@ func policyWithAfter(after string) []byte {
 // starts the watcher; reloads arrive on the channel.
 func startPolicyWatch(t *testing.T, path string, between func()) (*policy.Evaluator, <-chan *policy.Evaluator) {
 	t.Helper()
-	o := &options{configFile: path, annotationPrefix: "podjanitor.io"}
-	e, data, err := loadEvaluatorData(o)
+	e, data, err := loadEvaluator(path, "podjanitor.io")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +33,7 @@ func startPolicyWatch(t *testing.T, path string, between func()) (*policy.Evalua
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watchPolicyFile(ctx, path, data, policyEvaluator(o.annotationPrefix), func(e *policy.Evaluator, err error) {
+		watchPolicyFile(ctx, path, data, policyEvaluator("podjanitor.io"), func(e *policy.Evaluator, err error) {
 			if err != nil {
 				t.Errorf("reload: %v", err)
 				return

@@ -20,7 +20,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/transport"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
+	"github.com/podjanitor/podjanitor/internal/apiclock"
+	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -28,11 +32,37 @@ import (
 // cluster with (clients, informers, the namespaces they see) and what they
 // decide with (the evaluator), from the same flags.
 
-// clients are the API server clients made from one configuration.
+// clients are the API server clients made from one configuration, and the
+// clocks their responses are read with.
 type clients struct {
 	config   *rest.Config
 	kube     kubernetes.Interface
 	metadata metadata.Interface
+	// clock is the process's steady clock (apiclock.ProcessClock); apiClock
+	// reads the API server's offset from it in every response.
+	clock    clock.WithTicker
+	apiClock *apiclock.Clock
+}
+
+// connect is the preamble the daemon and plan share: the clients of the
+// flags, with the API server's clock read from every response and wrappers
+// around the transport after it.
+func connect(logger klog.Logger, flags clusterFlags, wrappers ...transport.WrapperFunc) (*clients, error) {
+	cfg, err := restConfig(flags)
+	if err != nil {
+		return nil, err
+	}
+	clk, err := apiclock.ProcessClock(logger)
+	if err != nil {
+		return nil, err
+	}
+	apiClk := apiclock.New(clk)
+	c, err := newClients(cfg, append([]transport.WrapperFunc{apiClk.Wrap}, wrappers...)...)
+	if err != nil {
+		return nil, err
+	}
+	c.clock, c.apiClock = clk, apiClk
+	return c, nil
 }
 
 // newClients makes the clients of cfg, with wrappers around its transport.
@@ -51,72 +81,67 @@ func newClients(cfg *rest.Config, wrappers ...transport.WrapperFunc) (*clients, 
 	return &clients{config: cfg, kube: kube, metadata: meta}, nil
 }
 
-func restConfig(o *options) (*rest.Config, error) {
+func restConfig(flags clusterFlags) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if o.kubeconfig != "" {
-		rules.ExplicitPath = o.kubeconfig
+	if flags.kubeconfig != "" {
+		rules.ExplicitPath = flags.kubeconfig
 	}
-	if o.kubeconfig == "" && os.Getenv("KUBECONFIG") == "" && o.master == "" {
+	if flags.kubeconfig == "" && os.Getenv("KUBECONFIG") == "" && flags.master == "" {
 		if cfg, err := rest.InClusterConfig(); err == nil {
-			return withLimits(cfg, o), nil
+			return withLimits(cfg, flags), nil
 		}
 	}
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-		&clientcmd.ConfigOverrides{ClusterInfo: clientcmdapi.Cluster{Server: o.master}}).ClientConfig()
+		&clientcmd.ConfigOverrides{ClusterInfo: clientcmdapi.Cluster{Server: flags.master}}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("building client configuration: %w", err)
 	}
-	return withLimits(cfg, o), nil
+	return withLimits(cfg, flags), nil
 }
 
-func withLimits(cfg *rest.Config, o *options) *rest.Config {
-	cfg.QPS = float32(o.kubeAPIQPS)
-	cfg.Burst = o.kubeAPIBurst
+func withLimits(cfg *rest.Config, flags clusterFlags) *rest.Config {
+	cfg.QPS = float32(flags.kubeAPIQPS)
+	cfg.Burst = flags.kubeAPIBurst
 	// Protobuf, as Kubernetes' own controllers use: decoding the pod list and
 	// watch costs a fraction of JSON's CPU and garbage. Every type podjanitor
 	// reads or writes (pods, evictions, events, leases) supports it.
-	cfg.ContentType = o.kubeAPIContentType
-	if o.kubeAPIContentType == runtime.ContentTypeProtobuf {
+	cfg.ContentType = flags.kubeAPIContentType
+	if flags.kubeAPIContentType == runtime.ContentTypeProtobuf {
 		cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	}
 	// No gzip unless asked for: the API server compresses a watch that began
 	// as a streaming list (WatchListCompression) for its whole life, so every
 	// pod event would cost it a gzip stream of its own, on the CPU that serves
 	// the removals. A kubeconfig's disable-compression: true still holds.
-	if !o.kubeAPICompression {
+	if !flags.kubeAPICompression {
 		cfg.DisableCompression = true
 	}
 	cfg.UserAgent = "podjanitor/" + version
 	return cfg
 }
 
-// loadEvaluator is the evaluator of the flags: the annotations under
-// --annotation-prefix and the policy file of --config, if any.
-func loadEvaluator(o *options) (*policy.Evaluator, error) {
-	e, _, err := loadEvaluatorData(o)
-	return e, err
-}
-
-// loadEvaluatorData is loadEvaluator, and the policy file's content that it
-// read once and made the evaluator of (nil without --config): the policy
-// watcher compares with these bytes.
-func loadEvaluatorData(o *options) (*policy.Evaluator, []byte, error) {
-	if o.configFile == "" {
-		return &policy.Evaluator{Prefix: o.annotationPrefix}, nil, nil
+// loadEvaluator is the evaluator of the flags: the annotations under prefix
+// (--annotation-prefix) and the policy file configFile (--config), if any;
+// and the file's content that it read once and made the evaluator of (nil
+// without a file): the policy watcher compares with these bytes.
+func loadEvaluator(configFile, prefix string) (*policy.Evaluator, []byte, error) {
+	if configFile == "" {
+		return &policy.Evaluator{Prefix: prefix}, nil, nil
 	}
-	data, err := os.ReadFile(o.configFile)
+	data, err := os.ReadFile(configFile)
 	if err != nil {
 		return nil, nil, err
 	}
-	e, err := policyEvaluator(o.annotationPrefix)(data)
+	e, err := policyEvaluator(prefix)(data)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", o.configFile, err)
+		return nil, nil, fmt.Errorf("%s: %w", configFile, err)
 	}
 	return e, data, nil
 }
 
 // policyEvaluator returns the constructor of evaluators from a policy
-// file's content, for the annotations under prefix (the policy watcher's).
+// file's content, for the annotations under prefix (loadEvaluator's and the
+// policy watcher's).
 func policyEvaluator(prefix string) func(data []byte) (*policy.Evaluator, error) {
 	return func(data []byte) (*policy.Evaluator, error) {
 		p, err := policy.Parse(data)
@@ -128,20 +153,20 @@ func policyEvaluator(prefix string) func(data []byte) (*policy.Evaluator, error)
 }
 
 // informerFactory makes the pod informers of --namespace and
-// --label-selector, whose cache keeps the lean pods of podTransform.
-func informerFactory(client kubernetes.Interface, o *options) informers.SharedInformerFactory {
-	tweak := func(lo *metav1.ListOptions) { lo.LabelSelector = o.labelSelector }
+// --label-selector, whose cache keeps the lean pods of podcache.PodTransform.
+func informerFactory(client kubernetes.Interface, scope scopeFlags) informers.SharedInformerFactory {
+	tweak := func(lo *metav1.ListOptions) { lo.LabelSelector = scope.labelSelector }
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithNamespace(o.namespace),
+		informers.WithNamespace(scope.namespace),
 		informers.WithTweakListOptions(tweak),
 	)
 	// The pod informer without the namespace index that the factory would
 	// give it: nothing reads pods by namespace often enough to pay a map
 	// entry per cached pod (see enqueueNamespacePods). Its transform reads
-	// its own store (rememberingPodTransform).
+	// its own store (podcache.RememberingPodTransform).
 	factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		informer := coreinformers.NewFilteredPodInformer(client, o.namespace, resync, cache.Indexers{}, tweak)
-		if err := informer.SetTransform(rememberingPodTransform(o.annotationPrefix, informer.GetStore())); err != nil {
+		informer := coreinformers.NewFilteredPodInformer(client, scope.namespace, resync, cache.Indexers{}, tweak)
+		if err := informer.SetTransform(podcache.RememberingPodTransform(scope.annotationPrefix, informer.GetStore())); err != nil {
 			panic(err) // cannot happen: the informer has not started
 		}
 		return informer
@@ -155,9 +180,9 @@ func informerFactory(client kubernetes.Interface, o *options) informers.SharedIn
 // health (nil: none), which client-go's watch error handler would not all
 // see: it is not called for a watch that the reflector retries (a 429, a
 // refused connection).
-func newNamespaceInformer(client metadata.Interface, o *options, health *watchHealth) (cache.SharedIndexInformer, error) {
+func newNamespaceInformer(client metadata.Interface, scope scopeFlags, health *watchHealth) (cache.SharedIndexInformer, error) {
 	resource := client.Resource(corev1.SchemeGroupVersion.WithResource("namespaces"))
-	tweak := func(lo *metav1.ListOptions) { lo.FieldSelector = namespaceFieldSelector(o) }
+	tweak := func(lo *metav1.ListOptions) { lo.FieldSelector = namespaceFieldSelector(scope.namespace) }
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
 			tweak(&lo)
@@ -174,20 +199,21 @@ func newNamespaceInformer(client metadata.Interface, o *options, health *watchHe
 	}
 	informer := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client),
 		&metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
-	if err := informer.SetTransform(namespaceTransform(keepAnnotationKey(o))); err != nil {
+	if err := informer.SetTransform(podcache.NamespaceTransform(keepAnnotationKey(scope.annotationPrefix))); err != nil {
 		return nil, fmt.Errorf("namespace informer: %w", err)
 	}
 	return informer, nil
 }
 
-// namespaceFieldSelector selects the namespace of --namespace, else every namespace.
-func namespaceFieldSelector(o *options) string {
-	if o.namespace == "" {
+// namespaceFieldSelector selects namespace (--namespace), else every namespace.
+func namespaceFieldSelector(namespace string) string {
+	if namespace == "" {
 		return ""
 	}
-	return fields.OneTermEqualSelector("metadata.name", o.namespace).String()
+	return fields.OneTermEqualSelector("metadata.name", namespace).String()
 }
 
-func keepAnnotationKey(o *options) string {
-	return (&policy.Evaluator{Prefix: o.annotationPrefix}).AnnotationKey(policy.AnnotationKeep)
+// keepAnnotationKey is the keep annotation under prefix (--annotation-prefix).
+func keepAnnotationKey(prefix string) string {
+	return (&policy.Evaluator{Prefix: prefix}).AnnotationKey(policy.AnnotationKeep)
 }

@@ -2,6 +2,10 @@ package main
 
 import "fmt"
 
+// controllerName is podjanitor's name as a controller: in its events, its
+// metrics, its workqueue and its lease.
+const controllerName = "podjanitor"
+
 // Set at build time with -ldflags "-X main.version=... -X main.commit=...".
 var (
 	version = "dev"

@@ -84,7 +84,8 @@ type Decision struct {
 	// Kept is set when the keep annotation of the pod or of its namespace
 	// vetoed everything.
 	Kept bool
-	// Skipped says why the pod is out of scope (SkippedMirrorPod, SkippedTerminating).
+	// Skipped says why the pod is out of scope (SkippedMirrorPod, SkippedTerminating,
+	// SkippedNamespaceUnknown).
 	Skipped string
 	// ClockSkew is set when a finish or transition time lay in the future and
 	// was treated as now.

@@ -1,4 +1,4 @@
-package main
+package podcache
 
 import (
 	"slices"
@@ -11,18 +11,18 @@ import (
 	"github.com/podjanitor/podjanitor/policy"
 )
 
-// podTransform returns the pod informer's transform: the fields leanPod keeps,
+// PodTransform returns the pod informer's transform: the fields leanPod keeps,
 // packed into a cachedPod. TestLeanPodKeepsDecisions proves that decisions on
 // what the cache gives back equal decisions on full pods.
-func podTransform(prefix string) cache.TransformFunc {
-	return rememberingPodTransform(prefix, nil)
+func PodTransform(prefix string) cache.TransformFunc {
+	return RememberingPodTransform(prefix, nil)
 }
 
-// rememberingPodTransform is podTransform that also reads the version of the
+// RememberingPodTransform is PodTransform that also reads the version of the
 // pod the informer's store holds (nil: none), to keep its status time while
 // the policy's clocks read the same times from the status (see
 // keptStatusTime).
-func rememberingPodTransform(prefix string, store cache.KeyGetter) cache.TransformFunc {
+func RememberingPodTransform(prefix string, store cache.KeyGetter) cache.TransformFunc {
 	annotationPrefix := prefix + "/"
 	return func(obj interface{}) (interface{}, error) {
 		pod, ok := obj.(*corev1.Pod)
@@ -61,7 +61,7 @@ func keptStatusTime(lean *corev1.Pod, store cache.KeyGetter) {
 	if err != nil || !exists {
 		return
 	}
-	old, err := podFromCache(obj)
+	old, err := Pod(obj)
 	if err != nil || old.UID != lean.UID || !policy.NodeClocksOf(old).Equal(clocks) {
 		return
 	}

@@ -1,4 +1,14 @@
-package main
+// Package metrics owns every series podjanitor exports, in one Prometheus
+// registry: controller-runtime's reconcile series (under the controller's
+// name), podjanitor's own (removals, removal errors by kind, parked pods, the
+// clock offset, the namespace watch, the leader, policy reloads), and
+// client-go's REST client, workqueue and leader-election series.
+//
+// It promises that no label takes a pod name or another unbounded value, that
+// every series with a fixed set of label values is present at 0 from the
+// start (the monitoring kit's alerts match on them), and that the names do not
+// change: artifacts/monitoring/testdata lists them (TestMetricNamesFile).
+package metrics
 
 import (
 	"context"
@@ -11,20 +21,24 @@ import (
 	clientmetrics "k8s.io/client-go/tools/metrics"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
 // Reconcile results, as controller-runtime labels them.
 const (
-	labelSuccess      = "success"
-	labelError        = "error"
-	labelRequeue      = "requeue"
-	labelRequeueAfter = "requeue_after"
+	ResultSuccess      = "success"
+	ResultError        = "error"
+	ResultRequeue      = "requeue"
+	ResultRequeueAfter = "requeue_after"
 )
 
-// Metrics holds every series podjanitor exports. Its methods are safe on a nil
-// *Metrics, which records nothing (unit tests that do not look at metrics).
-// No label takes a pod name or another unbounded value.
+// Metrics holds every series podjanitor exports. The methods the controller
+// calls (WorkqueueProvider, the Set*, Count* and worker methods, Reconciled,
+// Panicked, PolicyReloaded) are safe on a nil *Metrics, which records
+// nothing (unit tests that do not look at metrics); RegisterClientMetrics and
+// LeaderElectionProvider need a real one. No label takes a pod name or
+// another unbounded value.
 type Metrics struct {
 	Registry *prometheus.Registry
 
@@ -50,10 +64,11 @@ type Metrics struct {
 	leaderSlowpath     *prometheus.CounterVec
 }
 
-// NewMetrics creates all series in a new registry, each present at 0.
-func NewMetrics(version, commit string) *Metrics {
+// New creates all series in a new registry, each present at 0; controller
+// names the controller in controller-runtime's series.
+func New(controller, version, commit string) *Metrics {
 	reg := prometheus.NewRegistry()
-	ctrl := prometheus.Labels{"controller": controllerName}
+	ctrl := prometheus.Labels{"controller": controller}
 	m := &Metrics{
 		Registry: reg,
 		reconcileTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -152,16 +167,16 @@ func NewMetrics(version, commit string) *Metrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
 
-	for _, r := range []string{labelSuccess, labelError, labelRequeue, labelRequeueAfter} {
+	for _, r := range []string{ResultSuccess, ResultError, ResultRequeue, ResultRequeueAfter} {
 		m.reconcileTotal.WithLabelValues(r)
 	}
 	for _, a := range []policy.Action{policy.ActionDelete, policy.ActionEvict} {
-		for _, kind := range removalErrorKinds {
+		for _, kind := range removalerrors.Kinds {
 			m.removalErrors.WithLabelValues(string(a), kind)
 		}
 	}
-	m.policyReloads.WithLabelValues(labelSuccess)
-	m.policyReloads.WithLabelValues(labelError)
+	m.policyReloads.WithLabelValues(ResultSuccess)
+	m.policyReloads.WithLabelValues(ResultError)
 	return m
 }
 
@@ -207,31 +222,31 @@ func (m *Metrics) WorkqueueProvider() workqueue.MetricsProvider {
 	return m.workqueue
 }
 
-func (m *Metrics) setMaxConcurrency(n int) {
+func (m *Metrics) SetMaxConcurrency(n int) {
 	if m != nil {
 		m.maxConcurrent.Set(float64(n))
 	}
 }
 
-func (m *Metrics) workerStarted() {
+func (m *Metrics) WorkerStarted() {
 	if m != nil {
 		m.activeWorkers.Inc()
 	}
 }
 
-func (m *Metrics) workerFinished(took time.Duration) {
+func (m *Metrics) WorkerFinished(took time.Duration) {
 	if m != nil {
 		m.activeWorkers.Dec()
 		m.reconcileTime.Observe(took.Seconds())
 	}
 }
 
-func (m *Metrics) reconciled(result string, terminal bool) {
+func (m *Metrics) Reconciled(result string, terminal bool) {
 	if m == nil {
 		return
 	}
 	m.reconcileTotal.WithLabelValues(result).Inc()
-	if result == labelError {
+	if result == ResultError {
 		m.reconcileErrors.Inc()
 	}
 	if terminal {
@@ -239,13 +254,13 @@ func (m *Metrics) reconciled(result string, terminal bool) {
 	}
 }
 
-func (m *Metrics) panicked() {
+func (m *Metrics) Panicked() {
 	if m != nil {
 		m.reconcilePanics.Inc()
 	}
 }
 
-func (m *Metrics) removed(d policy.Decision, dryRun bool, lateness time.Duration) {
+func (m *Metrics) CountRemoval(d policy.Decision, dryRun bool, lateness time.Duration) {
 	if m == nil {
 		return
 	}
@@ -259,18 +274,18 @@ func (m *Metrics) removed(d policy.Decision, dryRun bool, lateness time.Duration
 	}
 }
 
-func (m *Metrics) policyReloaded(ok bool) {
+func (m *Metrics) PolicyReloaded(ok bool) {
 	if m == nil {
 		return
 	}
-	result := labelSuccess
+	result := ResultSuccess
 	if !ok {
-		result = labelError
+		result = ResultError
 	}
 	m.policyReloads.WithLabelValues(result).Inc()
 }
 
-func (m *Metrics) removalFailed(a policy.Action, kind string) {
+func (m *Metrics) CountRemovalError(a policy.Action, kind string) {
 	if m != nil {
 		m.removalErrors.WithLabelValues(string(a), kind).Inc()
 	}
@@ -288,16 +303,16 @@ func (m *Metrics) SetLeader(leading bool) {
 	m.leader.Set(v)
 }
 
-// setScheduled sets podjanitor_pods_scheduled, the number of pods parked
+// SetPodsParked sets podjanitor_pods_scheduled, the number of pods parked
 // until a future deadline.
-func (m *Metrics) setScheduled(n int) {
+func (m *Metrics) SetPodsParked(n int) {
 	if m != nil {
 		m.podsScheduled.Set(float64(n))
 	}
 }
 
-// setNamespaceWatchHealthy sets podjanitor_namespace_watch_healthy.
-func (m *Metrics) setNamespaceWatchHealthy(healthy bool) {
+// SetNamespaceWatchHealthy sets podjanitor_namespace_watch_healthy.
+func (m *Metrics) SetNamespaceWatchHealthy(healthy bool) {
 	if m == nil {
 		return
 	}
@@ -308,7 +323,7 @@ func (m *Metrics) setNamespaceWatchHealthy(healthy bool) {
 	m.namespaceWatch.Set(v)
 }
 
-func (m *Metrics) setClockOffset(d time.Duration) {
+func (m *Metrics) SetClockOffset(d time.Duration) {
 	if m != nil {
 		m.clockOffset.Set(d.Seconds())
 	}

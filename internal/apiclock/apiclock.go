@@ -1,4 +1,14 @@
-package main
+// Package apiclock owns the API server's time as this process knows it: the
+// offset of the API server's clock from this process's, estimated from the
+// Date header of every response (Wrap) and narrowed by timed probes
+// (RunCalibration), and the process's own clock (ProcessClock), which a step
+// of the wall clock does not move.
+//
+// It promises that Offset is never ahead of the true offset, as far as the
+// responses seen can tell, so that a deadline compared in the API server's
+// time is never early; and that subscribers (Subscribe) hear of every change
+// outside its locks, so they may call Offset.
+package apiclock
 
 import (
 	"context"
@@ -6,6 +16,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,7 +24,7 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// apiClock estimates how far the API server's clock is ahead of this
+// Clock estimates how far the API server's clock is ahead of this
 // process's (the offset), so that deadlines, which count from the API
 // server's timestamps, are compared in the API server's time.
 //
@@ -30,18 +41,18 @@ import (
 //
 // Two things about this machine's clock could make that estimate run ahead
 // of the server's between measurements, and neither may: a step of the wall
-// clock (an operator, NTP's step mode, a resumed VM), which processClock's
+// clock (an operator, NTP's step mode, a resumed VM), which ProcessClock's
 // steadyClock hides by reading the clock at the rate of the monotonic one,
 // and the monotonic clock itself running fast (NTP slews it along with the
 // wall clock, up to 500 ppm), which the lower end allows for: it falls behind
 // by maxClockRate of the time since the response that set it.
-type apiClock struct {
-	// clock is steady (processClock) in podjanitor: offsets are to it.
+type Clock struct {
+	// clock is steady (ProcessClock) in podjanitor: offsets are to it.
 	clock clock.PassiveClock
-	// onOffset receives every new estimate (the podjanitor_clock_offset_seconds gauge).
-	onOffset func(time.Duration)
-
-	mu sync.Mutex
+	mu    sync.Mutex
+	// subscribers receive every new estimate (the podjanitor_clock_offset_seconds
+	// gauge, the controller's parked deadlines).
+	subscribers []func(time.Duration)
 	// lowers and uppers are the samples of the last offsetWindow that can
 	// still decide a bound, oldest first: each has a greater lower (a smaller
 	// upper) than every sample after it, so the first holds the bound, and a
@@ -88,24 +99,31 @@ func driftAllowance(d time.Duration) time.Duration {
 	return time.Duration(math.Ceil(float64(d) * maxClockRate))
 }
 
-func newAPIClock(clk clock.PassiveClock, onOffset func(time.Duration)) *apiClock {
-	if onOffset == nil {
-		onOffset = func(time.Duration) {}
-	}
-	return &apiClock{clock: clk, onOffset: onOffset}
+// New returns a Clock with no estimate yet (offset 0), whose offsets are to
+// clk (ProcessClock's, in podjanitor).
+func New(clk clock.PassiveClock) *Clock {
+	return &Clock{clock: clk}
+}
+
+// Subscribe has f called with every new estimate of the offset, after the
+// subscribers before it, outside the Clock's locks.
+func (a *Clock) Subscribe(f func(offset time.Duration)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.subscribers = append(slices.Clip(a.subscribers), f)
 }
 
 // Offset is the estimated offset: how far the API server's clock is ahead of
 // this process's (negative when behind). It is never more than the true
 // offset, as far as the responses seen can tell, even should this clock run
 // fast by up to maxClockRate since; 0 before the first response.
-func (a *apiClock) Offset() time.Duration {
+func (a *Clock) Offset() time.Duration {
 	lower, _, _ := a.bounds()
 	return lower
 }
 
 // bounds returns the current interval of the offset and whether there is one.
-func (a *apiClock) bounds() (lower, upper time.Duration, ok bool) {
+func (a *Clock) bounds() (lower, upper time.Duration, ok bool) {
 	now := a.clock.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -115,23 +133,26 @@ func (a *apiClock) bounds() (lower, upper time.Duration, ok bool) {
 	return a.lower - driftAllowance(now.Sub(a.lowerAt)), a.upper, true
 }
 
-// observe records one response: sent at local time sent, headers received
-// at local time received, with the server's Date header date.
-func (a *apiClock) observe(ctx context.Context, sent, received time.Time, date time.Time) {
+// Observe records one response: sent at local time sent, headers received
+// at local time received, with the server's Date header date. Wrap calls it
+// for every response.
+func (a *Clock) Observe(ctx context.Context, sent, received time.Time, date time.Time) {
 	if date.IsZero() || received.Before(sent) {
 		return
 	}
 	s := offsetSample{at: received, lower: date.Sub(received), upper: date.Add(time.Second).Sub(sent)}
-	if lower, changed := a.add(ctx, s, received.Sub(sent)); changed {
-		// Outside a.mu: the callback takes the controller's locks, which
+	if lower, subscribers, changed := a.add(ctx, s, received.Sub(sent)); changed {
+		// Outside a.mu: a subscriber takes the controller's locks, which
 		// call Offset while they hold them.
-		a.onOffset(lower)
+		for _, f := range subscribers {
+			f(lower)
+		}
 	}
 }
 
 // add folds one sample into the interval; it returns the lower end as
-// measured and whether that moved.
-func (a *apiClock) add(ctx context.Context, s offsetSample, rtt time.Duration) (time.Duration, bool) {
+// measured, the subscribers to tell, and whether that moved.
+func (a *Clock) add(ctx context.Context, s offsetSample, rtt time.Duration) (time.Duration, []func(time.Duration), bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.rtt = rtt
@@ -159,7 +180,7 @@ func (a *apiClock) add(ctx context.Context, s offsetSample, rtt time.Duration) (
 			klog.FromContext(ctx).Info("This machine's clock agrees with the API server's again", "offset", lower)
 		}
 	}
-	return lower, changed
+	return lower, a.subscribers, changed
 }
 
 // slideWindow adds s to a deque of lowers or uppers: it drops the samples
@@ -186,8 +207,9 @@ func abs(d time.Duration) time.Duration {
 	return d
 }
 
-// wrap returns a RoundTripper that feeds the Date header of every response into a.
-func (a *apiClock) wrap(rt http.RoundTripper) http.RoundTripper {
+// Wrap returns a RoundTripper that feeds the Date header of every response
+// into a: a transport.WrapperFunc for the clients' configuration.
+func (a *Clock) Wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		sent := a.clock.Now()
 		resp, err := rt.RoundTrip(req)
@@ -196,7 +218,7 @@ func (a *apiClock) wrap(rt http.RoundTripper) http.RoundTripper {
 		}
 		received := a.clock.Now()
 		if date, perr := http.ParseTime(resp.Header.Get("Date")); perr == nil {
-			a.observe(req.Context(), sent, received, date)
+			a.Observe(req.Context(), sent, received, date)
 		}
 		return resp, err
 	})
@@ -211,7 +233,7 @@ func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) {
 // whole second of its clock if the offset were the interval's midpoint: the
 // Date it answers then halves the interval. It stops at calibrationTarget or
 // after calibrationProbes requests.
-func (a *apiClock) calibrate(ctx context.Context, probe func(context.Context) error, sleep func(context.Context, time.Duration) bool) {
+func (a *Clock) calibrate(ctx context.Context, probe func(context.Context) error, sleep func(context.Context, time.Duration) bool) {
 	logger := klog.FromContext(ctx)
 	for range calibrationProbes {
 		lower, upper, ok := a.bounds()
@@ -245,8 +267,8 @@ func (a *apiClock) calibrate(ctx context.Context, probe func(context.Context) er
 	logger.V(2).Info("Measured the API server's clock offset", "offset", lower, "uncertainty", upper-lower)
 }
 
-// runCalibration calibrates now and every calibrationPeriod until ctx ends.
-func (a *apiClock) runCalibration(ctx context.Context, probe func(context.Context) error) {
+// RunCalibration calibrates now and every calibrationPeriod until ctx ends.
+func (a *Clock) RunCalibration(ctx context.Context, probe func(context.Context) error) {
 	sleep := func(ctx context.Context, d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -268,7 +290,7 @@ func (a *apiClock) runCalibration(ctx context.Context, probe func(context.Contex
 // steadyClock reads the wall clock src at the rate of its monotonic clock,
 // from the instant it was made: a step of the wall clock does not move it.
 // Its readings carry monotonic readings, as src's do. podjanitor compares
-// them only with each other and, through apiClock's offset, with the API
+// them only with each other and, through the Clock's offset, with the API
 // server's times, so it does not matter that it parts from the wall clock
 // once that is stepped; what matters is that the step cannot move deadlines.
 type steadyClock struct {
@@ -298,11 +320,11 @@ func (c shiftedClock) Now() time.Time                  { return c.RealClock.Now(
 func (c shiftedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 func (c shiftedClock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
 
-// processClock is the real clock, or, for tests of clock skew, one that reads
+// ProcessClock is the real clock, or, for tests of clock skew, one that reads
 // PODJANITOR_TESTING_CLOCK_OFFSET (a duration) ahead of it; steady, so that a
 // step of the wall clock moves neither the estimate of the API server's
 // clock nor the deadlines compared with it (Controller.now).
-func processClock(logger klog.Logger) (clock.WithTicker, error) {
+func ProcessClock(logger klog.Logger) (clock.WithTicker, error) {
 	value := os.Getenv("PODJANITOR_TESTING_CLOCK_OFFSET")
 	if value == "" {
 		return newSteadyClock(clock.RealClock{}), nil

@@ -1,4 +1,14 @@
-package main
+// Package removalerrors sorts the errors of removal calls (a delete or an
+// eviction) into kinds: the values of podjanitor_removal_errors_total's error
+// label, and what the controller does next (a refusal, which retrying soon
+// cannot fix, waits for the slow backoff; the rest retries soon). It also
+// keeps client-go from sleeping inside an eviction call that a
+// PodDisruptionBudget refused (WithoutDisruptionBudgetRetryAfter).
+//
+// It promises that every error has exactly one kind of Kinds, and that the
+// kinds and their order do not change within a release: Refusals' order is
+// that of the bits the controller keeps per pod.
+package removalerrors
 
 import (
 	"bytes"
@@ -16,61 +26,61 @@ import (
 // Kinds of failed removals: the values of podjanitor_removal_errors_total's
 // error label.
 const (
-	errorTimeout          = "timeout"           // no answer within --write-timeout
-	errorUnavailable      = "unavailable"       // connection failed, or a 5xx answer
-	errorThrottled        = "throttled"         // 429 from the API server's flow control
-	errorNotFound         = "not_found"         // 404 for a pod the informer still has
-	errorDisruptionBudget = "disruption_budget" // eviction refused by a PodDisruptionBudget
-	errorMultipleBudgets  = "multiple_budgets"  // eviction of a pod that more than one PodDisruptionBudget selects
-	errorAdmissionDenied  = "admission_denied"  // denied by an admission webhook or a ValidatingAdmissionPolicy
-	errorRefused          = "refused"           // another 4xx that retrying soon cannot fix (RBAC, an invalid request)
-	errorOther            = "other"
+	Timeout          = "timeout"           // no answer within --write-timeout
+	Unavailable      = "unavailable"       // connection failed, or a 5xx answer
+	Throttled        = "throttled"         // 429 from the API server's flow control
+	NotFound         = "not_found"         // 404 for a pod the informer still has
+	DisruptionBudget = "disruption_budget" // eviction refused by a PodDisruptionBudget
+	MultipleBudgets  = "multiple_budgets"  // eviction of a pod that more than one PodDisruptionBudget selects
+	AdmissionDenied  = "admission_denied"  // denied by an admission webhook or a ValidatingAdmissionPolicy
+	Refused          = "refused"           // another 4xx that retrying soon cannot fix (RBAC, an invalid request)
+	Other            = "other"
 )
 
-var removalErrorKinds = []string{errorTimeout, errorUnavailable, errorThrottled, errorNotFound,
-	errorDisruptionBudget, errorMultipleBudgets, errorAdmissionDenied, errorRefused, errorOther}
+var Kinds = []string{Timeout, Unavailable, Throttled, NotFound,
+	DisruptionBudget, MultipleBudgets, AdmissionDenied, Refused, Other}
 
-// refusalKinds are the kinds that retrying soon cannot fix: the API server
+// Refusals are the kinds that retrying soon cannot fix: the API server
 // looked at the request and said no, without removing anything. They wait
 // for the slow refusal backoff (refusalBackoff), are reported once per pod
 // and kind, and their retries take no removal token a due pod waits for
 // (podStates.reserve). The order is that of podMarks.reported's bits.
-var refusalKinds = []string{errorDisruptionBudget, errorMultipleBudgets, errorAdmissionDenied, errorRefused}
+var Refusals = []string{DisruptionBudget, MultipleBudgets, AdmissionDenied, Refused}
 
-// isRefusal reports whether a kind of removalErrorKind is a refusal.
-func isRefusal(kind string) bool { return slices.Contains(refusalKinds, kind) }
+// IsRefusal reports whether a kind of KindOf is a refusal.
+func IsRefusal(kind string) bool { return slices.Contains(Refusals, kind) }
 
-// removalErrorKind sorts the error of a delete or eviction call. The
-// refusalKinds wait for the slow refusal backoff; the other kinds are
+// KindOf sorts the error of a delete or eviction call. The
+// Refusals wait for the slow refusal backoff; the other kinds are
 // transient and retry within transientBackoffMax.
-func removalErrorKind(err error) string {
+func KindOf(err error) string {
 	var status apierrors.APIStatus
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err):
-		return errorTimeout
+		return Timeout
 	case isMultipleBudgetsRefusal(err):
-		return errorMultipleBudgets
+		return MultipleBudgets
 	case isAdmissionDenial(err):
-		return errorAdmissionDenied
+		return AdmissionDenied
 	case apierrors.IsTooManyRequests(err) && isDisruptionBudgetRefusal(err):
-		return errorDisruptionBudget
+		return DisruptionBudget
 	case apierrors.IsTooManyRequests(err):
-		return errorThrottled
+		return Throttled
 	case apierrors.IsNotFound(err):
-		return errorNotFound
+		return NotFound
 	case errors.As(err, &status):
 		code := int(status.Status().Code)
 		switch {
 		case code >= http.StatusInternalServerError:
-			return errorUnavailable
+			return Unavailable
 		case code == http.StatusUnauthorized:
-			return errorUnavailable // credentials being rotated, or an API server still starting
+			return Unavailable // credentials being rotated, or an API server still starting
 		case code >= http.StatusBadRequest:
-			return errorRefused
+			return Refused
 		}
-		return errorOther
+		return Other
 	}
-	return errorUnavailable // no answer from the API server: connection refused, reset, DNS
+	return Unavailable // no answer from the API server: connection refused, reset, DNS
 }
 
 // isMultipleBudgetsRefusal reports whether err is the Eviction API's refusal
@@ -124,7 +134,7 @@ func isDisruptionBudgetRefusal(err error) bool {
 	return false
 }
 
-// withoutDisruptionBudgetRetryAfter keeps client-go from retrying an eviction
+// WithoutDisruptionBudgetRetryAfter keeps client-go from retrying an eviction
 // that a PodDisruptionBudget refused. The API server sends such a 429 with
 // Retry-After: 10, and client-go honours Retry-After by sleeping and retrying
 // up to ten times inside the call, holding a worker for ~100 s per pod.
@@ -132,7 +142,7 @@ func isDisruptionBudgetRefusal(err error) bool {
 // on its own, slower schedule (refusalBackoff). Other 429s (flow control) and
 // 5xx keep their Retry-After: waiting inside the call is the backpressure the
 // API server asks for, bounded by --write-timeout.
-func withoutDisruptionBudgetRetryAfter(rt http.RoundTripper) http.RoundTripper {
+func WithoutDisruptionBudgetRetryAfter(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(req)
 		if err != nil || resp.StatusCode != http.StatusTooManyRequests || req.Method != http.MethodPost ||
@@ -148,3 +158,7 @@ func withoutDisruptionBudgetRetryAfter(rt http.RoundTripper) http.RoundTripper {
 		return resp, nil
 	})
 }
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

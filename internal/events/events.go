@@ -1,4 +1,13 @@
-package main
+// Package events owns the events podjanitor records: the pipeline that writes
+// them to the API server on a client of its own and drains them at shutdown
+// (Pipeline), the reporter that words them and holds removal events to a
+// budget, summarising the rest per owner (Reporter), and the cutting of notes
+// to what the events API stores (CutNote).
+//
+// It promises that no note is longer than NoteLimit bytes or invalid UTF-8,
+// so that no event is refused, and that a drain of any size costs a bounded
+// number of event writes (see removalEventRate).
+package events
 
 import (
 	"cmp"
@@ -19,10 +28,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
+	clientevents "k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -30,7 +40,7 @@ import (
 // them: the events library writes each event from a goroutine of its own and
 // offers no flush.
 type drainingSink struct {
-	events.EventSink
+	clientevents.EventSink
 	mu       sync.Mutex
 	inFlight int
 	last     time.Time
@@ -102,9 +112,9 @@ const (
 	ReasonRemovalRefused = "RemovalRefused"
 )
 
-// noteLimit is the most bytes the events API stores in a note (its
+// NoteLimit is the most bytes the events API stores in a note (its
 // NoteLengthLimit): it refuses a longer one, so the event would be lost.
-const noteLimit = 1024
+const NoteLimit = 1024
 
 // truncated marks a note or value that was cut.
 const truncated = "… (truncated)"
@@ -135,43 +145,48 @@ const (
 	summaryNames = 20
 )
 
-// eventPipeline writes the events of a recorder to the API server, on a
+// Pipeline writes the events of a recorder to the API server, on a
 // client of its own so that event writes do not take removals' share of
 // --kube-api-qps. It outlives the context it starts with, so that removals
 // finishing during shutdown are still reported; shutdown stops it and drains its writes.
-type eventPipeline struct {
-	recorder    events.EventRecorder
-	broadcaster events.EventBroadcaster
+type Pipeline struct {
+	recorder    clientevents.EventRecorder
+	broadcaster clientevents.EventBroadcaster
 	sink        *drainingSink
 }
 
-func startEventPipeline(ctx context.Context, cfg *rest.Config) (*eventPipeline, error) {
+// StartPipeline starts the pipeline of cfg's API server; its events are
+// reported by controller.
+func StartPipeline(ctx context.Context, cfg *rest.Config, controller string) (*Pipeline, error) {
 	client, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("creating event clientset: %w", err)
 	}
-	sink := &drainingSink{EventSink: &events.EventSinkImpl{Interface: client.EventsV1()}}
-	broadcaster := events.NewBroadcaster(sink)
+	sink := &drainingSink{EventSink: &clientevents.EventSinkImpl{Interface: client.EventsV1()}}
+	broadcaster := clientevents.NewBroadcaster(sink)
 	if err := broadcaster.StartRecordingToSinkWithContext(context.WithoutCancel(ctx)); err != nil {
 		return nil, fmt.Errorf("starting event recording: %w", err)
 	}
-	return &eventPipeline{recorder: broadcaster.NewRecorder(scheme.Scheme, controllerName), broadcaster: broadcaster, sink: sink}, nil
+	return &Pipeline{recorder: broadcaster.NewRecorder(scheme.Scheme, controller), broadcaster: broadcaster, sink: sink}, nil
 }
 
-// drain waits until the events recorded so far are written (at most 5 s).
-func (p *eventPipeline) drain() { p.sink.drain(100*time.Millisecond, 5*time.Second) }
+// Recorder records events into the pipeline.
+func (p *Pipeline) Recorder() clientevents.EventRecorder { return p.recorder }
 
-// shutdown stops the pipeline and waits for the writes in flight.
-func (p *eventPipeline) shutdown() {
+// Drain waits until the events recorded so far are written (at most 5 s).
+func (p *Pipeline) Drain() { p.sink.drain(100*time.Millisecond, 5*time.Second) }
+
+// Shutdown stops the pipeline and waits for the writes in flight.
+func (p *Pipeline) Shutdown() {
 	p.broadcaster.Shutdown()
-	p.drain()
+	p.Drain()
 }
 
-// eventReporter records podjanitor's events. It cuts notes to what the API
+// Reporter records podjanitor's events. It cuts notes to what the API
 // stores and holds removal events to their budget (see removalEventRate).
-type eventReporter struct {
+type Reporter struct {
 	logger   klog.Logger
-	recorder events.EventRecorder
+	recorder clientevents.EventRecorder
 	clock    clock.Clock
 	// dryRun reports removals as WouldRemove; noRemovalEvents (ignored in a
 	// dry run) reports none.
@@ -191,8 +206,8 @@ type eventReporter struct {
 	flushing sync.Mutex
 }
 
-func newEventReporter(logger klog.Logger, recorder events.EventRecorder, clk clock.Clock, dryRun, noRemovalEvents bool) *eventReporter {
-	return &eventReporter{
+func NewReporter(logger klog.Logger, recorder clientevents.EventRecorder, clk clock.Clock, dryRun, noRemovalEvents bool) *Reporter {
+	return &Reporter{
 		logger:            logger,
 		recorder:          recorder,
 		clock:             clk,
@@ -206,20 +221,20 @@ func newEventReporter(logger klog.Logger, recorder events.EventRecorder, clk clo
 }
 
 // eventf records an event with the note cut to what the API stores.
-func (r *eventReporter) eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
-	r.recorder.Eventf(regarding, related, eventtype, reason, action, "%s", cutNote(fmt.Sprintf(note, args...)))
+func (r *Reporter) eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	r.recorder.Eventf(regarding, related, eventtype, reason, action, "%s", CutNote(fmt.Sprintf(note, args...)))
 }
 
-// invalidAnnotation warns that an annotation does not parse (the controller
+// InvalidAnnotation warns that an annotation does not parse (the controller
 // warns once per pod and bad value: podStates.warnOnce).
-func (r *eventReporter) invalidAnnotation(pod *corev1.Pod, e *policy.AnnotationError) {
+func (r *Reporter) InvalidAnnotation(pod *corev1.Pod, e *policy.AnnotationError) {
 	r.eventf(pod, nil, corev1.EventTypeWarning, ReasonInvalidAnnotation, "Validate", "Not removing pod: %s", annotationErrorNote(e))
 }
 
-// invalidNamespaceAnnotation warns, on the Namespace, that its keep
+// InvalidNamespaceAnnotation warns, on the Namespace, that its keep
 // annotation does not parse, which holds back its due pods (the controller
 // warns once per namespace and value: namespaceWarnings).
-func (r *eventReporter) invalidNamespaceAnnotation(e *policy.AnnotationError) {
+func (r *Reporter) InvalidNamespaceAnnotation(e *policy.AnnotationError) {
 	_, ns := namespaceGroup(e.Namespace, "")
 	r.eventf(&ns, nil, corev1.EventTypeWarning, ReasonInvalidAnnotation, "Validate", "Not removing pods: %s", annotationErrorNote(e))
 }
@@ -235,20 +250,20 @@ func annotationErrorNote(e *policy.AnnotationError) string {
 	return fmt.Sprintf("annotation %s=%q… (%d bytes): %s", e.Key, short, len(e.Value), why)
 }
 
-// removalRefused reports a removal refused for a reason that retrying soon
-// cannot fix (kind, one of refusalKinds); the controller reports each pod
+// RemovalRefused reports a removal refused for a reason that retrying soon
+// cannot fix (kind, one of removalerrors.Refusals); the controller reports each pod
 // once per kind (podStates.refused). A PodDisruptionBudget doing its job is
 // Normal; the others need someone to act, and are Warnings.
-func (r *eventReporter) removalRefused(pod *corev1.Pod, action policy.Action, kind string, err error) {
+func (r *Reporter) RemovalRefused(pod *corev1.Pod, action policy.Action, kind string, err error) {
 	const retrying = "podjanitor retries with backoff, at least every 5 min"
 	switch kind {
-	case errorDisruptionBudget:
+	case removalerrors.DisruptionBudget:
 		r.eventf(pod, nil, corev1.EventTypeNormal, ReasonEvictionBlocked, "Evict", "Eviction refused, retrying with backoff: %v", err)
-	case errorMultipleBudgets:
+	case removalerrors.MultipleBudgets:
 		r.eventf(pod, nil, corev1.EventTypeWarning, ReasonEvictionBlocked, "Evict",
 			"Eviction refused: more than one PodDisruptionBudget selects the pod, which the Eviction API does not support, "+
 				"so no eviction can pass until one budget selects it; %s and never deletes the pod instead: %v", retrying, err)
-	case errorAdmissionDenied:
+	case removalerrors.AdmissionDenied:
 		r.eventf(pod, nil, corev1.EventTypeWarning, ReasonRemovalRefused, actionVerb(action),
 			"Removal (%s) denied by admission control; %s: %v", action, retrying, err)
 	default:
@@ -257,9 +272,9 @@ func (r *eventReporter) removalRefused(pod *corev1.Pod, action policy.Action, ki
 	}
 }
 
-// removed reports a removal, or in a dry run one that would have happened:
+// ReportRemoval reports a removal, or in a dry run one that would have happened:
 // on the pod within the budget, else in its owner's group.
-func (r *eventReporter) removed(pod *corev1.Pod, d policy.Decision) {
+func (r *Reporter) ReportRemoval(pod *corev1.Pod, d policy.Decision) {
 	if r.noRemovalEvents && !r.dryRun {
 		return
 	}
@@ -289,7 +304,7 @@ func (r *eventReporter) removed(pod *corev1.Pod, d policy.Decision) {
 }
 
 // openWindow starts an interval at whose end the groups are reported. r.mu is held.
-func (r *eventReporter) openWindow() {
+func (r *Reporter) openWindow() {
 	end := make(chan struct{})
 	r.windowEnd = end
 	timer := r.clock.NewTimer(r.interval)
@@ -303,12 +318,12 @@ func (r *eventReporter) openWindow() {
 	}()
 }
 
-// flush reports every pending group now; on shutdown, so that none is lost.
-func (r *eventReporter) flush() { r.flushWindow(nil) }
+// Flush reports every pending group now; on shutdown, so that none is lost.
+func (r *Reporter) Flush() { r.flushWindow(nil) }
 
 // flushWindow reports the pending groups and closes the window: the one that
 // end belongs to, or with end nil whichever is open.
-func (r *eventReporter) flushWindow(end chan struct{}) {
+func (r *Reporter) flushWindow(end chan struct{}) {
 	r.flushing.Lock()
 	defer r.flushing.Unlock()
 	r.mu.Lock()
@@ -333,7 +348,7 @@ func (r *eventReporter) flushWindow(end chan struct{}) {
 	}
 }
 
-func (r *eventReporter) removalReason() string {
+func (r *Reporter) removalReason() string {
 	if r.dryRun {
 		return ReasonWouldRemove
 	}
@@ -432,7 +447,7 @@ func (g *removalGroup) note(dryRun bool) string {
 	}
 	length, shown := len(head)+1, 0 // ":"
 	for _, name := range g.names {
-		if length+2+len(name)+len(more(g.count-shown-1)) > noteLimit {
+		if length+2+len(name)+len(more(g.count-shown-1)) > NoteLimit {
 			break
 		}
 		length += 2 + len(name) // " name" or ", name"
@@ -503,8 +518,8 @@ func capitalize(s string) string {
 	return strings.ToUpper(s[:1]) + s[1:]
 }
 
-// cutNote cuts a note to what the events API stores.
-func cutNote(s string) string { return cutString(s, noteLimit) }
+// CutNote cuts a note to what the events API stores.
+func CutNote(s string) string { return cutString(s, NoteLimit) }
 
 // cutString cuts s to at most limit bytes, at a UTF-8 character boundary,
 // ending in the truncated marker.

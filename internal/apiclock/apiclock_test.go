@@ -1,26 +1,26 @@
-package main
+package apiclock
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 )
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 // simulatedServer answers probes with the Date header of a server whose clock
 // is offset ahead of clk, and which takes half of rtt to hear a request and
 // half to answer.
 type simulatedServer struct {
 	clk    *testingclock.FakeClock
-	a      *apiClock
+	a      *Clock
 	offset time.Duration
 	rtt    time.Duration
 	probes int
@@ -39,7 +39,7 @@ func (s *simulatedServer) probe(ctx context.Context) error {
 	s.clk.Step(s.rtt / 2)
 	date := s.clk.Now().Add(s.offset).Truncate(time.Second)
 	s.clk.Step(s.rtt / 2)
-	s.a.observe(ctx, sent, local.Now(), date)
+	s.a.Observe(ctx, sent, local.Now(), date)
 	return nil
 }
 
@@ -56,7 +56,8 @@ func TestAPIClockOffsetIsNeverAheadOfTheServer(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			clk := testingclock.NewFakeClock(t0.Add(123 * time.Millisecond))
 			var gauge time.Duration
-			a := newAPIClock(clk, func(d time.Duration) { gauge = d })
+			a := New(clk)
+			a.Subscribe(func(d time.Duration) { gauge = d })
 			srv := &simulatedServer{clk: clk, a: a, offset: offset, rtt: 2 * time.Millisecond}
 			a.calibrate(ctx, srv.probe, srv.sleep)
 
@@ -85,7 +86,7 @@ func TestAPIClockOffsetIsNeverAheadOfTheServer(t *testing.T) {
 func TestAPIClockStartsAgainWhenTheClockIsStepped(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	clk := testingclock.NewFakeClock(t0)
-	a := newAPIClock(clk, nil)
+	a := New(clk)
 	srv := &simulatedServer{clk: clk, a: a, offset: 0, rtt: time.Millisecond}
 	a.calibrate(ctx, srv.probe, srv.sleep)
 	if got := a.Offset(); got > 0 || got < -calibrationTarget-srv.rtt {
@@ -107,8 +108,8 @@ func TestAPIClockReadsTheDateHeader(t *testing.T) {
 		w.Header().Set("Date", time.Now().Add(serverAhead).UTC().Format(http.TimeFormat))
 	}))
 	defer srv.Close()
-	a := newAPIClock(clock.RealClock{}, nil)
-	client := &http.Client{Transport: a.wrap(http.DefaultTransport)}
+	a := New(clock.RealClock{})
+	client := &http.Client{Transport: a.Wrap(http.DefaultTransport)}
 	probe := func(ctx context.Context) error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
 		resp, err := client.Do(req)
@@ -125,34 +126,6 @@ func TestAPIClockReadsTheDateHeader(t *testing.T) {
 	}
 }
 
-// The offset's callback moves parked deadlines while podStates asks the
-// offset for the time: neither may wait for the other (they did: a.mu was
-// held across the callback, which takes the podStates lock, while podStates'
-// loop held its lock and asked for the offset).
-func TestAPIClockCallbackDoesNotDeadlockWithParkedKeys(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var states *podStates
-	a := newAPIClock(clock.RealClock{}, func(time.Duration) { states.offsetChanged() })
-	states = newPodStates(clock.RealClock{}, func() time.Time { return time.Now().Add(a.Offset()) }, nil)
-	go states.run(ctx, func(cache.ObjectName) {})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := range 20000 {
-			now := time.Now()
-			// Samples whose lower bound keeps rising, so every one calls back.
-			a.observe(ctx, now, now, now.Add(time.Duration(i)*time.Millisecond))
-			states.park(cache.ObjectName{Namespace: "default", Name: fmt.Sprint(i % 100)}, time.Duration(i%7)*time.Microsecond, true)
-		}
-	}()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("observe and the parked keys' loop deadlocked")
-	}
-}
-
 // TestAPIClockKeepsItsCalibrationUnderTraffic: ordinary responses, at any
 // phase of the server's second, bound the offset only to within a second;
 // many of them must not push out the calibrated bounds. Each removal is a
@@ -161,7 +134,7 @@ func TestAPIClockCallbackDoesNotDeadlockWithParkedKeys(t *testing.T) {
 func TestAPIClockKeepsItsCalibrationUnderTraffic(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	clk := testingclock.NewFakeClock(t0)
-	a := newAPIClock(clk, nil)
+	a := New(clk)
 	srv := &simulatedServer{clk: clk, a: a, offset: 0, rtt: time.Millisecond}
 	a.calibrate(ctx, srv.probe, srv.sleep)
 	calibrated, calibratedAt := a.Offset(), clk.Now()
@@ -248,8 +221,8 @@ func (c *machineClock) Since(t time.Time) time.Duration {
 }
 
 // A step of this machine's wall clock between measurements must not move
-// the estimate of the API server's clock, nor the controller's time, which
-// deadlines are compared with. Forward, it made both run ahead of the server
+// the estimate of the API server's clock, which deadlines are compared with
+// (the controller's time is the process's clock plus Offset). Forward, it made both run ahead of the server
 // by the step until the next response: every pod due within the step went
 // early (an hour here).
 func TestAPIClockIsNotMovedByAStepOfTheLocalClock(t *testing.T) {
@@ -258,9 +231,8 @@ func TestAPIClockIsNotMovedByAStepOfTheLocalClock(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			truth := testingclock.NewFakeClock(t0)
 			machine := newMachineClock(truth)
-			local := newSteadyClock(machine) // what processClock gives the process
-			a := newAPIClock(local, nil)
-			c := &Controller{clock: local, opts: Options{ClockOffset: a.Offset}}
+			local := newSteadyClock(machine) // what ProcessClock gives the process
+			a := New(local)
 			srv := &simulatedServer{clk: truth, a: a, rtt: time.Millisecond, local: local}
 			a.calibrate(ctx, srv.probe, srv.sleep)
 
@@ -268,7 +240,7 @@ func TestAPIClockIsNotMovedByAStepOfTheLocalClock(t *testing.T) {
 			for range 6 {
 				truth.Step(10 * time.Second)
 				server := truth.Now() // the API server's clock, at offset 0
-				for what, now := range map[string]time.Time{"estimate": local.Now().Add(a.Offset()), "controller": c.now()} {
+				for what, now := range map[string]time.Time{"estimate": local.Now().Add(a.Offset())} {
 					if now.After(server) {
 						t.Fatalf("%v after the step, the %s of the API server's time is %v ahead of it: pods would go early",
 							truth.Since(t0), what, now.Sub(server))
@@ -290,7 +262,7 @@ func TestAPIClockAllowsForAFastLocalClock(t *testing.T) {
 	truth := testingclock.NewFakeClock(t0)
 	machine := newMachineClock(truth)
 	local := newSteadyClock(machine)
-	a := newAPIClock(local, nil)
+	a := New(local)
 	srv := &simulatedServer{clk: truth, a: a, rtt: time.Millisecond, local: local}
 	a.calibrate(ctx, srv.probe, srv.sleep)
 	machine.runFast(maxClockRate)
@@ -309,11 +281,11 @@ func TestAPIClockAllowsForAFastLocalClock(t *testing.T) {
 
 // podjanitor's clock is steady.
 func TestProcessClockIsSteady(t *testing.T) {
-	clk, err := processClock(ktesting.NewLogger(t, ktesting.NewConfig()))
+	clk, err := ProcessClock(ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := clk.(steadyClock); !ok {
-		t.Errorf("processClock gives a %T, want a steadyClock", clk)
+		t.Errorf("ProcessClock gives a %T, want a steadyClock", clk)
 	}
 }

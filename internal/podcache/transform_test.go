@@ -1,4 +1,4 @@
-package main
+package podcache
 
 import (
 	"fmt"
@@ -23,7 +23,7 @@ import (
 // decided exactly as the full pod, with the example policy and with
 // annotations only.
 func TestLeanPodKeepsDecisions(t *testing.T) {
-	examplePolicy, err := policy.LoadFile("artifacts/policy.yaml")
+	examplePolicy, err := policy.LoadFile("../../artifacts/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,8 +33,8 @@ func TestLeanPodKeepsDecisions(t *testing.T) {
 		"other prefix":     {Prefix: "janitor.example.com", Policy: examplePolicy},
 	}
 	transforms := map[string]func(any) (any, error){
-		"podjanitor.io":       podTransform("podjanitor.io"),
-		"janitor.example.com": podTransform("janitor.example.com"),
+		"podjanitor.io":       PodTransform("podjanitor.io"),
+		"janitor.example.com": PodTransform("janitor.example.com"),
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	base := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
@@ -52,7 +52,7 @@ func TestLeanPodKeepsDecisions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lean, err := podFromCache(obj)
+			lean, err := Pod(obj)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -83,7 +83,7 @@ func TestLeanPodKeepsDecisions(t *testing.T) {
 // container the kubelet has not given a state yet is not stuck either; on the
 // full pod and on the cached one alike.
 func TestLeanPodKeepsProgress(t *testing.T) {
-	examplePolicy, err := policy.LoadFile("artifacts/policy.yaml")
+	examplePolicy, err := policy.LoadFile("../../artifacts/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,11 +105,11 @@ func TestLeanPodKeepsProgress(t *testing.T) {
 		"init container running, a container in ImagePullBackOff":  pod([]corev1.ContainerStatus{running}, pullBackOff),
 		"a container without a state, another in ImagePullBackOff": pod(nil, pullBackOff, noState),
 	} {
-		obj, err := podTransform("podjanitor.io")(full.DeepCopy())
+		obj, err := PodTransform("podjanitor.io")(full.DeepCopy())
 		if err != nil {
 			t.Fatal(err)
 		}
-		lean, err := podFromCache(obj)
+		lean, err := Pod(obj)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,11 +125,11 @@ func TestLeanPodKeepsProgress(t *testing.T) {
 func TestLeanPodDropsWhatIsNotRead(t *testing.T) {
 	full := generatePod(rand.New(rand.NewPCG(3, 4)), 0, time.Now())
 	full.Annotations = map[string]string{"podjanitor.io/ttl": "1h", "kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 4000)}
-	obj, err := podTransform("podjanitor.io")(full)
+	obj, err := PodTransform("podjanitor.io")(full)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lean, err := podFromCache(obj)
+	lean, err := Pod(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,10 +139,10 @@ func TestLeanPodDropsWhatIsNotRead(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{"podjanitor.io/ttl": "1h"}, lean.Annotations); diff != "" {
 		t.Errorf("annotations (-want,+got):\n%s", diff)
 	}
-	if tomb, _ := podTransform("podjanitor.io")("not a pod"); tomb != "not a pod" {
+	if tomb, _ := PodTransform("podjanitor.io")("not a pod"); tomb != "not a pod" {
 		t.Error("transform changed a non-pod object")
 	}
-	if again, _ := podTransform("podjanitor.io")(obj); again != obj {
+	if again, _ := PodTransform("podjanitor.io")(obj); again != obj {
 		t.Error("transform is not idempotent: it changed an object it had already transformed")
 	}
 }
@@ -235,12 +235,12 @@ func TestCachedPodsShareWorkloadMetadata(t *testing.T) {
 	if got := c.GetAnnotations()["podjanitor.io/ttl"]; got != "2h" {
 		t.Errorf("pod web-abc-3: ttl annotation %q after packing, want 2h", got)
 	}
-	if _, err := podFromCache(42); err == nil {
-		t.Error("podFromCache accepted an object that is not a pod")
+	if _, err := Pod(42); err == nil {
+		t.Error("Pod accepted an object that is not a pod")
 	}
 	tomb := cache.DeletedFinalStateUnknown{Key: "shop/web-abc-1", Obj: a}
-	if got, err := podFromCache(tomb); err != nil || got.Name != "web-abc-1" || got.Labels["app"] != "web" {
-		t.Errorf("podFromCache(tombstone) = %v, %v", got, err)
+	if got, err := Pod(tomb); err != nil || got.Name != "web-abc-1" || got.Labels["app"] != "web" {
+		t.Errorf("Pod(tombstone) = %v, %v", got, err)
 	}
 }
 

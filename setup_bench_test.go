@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,41 +16,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
+	clientevents "k8s.io/client-go/tools/events"
 
+	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/workload"
 )
-
-// nopSink accepts every event without an API call.
-type nopSink struct{}
-
-func (nopSink) Create(_ context.Context, e *eventsv1.Event) (*eventsv1.Event, error) { return e, nil }
-func (nopSink) Update(_ context.Context, e *eventsv1.Event) (*eventsv1.Event, error) { return e, nil }
-func (nopSink) Patch(_ context.Context, e *eventsv1.Event, _ []byte) (*eventsv1.Event, error) {
-	return e, nil
-}
-
-// BenchmarkEventRecording is podjanitor's own cost of a LifetimeExpired event, up to
-// the API call: the recorder, the broadcaster and the draining sink, with a
-// sink that makes no request. Run it with
-//
-//	go test -run '^$' -bench EventRecording .
-func BenchmarkEventRecording(b *testing.B) {
-	broadcaster := events.NewBroadcaster(&drainingSink{EventSink: nopSink{}})
-	if err := broadcaster.StartRecordingToSinkWithContext(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, controllerName)
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		i++
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("pod-", i), Namespace: "default", UID: "uid", ResourceVersion: "1"}}
-		recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonLifetimeExpired, "Delete",
-			"Pod %s: its deadline %s (%s) has passed", "deleted", time.Now().UTC().Format(time.RFC3339), "ttl")
-	}
-}
 
 // BenchmarkAPIWrite compares the client side of the two writes a removal
 // makes by default: the Event POST (through the events library's sink, as
@@ -84,21 +53,21 @@ func BenchmarkAPIWrite(b *testing.B) {
 	defer srv.Close()
 	cfg := &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
 	// podjanitor's client settings, with the client-side rate limit off.
-	o := &options{kubeAPIContentType: runtime.ContentTypeProtobuf, kubeAPIQPS: -1, kubeAPIBurst: 1}
-	client, err := kubernetes.NewForConfig(withLimits(cfg, o))
+	flags := clusterFlags{kubeAPIContentType: runtime.ContentTypeProtobuf, kubeAPIQPS: -1, kubeAPIBurst: 1}
+	client, err := kubernetes.NewForConfig(withLimits(cfg, flags))
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
 	b.Run("EventPOST", func(b *testing.B) {
-		sink := &drainingSink{EventSink: &events.EventSinkImpl{Interface: client.EventsV1()}}
+		sink := &clientevents.EventSinkImpl{Interface: client.EventsV1()}
 		b.ReportAllocs()
 		for b.Loop() {
 			ev := &eventsv1.Event{
 				ObjectMeta:          metav1.ObjectMeta{Name: "checkout-0.17c2f8a1b2c3d4e5", Namespace: "bench"},
 				EventTime:           metav1.NowMicro(),
-				ReportingController: controllerName, ReportingInstance: controllerName + "-host",
-				Action: "Delete", Reason: ReasonLifetimeExpired, Type: corev1.EventTypeNormal,
+				ReportingController: "podjanitor", ReportingInstance: "podjanitor" + "-host",
+				Action: "Delete", Reason: events.ReasonLifetimeExpired, Type: corev1.EventTypeNormal,
 				Regarding: corev1.ObjectReference{Kind: "Pod", Namespace: "bench", Name: "checkout-0", UID: "0b1c", APIVersion: "v1", ResourceVersion: "12345"},
 				Note:      "Pod deleted: its deadline 2026-11-29T22:00:00Z (ttl) has passed",
 			}

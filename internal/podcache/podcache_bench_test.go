@@ -1,4 +1,4 @@
-package main
+package podcache
 
 import (
 	"encoding/json"
@@ -47,7 +47,7 @@ func BenchmarkCacheMemory(b *testing.B) {
 	}{
 		{"full", nil},
 		{"lean-pod", func(obj any) (any, error) { return leanPod(obj.(*corev1.Pod), "podjanitor.io/"), nil }},
-		{"cached-pod", podTransform("podjanitor.io")},
+		{"cached-pod", PodTransform("podjanitor.io")},
 	}
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) {
@@ -104,13 +104,13 @@ func BenchmarkCachedPodUnpack(b *testing.B) {
 	far := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	pod := workload.Pod("bench-idle", "idle-000001", "idle", 1, far, "kwok-node-0")
 	pod.Status = workload.RunningStatus(pod, far.Add(-time.Hour), 1)
-	obj, err := podTransform("podjanitor.io")(pod)
+	obj, err := PodTransform("podjanitor.io")(pod)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := podFromCache(obj); err != nil {
+		if _, err := Pod(obj); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package podcache
 
 import (
 	"testing"
@@ -39,11 +39,11 @@ func TestLeanPodKeepsTheStatusWriteTime(t *testing.T) {
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed", FinishedAt: metav1.NewTime(written.Add(-2 * time.Hour))}}}}})
 	full.ManagedFields = append(full.ManagedFields, metav1.ManagedFieldsEntry{Manager: "kube-controller-manager",
 		Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", Time: ptrTo(metav1.NewTime(written.Add(-time.Minute)))})
-	obj, err := podTransform("podjanitor.io")(full)
+	obj, err := PodTransform("podjanitor.io")(full)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lean, err := podFromCache(obj)
+	lean, err := Pod(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,10 +63,10 @@ func TestLeanPodKeepsTheStatusWriteTime(t *testing.T) {
 
 	none := full.DeepCopy()
 	none.ManagedFields = none.ManagedFields[:1]
-	if obj, err = podTransform("podjanitor.io")(none); err != nil {
+	if obj, err = PodTransform("podjanitor.io")(none); err != nil {
 		t.Fatal(err)
 	}
-	if lean, _ := podFromCache(obj); len(lean.ManagedFields) != 0 {
+	if lean, _ := Pod(obj); len(lean.ManagedFields) != 0 {
 		t.Errorf("a pod without status writes: lean managedFields %+v, want none", lean.ManagedFields)
 	}
 }
@@ -108,7 +108,7 @@ func TestCacheKeepsTheFirstStatusWriteOfAClock(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			store := cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc)
-			transform := rememberingPodTransform("podjanitor.io", store)
+			transform := RememberingPodTransform("podjanitor.io", store)
 			if tt.stored != nil {
 				obj, err := transform(tt.stored)
 				if err != nil {
@@ -122,7 +122,7 @@ func TestCacheKeepsTheFirstStatusWriteOfAClock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lean, err := podFromCache(obj)
+			lean, err := Pod(obj)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,7 +139,7 @@ func TestCacheKeepsTheFirstStatusWriteOfAClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc)
-	transform := rememberingPodTransform("podjanitor.io", store)
+	transform := RememberingPodTransform("podjanitor.io", store)
 	for i := range 10 {
 		obj, err := transform(statusPod("a", first.Add(time.Duration(i)*5*time.Minute), crashLooping(int32(3+i), readyFalse)))
 		if err != nil {
@@ -150,7 +150,7 @@ func TestCacheKeepsTheFirstStatusWriteOfAClock(t *testing.T) {
 		}
 	}
 	obj, _, _ := store.GetByKey("shop/web-1")
-	lean, _ := podFromCache(obj)
+	lean, _ := Pod(obj)
 	delete(lean.Annotations, "podjanitor.io/ttl-after-finished") // decided by the rule
 	d, err := (&policy.Evaluator{Policy: rule}).Decide(lean, &policy.Namespace{}, first.Add(50*time.Minute))
 	if err != nil {

@@ -1,4 +1,13 @@
-package main
+// Package podcache owns what the informers' caches hold: the lean pod
+// (PodTransform: only the fields the policy reads, packed to a few hundred
+// bytes, its status time kept across writes that change none of the times it
+// counts from) and the lean namespace (NamespaceTransform: labels and the keep
+// annotation).
+//
+// It promises that a decision on what Pod reads back from the cache equals
+// the decision on the full pod (TestLeanPodKeepsDecisions), and that what the
+// cache stores is never changed once stored: a cached pod's setters panic.
+package podcache
 
 import (
 	"fmt"
@@ -21,7 +30,7 @@ import (
 // managedFields entry (the status write's time) and the status are a protobuf
 // message of their own.
 //
-// A cachedPod is not a Pod: the controller reads it with podFromCache, never
+// A cachedPod is not a Pod: the controller reads it with Pod, never
 // through a PodLister. It is immutable once stored: its metav1.Object getters
 // answer as the pod would, its setters panic.
 type cachedPod struct {
@@ -95,16 +104,16 @@ func (p *cachedPod) DeepCopyObject() runtime.Object {
 	return &c
 }
 
-// podFromCache returns the pod for an object of the pod informer's store: a
+// Pod returns the pod for an object of the pod informer's store: a
 // cachedPod, or a *corev1.Pod when the informer has no transform.
-func podFromCache(obj interface{}) (*corev1.Pod, error) {
+func Pod(obj interface{}) (*corev1.Pod, error) {
 	switch o := obj.(type) {
 	case *cachedPod:
 		return o.Pod()
 	case *corev1.Pod:
 		return o, nil
 	case cache.DeletedFinalStateUnknown:
-		return podFromCache(o.Obj)
+		return Pod(o.Obj)
 	}
 	return nil, fmt.Errorf("unexpected object of type %T in the pod cache", obj)
 }

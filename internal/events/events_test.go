@@ -1,4 +1,4 @@
-package main
+package events
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -31,19 +32,19 @@ func TestCutNote(t *testing.T) {
 		wantCut bool
 	}{
 		"short":                  {in: "Pod deleted", wantCut: false},
-		"exactly the limit":      {in: strings.Repeat("a", noteLimit), wantCut: false},
-		"one byte over":          {in: strings.Repeat("a", noteLimit+1), wantCut: true},
+		"exactly the limit":      {in: strings.Repeat("a", NoteLimit), wantCut: false},
+		"one byte over":          {in: strings.Repeat("a", NoteLimit+1), wantCut: true},
 		"5 KB":                   {in: strings.Repeat("x", 5<<10), wantCut: true},
 		"100 KB":                 {in: strings.Repeat("x", 100<<10), wantCut: true},
-		"2-byte runes":           {in: strings.Repeat("é", noteLimit), wantCut: true},
-		"3-byte runes, offset 1": {in: "a" + strings.Repeat("€", noteLimit), wantCut: true},
-		"4-byte runes, offset 2": {in: "ab" + strings.Repeat("😀", noteLimit), wantCut: true},
+		"2-byte runes":           {in: strings.Repeat("é", NoteLimit), wantCut: true},
+		"3-byte runes, offset 1": {in: "a" + strings.Repeat("€", NoteLimit), wantCut: true},
+		"4-byte runes, offset 2": {in: "ab" + strings.Repeat("😀", NoteLimit), wantCut: true},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
-			got := cutNote(tt.in)
-			if len(got) > noteLimit {
-				t.Errorf("len = %d bytes, want at most %d", len(got), noteLimit)
+			got := CutNote(tt.in)
+			if len(got) > NoteLimit {
+				t.Errorf("len = %d bytes, want at most %d", len(got), NoteLimit)
 			}
 			if !utf8.ValidString(got) {
 				t.Errorf("cut note is not valid UTF-8: %q", got[len(got)-20:])
@@ -55,106 +56,11 @@ func TestCutNote(t *testing.T) {
 				if !strings.HasSuffix(got, truncated) {
 					t.Errorf("cut note does not end in the marker %q", truncated)
 				}
-				if body := strings.TrimSuffix(got, truncated); !strings.HasPrefix(tt.in, body) || len(got) < noteLimit-3 {
+				if body := strings.TrimSuffix(got, truncated); !strings.HasPrefix(tt.in, body) || len(got) < NoteLimit-3 {
 					t.Errorf("cut note keeps %d bytes of the original, want the longest prefix that fits", len(body))
 				}
 			}
 		})
-	}
-}
-
-func TestInvalidAnnotationWarningFitsTheEventsAPI(t *testing.T) {
-	for _, size := range []int{5 << 10, 100 << 10} {
-		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			ttl := newPod("long-ttl", t0.Add(-time.Hour), corev1.PodSucceeded,
-				map[string]string{"podjanitor.io/ttl": "3" + strings.Repeat("h", size)})
-			date := newPod("long-date", t0.Add(-time.Hour), corev1.PodSucceeded,
-				map[string]string{"podjanitor.io/expires-at": strings.Repeat("2026-12-01", size/10)})
-			f := newFixture(t, Options{}, ttl, date)
-			f.process(keyOf(ttl))
-			f.process(keyOf(date))
-
-			checkActions(t, nil, f.writes())
-			got := f.events()
-			if len(got) != 2 {
-				t.Fatalf("events = %d, want 2 Warnings", len(got))
-			}
-			for i, key := range []string{"podjanitor.io/ttl", "podjanitor.io/expires-at"} {
-				note, ok := strings.CutPrefix(got[i], "Warning InvalidAnnotation Validate ")
-				if !ok {
-					t.Fatalf("event %q, want a Warning InvalidAnnotation", got[i][:min(len(got[i]), 80)])
-				}
-				if len(note) > noteLimit || !utf8.ValidString(note) {
-					t.Errorf("note of %d bytes (valid UTF-8: %v); the events API stores at most %d", len(note), utf8.ValidString(note), noteLimit)
-				}
-				wantSize := fmt.Sprintf("(%d bytes)", len(ttl.Annotations[key])+len(date.Annotations[key]))
-				if !strings.Contains(note, "annotation "+key+"=") || !strings.Contains(note, wantSize) {
-					t.Errorf("note %q, want it to name the annotation and the value's size %s", note, wantSize)
-				}
-				t.Logf("note: %s", note)
-			}
-		})
-	}
-}
-
-func TestInvalidAnnotationWarnsOncePerPodAndValue(t *testing.T) {
-	pod := newPod("bad", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "3x"})
-	f := newFixture(t, Options{}, pod)
-	f.process(keyOf(pod))
-
-	// Updates of the pod that leave the value alone, and a policy reload.
-	for rv := 8; rv < 11; rv++ {
-		updated := pod.DeepCopy()
-		updated.ResourceVersion = strconv.Itoa(rv)
-		updated.Labels = map[string]string{"rv": updated.ResourceVersion}
-		f.setPod(updated)
-		f.process(keyOf(pod))
-	}
-	if err := f.c.SetEvaluator(&policy.Evaluator{}); err != nil {
-		t.Fatal(err)
-	}
-	f.next()
-	if got := f.events(); len(got) != 1 {
-		t.Fatalf("events = %q, want one Warning for the pod and its value", got)
-	}
-
-	// Another bad value, then the pod replaced under the same name.
-	changed := pod.DeepCopy()
-	changed.ResourceVersion, changed.Annotations = "11", map[string]string{"podjanitor.io/ttl": "3y"}
-	f.setPod(changed)
-	f.process(keyOf(pod))
-	replaced := changed.DeepCopy()
-	replaced.UID, replaced.ResourceVersion = "uid-bad-2", "12"
-	f.setPod(replaced)
-	f.process(keyOf(pod))
-	f.process(keyOf(pod))
-	got := f.events()
-	if len(got) != 2 || !strings.Contains(got[0], `"3y"`) || !strings.Contains(got[1], `"3y"`) {
-		t.Errorf("events = %q, want a Warning for the new value and one for the new pod", got)
-	}
-
-	// What was warned is remembered with the pod, and forgotten with it.
-	if n := f.c.state.len(); n != 1 {
-		t.Errorf("state entries = %d while the pod exists, want 1 (what it was warned about)", n)
-	}
-	if err := f.c.pods.Delete(replaced); err != nil {
-		t.Fatal(err)
-	}
-	f.process(keyOf(pod))
-	if n := f.c.state.len(); n != 0 {
-		t.Errorf("state entries = %d once the pod is gone, want 0", n)
-	}
-}
-
-// setPod stores pod in the informer cache as the informer would.
-func (f *fixture) setPod(pod *corev1.Pod) {
-	f.t.Helper()
-	obj, err := podTransform("podjanitor.io")(pod.DeepCopy())
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	if err := f.c.pods.Update(obj); err != nil {
-		f.t.Fatal(err)
 	}
 }
 
@@ -199,20 +105,20 @@ func (l *eventLog) take() []recordedEvent {
 	return out
 }
 
-// budgetHarness drives an eventReporter with a fake clock.
+// budgetHarness drives an Reporter with a fake clock.
 type budgetHarness struct {
 	t        *testing.T
 	clock    *testingclock.FakeClock
 	log      *eventLog
-	r        *eventReporter
+	r        *Reporter
 	openedAt time.Time // of the window open, if any
 }
 
 func newBudgetHarness(t *testing.T, dryRun, noRemovalEvents bool) *budgetHarness {
 	logger, _ := ktesting.NewTestContext(t)
 	h := &budgetHarness{t: t, clock: testingclock.NewFakeClock(t0), log: &eventLog{}}
-	h.r = newEventReporter(logger, h.log, h.clock, dryRun, noRemovalEvents)
-	t.Cleanup(h.r.flush) // ends the window's goroutine
+	h.r = NewReporter(logger, h.log, h.clock, dryRun, noRemovalEvents)
+	t.Cleanup(h.r.Flush) // ends the window's goroutine
 	return h
 }
 
@@ -230,7 +136,7 @@ func (h *budgetHarness) remove(pods ...*corev1.Pod) {
 		if p.Status.Phase == corev1.PodRunning {
 			action = policy.ActionEvict
 		}
-		h.r.removed(p, policy.Decision{Deadline: h.clock.Now().Add(-time.Minute), Action: action, Source: "podjanitor.io/ttl"})
+		h.r.ReportRemoval(p, policy.Decision{Deadline: h.clock.Now().Add(-time.Minute), Action: action, Source: "podjanitor.io/ttl"})
 		if !wasOpen && h.windowOpen() {
 			h.openedAt = h.clock.Now()
 		}
@@ -257,7 +163,7 @@ func (h *budgetHarness) step(d time.Duration) {
 func ownedPods(prefix string, n int, owner *metav1.OwnerReference, phase corev1.PodPhase) []*corev1.Pod {
 	var pods []*corev1.Pod
 	for i := range n {
-		p := newPod(fmt.Sprintf("%s-%d", prefix, i), t0.Add(-time.Hour), phase, nil)
+		p := apitest.Pod(fmt.Sprintf("%s-%d", prefix, i), t0.Add(-time.Hour), phase, nil)
 		if owner != nil {
 			p.OwnerReferences = []metav1.OwnerReference{*owner}
 		}
@@ -279,7 +185,7 @@ func reported(t *testing.T, events []recordedEvent) (perPod int, summarised map[
 	t.Helper()
 	summarised = map[string]int{}
 	for _, e := range events {
-		if len(e.note) > noteLimit {
+		if len(e.note) > NoteLimit {
 			t.Errorf("note of %d bytes: %.80s…", len(e.note), e.note)
 		}
 		if e.regarding.Kind == "Pod" {
@@ -445,7 +351,7 @@ func TestFlushReportsPendingRemovalsAtOnce(t *testing.T) {
 	h := newBudgetHarness(t, false, false)
 	h.remove(ownedPods("web", removalEventBurst+7, nil, corev1.PodSucceeded)...)
 	h.log.take()
-	h.r.flush()
+	h.r.Flush()
 	got := h.log.take()
 	if len(got) != 1 || !strings.HasPrefix(got[0].note, "Deleted 7 pods") {
 		t.Fatalf("events on flush = %+v, want one summary of 7 pods", got)
@@ -494,8 +400,8 @@ func TestSummaryNoteNamesAsManyPodsAsFit(t *testing.T) {
 		g.add(fmt.Sprintf("%s-%02d", strings.Repeat("n", 200), i), d)
 	}
 	note := g.note(false)
-	if len(note) > noteLimit {
-		t.Errorf("note of %d bytes, want at most %d", len(note), noteLimit)
+	if len(note) > NoteLimit {
+		t.Errorf("note of %d bytes, want at most %d", len(note), NoteLimit)
 	}
 	wantHead := "Evicted 40 pods at their deadlines 2026-11-29T12:00:00Z to 2026-11-29T12:00:39Z (rule/r0, rule/r1, rule/r2): "
 	if !strings.HasPrefix(note, wantHead) || !strings.HasSuffix(note, "-03 and 36 more") {
@@ -507,3 +413,5 @@ func TestSummaryNoteNamesAsManyPodsAsFit(t *testing.T) {
 		t.Errorf("note = %q, want %q", got, want)
 	}
 }
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)

@@ -1,0 +1,28 @@
+package podcache
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// NamespaceTransform returns the namespace informer's transform: of each
+// namespace's metadata, only what decisions read (labels for rules'
+// namespaceSelector, the keep annotation) and what the informer needs.
+func NamespaceTransform(keepKey string) cache.TransformFunc {
+	return func(obj interface{}) (interface{}, error) {
+		m, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return obj, nil // a tombstone
+		}
+		lean := &metav1.PartialObjectMetadata{
+			TypeMeta: m.TypeMeta,
+			ObjectMeta: metav1.ObjectMeta{
+				Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Labels: m.Labels,
+			},
+		}
+		if value, ok := m.Annotations[keepKey]; ok {
+			lean.Annotations = map[string]string{keepKey: value}
+		}
+		return lean, nil
+	}
+}
