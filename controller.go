@@ -403,6 +403,16 @@ func (c *Controller) safeSync(ctx context.Context, key cache.ObjectName) (result
 	return c.syncHandler(ctx, key)
 }
 
+// removalNearHorizon is how far ahead RemovalNear looks: past the next
+// calibration and the time one takes.
+const removalNearHorizon = 30 * time.Second
+
+// RemovalNear reports whether a parked pod comes due (or a retry comes)
+// within removalNearHorizon: the API-server clock estimate is then measured
+// again often, so that the pod goes at its deadline, not the allowance for
+// this machine's clock running fast later.
+func (c *Controller) RemovalNear() bool { return c.state.wakesWithin(removalNearHorizon) }
+
 // ClockOffsetChanged tells the controller that Options.ClockOffset returns a
 // new value, so that parked pods wake at their deadlines in the API server's
 // time as now estimated.

@@ -129,7 +129,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 
 	go apiClk.RunCalibration(ctx, func(ctx context.Context) error {
 		return clients.kube.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error()
-	})
+	}, controller.RemovalNear)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	go namespaceInformer.RunWithContext(ctx)

@@ -441,6 +441,14 @@ func (s *podStates) run(ctx context.Context, ready func(cache.ObjectName)) {
 	}
 }
 
+// wakesWithin reports whether a parked key is handed back to the workqueue
+// within d (or is overdue): a removal may be near.
+func (s *podStates) wakesWithin(d time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.parked.Len() > 0 && s.parked[0].wakeTime().Sub(s.now()) <= d
+}
+
 // popDue takes the parked keys whose time has come out of the heap and
 // returns them, with how long run may sleep before it looks again: until the
 // earliest key left is due, but at most maxPark, so that run looks again

@@ -294,3 +294,30 @@ func TestAPIClockCallbackDoesNotDeadlockWithParkedKeys(t *testing.T) {
 		t.Fatal("observe and the parked keys' loop deadlocked")
 	}
 }
+
+// wakesWithin tells the API-server clock whether a removal is near: only the
+// earliest parked key counts, a far-future one never is.
+func TestWakesWithin(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	s := newPodStates(clk, clk.Now, nil)
+	if s.wakesWithin(time.Hour) {
+		t.Error("nothing parked, yet a removal is near")
+	}
+	far := cache.ObjectName{Namespace: "ns", Name: "far"}
+	s.park(far, 1<<62, untilDeadline)
+	if s.wakesWithin(30 * time.Second) {
+		t.Error("a far-future pod makes a removal near")
+	}
+	soon := cache.ObjectName{Namespace: "ns", Name: "soon"}
+	s.park(soon, 20*time.Second, untilDeadline)
+	if !s.wakesWithin(30 * time.Second) {
+		t.Error("a pod due in 20s is not near within 30s")
+	}
+	if s.wakesWithin(10 * time.Second) {
+		t.Error("a pod due in 20s is near within 10s")
+	}
+	s.unpark(soon)
+	if s.wakesWithin(30 * time.Second) {
+		t.Error("an unparked pod still counts")
+	}
+}

@@ -80,10 +80,13 @@ const (
 	offsetWarning     = time.Second
 	calibrationTarget = 2 * time.Millisecond
 	calibrationProbes = 16
-	// calibrationPeriod is short enough that the allowance for this clock
-	// running fast costs little: at most 30 ms of lateness while nothing else
-	// gives a fresh measurement.
-	calibrationPeriod = time.Minute
+	// calibrationPeriod is how often the offset is measured again while a
+	// removal may be near (RunCalibration's near): short enough that the
+	// allowance for this clock running fast costs at most 2.5 ms of
+	// lateness, and each measurement then takes a probe or two.
+	calibrationPeriod = 5 * time.Second
+	// idleCalibrationPeriod is how often it is measured otherwise.
+	idleCalibrationPeriod = 5 * time.Minute
 	// maxClockRate is how much faster than the API server's this machine's
 	// monotonic clock may run: 500 ppm, the most that adjtime and the
 	// kernel's NTP discipline slew or correct it by.
@@ -267,9 +270,14 @@ func (a *Clock) calibrate(ctx context.Context, probe func(context.Context) error
 	logger.V(2).Info("Measured the API server's clock offset", "offset", lower, "uncertainty", upper-lower)
 }
 
-// RunCalibration calibrates now and every calibrationPeriod until ctx ends.
-func (a *Clock) RunCalibration(ctx context.Context, probe func(context.Context) error) {
-	sleep := func(ctx context.Context, d time.Duration) bool {
+// RunCalibration calibrates now, then every calibrationPeriod while near
+// reports that a removal may come soon, else every idleCalibrationPeriod,
+// until ctx ends (nil near: always every calibrationPeriod). Between
+// measurements Offset falls behind by the allowance for this clock running
+// fast, so a fresh measurement before a deadline keeps the removal from
+// coming that much late; an idle podjanitor sends no probes for minutes.
+func (a *Clock) RunCalibration(ctx context.Context, probe func(context.Context) error, near func() bool) {
+	a.runCalibration(ctx, probe, near, func(ctx context.Context, d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -278,11 +286,20 @@ func (a *Clock) RunCalibration(ctx context.Context, probe func(context.Context) 
 		case <-t.C:
 			return true
 		}
-	}
+	})
+}
+
+func (a *Clock) runCalibration(ctx context.Context, probe func(context.Context) error, near func() bool,
+	sleep func(context.Context, time.Duration) bool) {
 	for {
 		a.calibrate(ctx, probe, sleep)
-		if !sleep(ctx, calibrationPeriod) {
-			return
+		for since := time.Duration(0); ; {
+			if !sleep(ctx, calibrationPeriod) {
+				return
+			}
+			if since += calibrationPeriod; near == nil || near() || since >= idleCalibrationPeriod {
+				break
+			}
 		}
 	}
 }

@@ -2,6 +2,7 @@ package apiclock
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -267,7 +268,7 @@ func TestAPIClockAllowsForAFastLocalClock(t *testing.T) {
 	a.calibrate(ctx, srv.probe, srv.sleep)
 	machine.runFast(maxClockRate)
 	for range 10 {
-		truth.Step(calibrationPeriod / 10)
+		truth.Step(idleCalibrationPeriod / 10) // the longest gap between measurements
 		if now, server := local.Now().Add(a.Offset()), truth.Now(); now.After(server) {
 			t.Fatalf("%v after calibrating, the estimate of the API server's time is %v ahead of it", truth.Since(t0), now.Sub(server))
 		}
@@ -287,5 +288,40 @@ func TestProcessClockIsSteady(t *testing.T) {
 	}
 	if _, ok := clk.(steadyClock); !ok {
 		t.Errorf("ProcessClock gives a %T, want a steadyClock", clk)
+	}
+}
+
+// Calibration repeats every calibrationPeriod while a removal is near, and
+// only every idleCalibrationPeriod otherwise: an idle podjanitor sends no
+// probes for minutes, a busy one keeps the allowance for its clock running
+// fast within 500 ppm of calibrationPeriod.
+func TestCalibrationFollowsNearRemovals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		near func() bool
+		want int // measurements in 10 minutes, the first at start
+	}{
+		{"idle", func() bool { return false }, 1 + int(10*time.Minute/idleCalibrationPeriod)},
+		{"removals near", func() bool { return true }, 1 + int(10*time.Minute/calibrationPeriod)},
+		{"no signal", nil, 1 + int(10*time.Minute/calibrationPeriod)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			a := New(testingclock.NewFakeClock(t0))
+			probes := 0
+			probe := func(context.Context) error { probes++; return errors.New("no answer") } // one probe a measurement
+			var slept time.Duration
+			sleep := func(_ context.Context, d time.Duration) bool {
+				slept += d
+				return slept <= 10*time.Minute
+			}
+			a.runCalibration(ctx, probe, tc.near, sleep)
+			if probes != tc.want {
+				t.Errorf("%d measurements in 10 minutes, want %d", probes, tc.want)
+			}
+			if maxAllowance := driftAllowance(calibrationPeriod); maxAllowance > 3*time.Millisecond {
+				t.Errorf("the allowance before a near removal can reach %v, want at most 3ms", maxAllowance)
+			}
+		})
 	}
 }
