@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -107,11 +108,7 @@ func (r *idealRemover) stop() {
 func (r *idealRemover) results() map[string]idealFire {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]idealFire, len(r.fires))
-	for k, v := range r.fires {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(r.fires)
 }
 
 // idealSide is the ideal remover's figures in a run, beside podjanitor's.

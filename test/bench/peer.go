@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -495,11 +496,7 @@ func (t *peerTracker) removed() int {
 func (t *peerTracker) snapshot() map[string]peerPod {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make(map[string]peerPod, len(t.pods))
-	for k, v := range t.pods {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(t.pods)
 }
 
 // ------------------------------------------------------------------ report
