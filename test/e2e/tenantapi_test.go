@@ -501,7 +501,7 @@ func TestTenantAPIEditRoleDelegation(t *testing.T) {
 	_, view := tenantClients(t, a, "viewer", "view")
 
 	// The authorizer sees the aggregated rules a moment later.
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return saCan(t, ctx, editKube, v1alpha1.GroupName, "podlifetimepolicies", "", "create", a), nil
 	})
 	if err != nil {
