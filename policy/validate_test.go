@@ -1,9 +1,14 @@
 package policy
 
 import (
+	"encoding/json"
 	"errors"
+	"os"
+	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
 // TestParseRulesAgreesWithParse: a rule list without namespace matchers gives
@@ -75,5 +80,35 @@ func TestParseRulesDecides(t *testing.T) {
 	}
 	if d := p.decide(newPod(labelled("app", "db")), nil, now); d.Rule != "" {
 		t.Errorf("db pod matched: %+v", d)
+	}
+}
+
+// TestParseRulesDocsExample: the PodLifetimePolicy of docs/policy.md is valid.
+func TestParseRulesDocsExample(t *testing.T) {
+	data, err := os.ReadFile("../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, block := range strings.Split(string(data), "```yaml\n")[1:] {
+		block, _, _ = strings.Cut(block, "```")
+		if !strings.Contains(block, "kind: PodLifetimePolicy") {
+			continue
+		}
+		found++
+		var obj struct {
+			Spec struct {
+				Rules json.RawMessage `json:"rules"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal([]byte(block), &obj); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ParseRules(obj.Spec.Rules); err != nil {
+			t.Errorf("docs/policy.md: the PodLifetimePolicy example: %v", err)
+		}
+	}
+	if found == 0 {
+		t.Error("docs/policy.md has no PodLifetimePolicy example")
 	}
 }
