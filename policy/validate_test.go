@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -40,6 +41,12 @@ func TestParseRulesAgreesWithParse(t *testing.T) {
 			msg: `unknown field "match.namespaceSelector"`, notInAFile: true},
 		{rules: `[{name: a, clock: finished, after: 1h, extra: 1}]`, field: "rules[0]", msg: `unknown field "extra"`},
 		{rules: `[{name: a, clock: finished, after: 1h, match: {phases: Running}}]`, field: "rules[0].match.phases", msg: "want a list, got string"},
+		// The resource's bounds (the CRD's maxItems and maxLength); a file has none.
+		{rules: manyRules(33), field: "rules", msg: "at most 32 items", notInAFile: true},
+		{rules: manyRules(32)},
+		{rules: `[{name: a, clock: finished, after: "` + strings.Repeat("1h", 33) + `"}]`, field: "rules[0].after", msg: "at most 64 characters", notInAFile: true},
+		{rules: `[{name: a, clock: finished, after: 1h, match: {reasons: [a, "` + strings.Repeat("é", 257) + `"]}}]`,
+			field: "rules[0].match.reasons[1]", msg: "at most 256 characters", notInAFile: true},
 	} {
 		p, err := ParseRules([]byte(tc.rules))
 		_, fileErr := Parse([]byte("apiVersion: podjanitor.io/v1alpha1\nkind: PodJanitorPolicy\nrules: " + tc.rules))
@@ -111,4 +118,14 @@ func TestParseRulesDocsExample(t *testing.T) {
 	if found == 0 {
 		t.Error("docs/policy.md has no PodLifetimePolicy example")
 	}
+}
+
+// manyRules is a list of n valid rules.
+func manyRules(n int) string {
+	var b strings.Builder
+	b.WriteString("[")
+	for i := range n {
+		fmt.Fprintf(&b, "{name: r%d, clock: finished, after: 1h},", i)
+	}
+	return b.String() + "]"
 }

@@ -342,6 +342,19 @@ func generatedRuleLists() []any {
 	for _, s := range generatedSelectors(r) {
 		add(one("match.labelSelector", s))
 	}
+	// The bounds.
+	for _, n := range []int{32, 33} {
+		var rules []any
+		for i := range n {
+			rule := base()
+			rule["name"] = fmt.Sprintf("r%d", i)
+			rules = append(rules, rule)
+		}
+		add(rules)
+	}
+	add(one("match.labelSelector", "a in ("+strings.Repeat("v,", 508)+"v)"), one("match.labelSelector", "a in ("+strings.Repeat("v,", 509)+"v)"),
+		one("match.reasons", slices.Repeat([]any{"Error"}, 33)), one("match.reasons", []any{strings.Repeat("é", 256)}),
+		one("match.reasons", []any{strings.Repeat("é", 257)}))
 	// What a tenant's rule does not have, and unknown fields.
 	add(one("match.namespaces", obj{"include": []any{"x"}}), one("match.namespaceSelector", "a=b"), one("extra", 1),
 		one("match.extra", "x"), one("match.ownerKinds.other", []any{"x"}), one("match", "x"), one("match.reasons", "x"))
