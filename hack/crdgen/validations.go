@@ -2,9 +2,10 @@ package main
 
 import (
 	"fmt"
-	"github.com/podjanitor/podjanitor/policy"
 	"strconv"
 	"strings"
+
+	"github.com/podjanitor/podjanitor/policy"
 )
 
 // validations are the CEL rules of the schema (its bounds are
