@@ -25,6 +25,8 @@ import (
 
 	"github.com/podjanitor/podjanitor/internal/apiclock"
 	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
+	podjanitorinformers "github.com/podjanitor/podjanitor/pkg/generated/informers/externalversions"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -38,6 +40,8 @@ type clients struct {
 	config   *rest.Config
 	kube     kubernetes.Interface
 	metadata metadata.Interface
+	// podjanitor is the client of podjanitor's own resources (tenant policies).
+	podjanitor versioned.Interface
 	// clock is the process's steady clock (apiclock.ProcessClock); apiClock
 	// reads the API server's offset from it in every response.
 	clock    clock.WithTicker
@@ -78,7 +82,11 @@ func newClients(cfg *rest.Config, wrappers ...transport.WrapperFunc) (*clients, 
 	if err != nil {
 		return nil, fmt.Errorf("creating metadata client: %w", err)
 	}
-	return &clients{config: cfg, kube: kube, metadata: meta}, nil
+	pj, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating podjanitor.io clientset: %w", err)
+	}
+	return &clients{config: cfg, kube: kube, metadata: meta, podjanitor: pj}, nil
 }
 
 func restConfig(flags clusterFlags) (*rest.Config, error) {
@@ -211,6 +219,40 @@ func namespaceFieldSelector(namespace string) string {
 		return ""
 	}
 	return fields.OneTermEqualSelector("metadata.name", namespace).String()
+}
+
+// newTenantInformer watches the tenant policies (PodLifetimePolicy) of
+// --namespace, else of every namespace.
+func newTenantInformer(client versioned.Interface, scope scopeFlags) cache.SharedIndexInformer {
+	return podjanitorinformers.NewSharedInformerFactoryWithOptions(client, 0, podjanitorinformers.WithNamespace(scope.namespace)).
+		Podjanitor().V1alpha1().PodLifetimePolicies().Informer()
+}
+
+// listTenantPolicies reads the tenant policies of --namespace (else of
+// every namespace) and converts them as the daemon does: the usable ones,
+// and why each of the others is not used.
+func listTenantPolicies(ctx context.Context, client versioned.Interface, scope scopeFlags, r policy.Restrictions) (policy.StaticTenants, []planTenant, error) {
+	var used []*policy.TenantPolicy
+	var all []planTenant
+	list, err := client.PodjanitorV1alpha1().PodLifetimePolicies(scope.namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing tenant policies (%s): %w", policy.TenantKind, err)
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		entry := planTenant{Namespace: p.Namespace, Name: p.Name, Used: true}
+		converted, err := convertTenantPolicy(p, r)
+		if err != nil {
+			entry.Used, entry.Error = false, err.Error()
+			if te, ok := err.(*policy.TenantError); ok {
+				entry.Reason = te.Reason
+			}
+		} else {
+			used = append(used, converted)
+		}
+		all = append(all, entry)
+	}
+	return policy.NewStaticTenants(used...), all, nil
 }
 
 // keepAnnotationKey is the keep annotation under prefix (--annotation-prefix).

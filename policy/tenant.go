@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -214,18 +213,3 @@ func NewStaticTenants(policies ...*TenantPolicy) StaticTenants {
 
 func (s StaticTenants) For(namespace string) []*TenantPolicy { return s[namespace] }
 
-// ParseTenantRules decodes the rules of a tenant policy's spec, each as the
-// JSON the API server stores, as Parse decodes a policy file's: the same
-// fields and the same messages, naming the rule (`rule "x" (rules[0]):
-// after: unknown unit "x"`). NewTenantPolicy validates them.
-func ParseTenantRules(raws []json.RawMessage) ([]Rule, error) {
-	rules := make([]Rule, 0, len(raws))
-	for i, raw := range raws {
-		rule, err := decodeRule(raw)
-		if err != nil {
-			return nil, invalidTenant("%s: %v", ruleLabel(i, ruleName(raw)), err)
-		}
-		rules = append(rules, rule)
-	}
-	return rules, nil
-}
