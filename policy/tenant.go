@@ -212,4 +212,3 @@ func NewStaticTenants(policies ...*TenantPolicy) StaticTenants {
 }
 
 func (s StaticTenants) For(namespace string) []*TenantPolicy { return s[namespace] }
-
