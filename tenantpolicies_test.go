@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,10 +32,13 @@ type tenantFixture struct {
 
 const tenantStatusInterval = 10 * time.Second
 
-func newTenantFixture(t *testing.T, r policy.Restrictions, namespaces []*corev1.Namespace, pods ...*corev1.Pod) *tenantFixture {
+func newTenantFixture(t *testing.T, r policy.Restrictions, namespaces []*corev1.Namespace, pods []*corev1.Pod, setup ...func(*pjfake.Clientset)) *tenantFixture {
 	t.Helper()
 	f := newFixtureWithNamespaces(t, Options{}, namespaces, pods...)
 	pj := pjfake.NewSimpleClientset()
+	for _, s := range setup {
+		s(pj)
+	}
 	informer := newTenantInformer(pj, scopeFlags{})
 	if err := f.c.SetTenantPolicies(f.ctx, informer, pj, r, tenantStatusInterval); err != nil {
 		t.Fatal(err)
@@ -119,7 +123,7 @@ func (f *tenantFixture) waitStatusWrites(n int) []*v1alpha1.PodLifetimePolicy {
 func TestTenantPolicyRemovesOnlyItsNamespacesPods(t *testing.T) {
 	a := tenantPod("old", "team-a", t0.Add(-2*time.Hour), nil)
 	b := tenantPod("old", "team-b", t0.Add(-2*time.Hour), nil)
-	f := newTenantFixture(t, policy.Restrictions{}, nil, a, b)
+	f := newTenantFixture(t, policy.Restrictions{}, nil, []*corev1.Pod{a, b})
 
 	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -149,7 +153,7 @@ func TestTenantPolicyRemovesOnlyItsNamespacesPods(t *testing.T) {
 // cancels the deadline it gave a pod: the pod is never removed.
 func TestDeletingTenantPolicyCancelsItsDeadlines(t *testing.T) {
 	pod := tenantPod("young", "team-a", t0.Add(-10*time.Minute), nil)
-	f := newTenantFixture(t, policy.Restrictions{}, nil, pod)
+	f := newTenantFixture(t, policy.Restrictions{}, nil, []*corev1.Pod{pod})
 	policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a")
 	if _, err := policies.Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -178,14 +182,20 @@ func TestDeletingTenantPolicyCancelsItsDeadlines(t *testing.T) {
 // policy (its deletion not yet seen by the watch).
 func TestTenantPolicyGoneFromTheAPIServerRemovesNothing(t *testing.T) {
 	pod := tenantPod("old", "team-a", t0.Add(-2*time.Hour), nil)
-	f := newTenantFixture(t, policy.Restrictions{}, nil, pod)
+	var gone atomic.Bool
+	f := newTenantFixture(t, policy.Restrictions{}, nil, []*corev1.Pod{pod}, func(pj *pjfake.Clientset) {
+		pj.PrependReactor("get", "podlifetimepolicies", func(core.Action) (bool, runtime.Object, error) {
+			if !gone.Load() {
+				return false, nil, nil
+			}
+			return true, nil, apierrors.NewNotFound(v1alpha1.Resource("podlifetimepolicies"), "cleanup")
+		})
+	})
 	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitQueued(1)
-	f.pj.PrependReactor("get", "podlifetimepolicies", func(core.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewNotFound(v1alpha1.Resource("podlifetimepolicies"), "cleanup")
-	})
+	gone.Store(true) // deleted at the API server; the watch has not told yet
 	f.drain()
 	checkActions(t, nil, f.podWrites())
 	if got := f.c.queue.NumRequeues(keyOf(pod)); got != 1 {
@@ -198,7 +208,7 @@ func TestTenantPolicyGoneFromTheAPIServerRemovesNothing(t *testing.T) {
 // message, and gets one Warning event.
 func TestRefusedTenantPolicyIsNotReady(t *testing.T) {
 	pod := tenantPod("old", "team-a", t0.Add(-2*time.Hour), nil)
-	f := newTenantFixture(t, policy.Restrictions{ForbiddenClocks: []policy.Clock{policy.ClockCreated}}, nil, pod)
+	f := newTenantFixture(t, policy.Restrictions{ForbiddenClocks: []policy.Clock{policy.ClockCreated}}, nil, []*corev1.Pod{pod})
 	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +238,7 @@ func TestTenantStatusWritesAreBounded(t *testing.T) {
 	for i := range 50 {
 		pods = append(pods, tenantPod("p"+string(rune('a'+i%26))+string(rune('a'+i/26)), "team-a", t0.Add(-time.Duration(i)*time.Minute), nil))
 	}
-	f := newTenantFixture(t, policy.Restrictions{}, nil, pods...)
+	f := newTenantFixture(t, policy.Restrictions{}, nil, pods)
 	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -260,12 +270,12 @@ func TestTenantStatusWritesAreBounded(t *testing.T) {
 	}
 }
 
-// TestTenantPoliciesOffIgnoresThem proves that without SetTenantPolicies
+// TestTenantPolicyStaysAcrossPolicyReload proves that without SetTenantPolicies
 // (--tenant-policies=false) the evaluator has no tenant policies, and that
 // a policy reload keeps them when they are on.
 func TestTenantPolicyStaysAcrossPolicyReload(t *testing.T) {
 	pod := tenantPod("old", "team-a", t0.Add(-2*time.Hour), nil)
-	f := newTenantFixture(t, policy.Restrictions{}, nil, pod)
+	f := newTenantFixture(t, policy.Restrictions{}, nil, []*corev1.Pod{pod})
 	if err := f.c.SetEvaluator(&policy.Evaluator{}); err != nil {
 		t.Fatal(err)
 	}
