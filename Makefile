@@ -10,7 +10,7 @@ BIN     := _output/bin/podjanitor
 include hack/docker.mk
 include hack/bench.mk
 
-.PHONY: help build tools devtools helm cluster-up cluster-down cluster-status run demo test unit e2e vet fuzz release clean
+.PHONY: help build tools devtools helm codegen verify-codegen cluster-up cluster-down cluster-status run demo test unit e2e vet fuzz release clean
 
 help: ## Show the targets.
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -26,6 +26,12 @@ devtools: ## Build helm and cyclonedx-gomod (hack/devtools/go.mod) and kustomize
 
 helm: ## Build helm (chart tests) into _output/bin/.
 	hack/build-devtools.sh helm
+
+codegen: ## Generate the podjanitor.io API's code (deepcopy, clientset, informers, listers; k8s.io/code-generator) and its CRD (hack/crdgen).
+	hack/update-codegen.sh
+
+verify-codegen: ## Fail when the generated code or the CRD is stale (part of vet).
+	hack/verify-codegen.sh
 
 cluster-up: tools ## Start the local cluster (kubeconfig: _output/local/kubeconfig).
 	hack/local-cluster.sh up
@@ -44,7 +50,7 @@ run: ## Build everything, start the local cluster with demo pods, run podjanitor
 
 test: unit e2e ## All tests: vet, unit tests, end-to-end tests against a fresh local cluster.
 
-vet:
+vet: verify-codegen
 	go vet ./...
 	go vet -tags e2e ./test/e2e/
 	cd test/promql && go vet ./...

@@ -3,8 +3,11 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -30,6 +33,66 @@ type tenantMatch struct {
 	OwnerKinds         IncludeExclude    `json:"ownerKinds"`
 	Phases             []corev1.PodPhase `json:"phases"`
 	Reasons            []string          `json:"reasons"`
+}
+
+// TenantMaxItems and TenantMaxLength bound a PodLifetimePolicy, by path in
+// its rule list ("rules[]" is a rule): at most this many items in a list,
+// characters in a string. The CRD has the same bounds (maxItems, maxLength):
+// the API server bounds the cost of its validation rules by them.
+var (
+	TenantMaxItems = map[string]int{
+		"rules":                                    32,
+		"rules[].match.ownerKinds.include":         32,
+		"rules[].match.ownerKinds.exclude":         32,
+		"rules[].match.priorityClassNames.include": 32,
+		"rules[].match.priorityClassNames.exclude": 32,
+		"rules[].match.phases":                     16,
+		"rules[].match.reasons":                    32,
+	}
+	TenantMaxLength = map[string]int{
+		"rules[].name":                               253,
+		"rules[].clock":                              64,
+		"rules[].after":                              64,
+		"rules[].action":                             64,
+		"rules[].match.labelSelector":                1024,
+		"rules[].match.ownerKinds.include[]":         253,
+		"rules[].match.ownerKinds.exclude[]":         253,
+		"rules[].match.priorityClassNames.include[]": 253,
+		"rules[].match.priorityClassNames.exclude[]": 253,
+		"rules[].match.phases[]":                     64,
+		"rules[].match.reasons[]":                    256,
+	}
+)
+
+// checkBounds checks v, the JSON value at path (pattern: the same path with
+// "[]" for indexes), against the tenant bounds.
+func checkBounds(v any, path, pattern string) *RulesError {
+	switch v := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			if err := checkBounds(v[k], path+"."+k, pattern+"."+k); err != nil {
+				return err
+			}
+		}
+	case []any:
+		if max, ok := TenantMaxItems[pattern]; ok && len(v) > max {
+			return boundsError(path, fmt.Sprintf("at most %d items", max))
+		}
+		for i, item := range v {
+			if err := checkBounds(item, fmt.Sprintf("%s[%d]", path, i), pattern+"[]"); err != nil {
+				return err
+			}
+		}
+	case string:
+		if max, ok := TenantMaxLength[pattern]; ok && utf8.RuneCountInString(v) > max {
+			return boundsError(path, fmt.Sprintf("at most %d characters", max))
+		}
+	}
+	return nil
+}
+
+func boundsError(path, msg string) *RulesError {
+	return &RulesError{Field: path, Message: msg, whole: path + ": " + msg}
 }
 
 // RulesError is an error of ParseRules: the field it is about, as a path in
@@ -60,6 +123,13 @@ func ParseRules(data []byte) (*Policy, error) {
 	}
 	if len(raws) == 0 {
 		return nil, listError("at least one rule is required")
+	}
+	var value any
+	if err := json.Unmarshal(js, &value); err != nil {
+		return nil, listError(err.Error())
+	}
+	if err := checkBounds(value, "rules", "rules"); err != nil {
+		return nil, err
 	}
 	p := &Policy{}
 	for i, raw := range raws {
