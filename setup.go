@@ -82,7 +82,10 @@ func newClients(cfg *rest.Config, wrappers ...transport.WrapperFunc) (*clients, 
 	if err != nil {
 		return nil, fmt.Errorf("creating metadata client: %w", err)
 	}
-	pj, err := versioned.NewForConfig(cfg)
+	// Custom resources have no protobuf encoding: JSON for podjanitor.io.
+	pjCfg := rest.CopyConfig(cfg)
+	pjCfg.ContentType, pjCfg.AcceptContentTypes = runtime.ContentTypeJSON, runtime.ContentTypeJSON
+	pj, err := versioned.NewForConfig(pjCfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating podjanitor.io clientset: %w", err)
 	}

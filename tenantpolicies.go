@@ -162,7 +162,11 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 	if seen.err != nil && (!had || prev.err == nil || prev.err.Message != seen.err.Message || prev.uid != seen.uid) {
 		c.reporter.TenantPolicyNotUsed(tenantPolicyRef(p), seen.err.Reason, seen.err.Message)
 	}
-	klog.Background().V(2).Info("Tenant policy read", "policy", key, "generation", p.Generation, "used", seen.err == nil, "err", seen.err)
+	if seen.err != nil {
+		klog.Background().V(2).Info("Tenant policy read, not used", "policy", key, "generation", p.Generation, "reason", seen.err.Reason, "err", seen.err.Message)
+	} else {
+		klog.Background().V(2).Info("Tenant policy read", "policy", key, "generation", p.Generation, "rules", seen.rules)
+	}
 	t.status.Mark(key)
 	if enqueue {
 		c.enqueueNamespace(p.Namespace)
