@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -185,6 +186,33 @@ func buildPlan(e *policy.Evaluator, pods []*corev1.Pod, namespaces map[string]*p
 		return a.Pod < b.Pod
 	})
 	return r
+}
+
+// listTenantPolicies reads the tenant policies of --namespace (else of
+// every namespace) and converts them as the daemon does: the usable ones,
+// and why each of the others is not used.
+func listTenantPolicies(ctx context.Context, client versioned.Interface, scope scopeFlags, r policy.Restrictions) (policy.StaticTenants, []planTenant, error) {
+	var used []*policy.TenantPolicy
+	var all []planTenant
+	list, err := client.PodjanitorV1alpha1().PodLifetimePolicies(scope.namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing tenant policies (%s): %w", policy.TenantKind, err)
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		entry := planTenant{Namespace: p.Namespace, Name: p.Name, Used: true}
+		converted, err := convertTenantPolicy(p, r)
+		if err != nil {
+			entry.Used, entry.Error = false, err.Error()
+			if te, ok := err.(*policy.TenantError); ok {
+				entry.Reason = te.Reason
+			}
+		} else {
+			used = append(used, converted)
+		}
+		all = append(all, entry)
+	}
+	return policy.NewStaticTenants(used...), all, nil
 }
 
 // farFuture is where plan stops counting: a "never" placeholder such as

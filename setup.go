@@ -231,33 +231,6 @@ func newTenantInformer(client versioned.Interface, scope scopeFlags) cache.Share
 		Podjanitor().V1alpha1().PodLifetimePolicies().Informer()
 }
 
-// listTenantPolicies reads the tenant policies of --namespace (else of
-// every namespace) and converts them as the daemon does: the usable ones,
-// and why each of the others is not used.
-func listTenantPolicies(ctx context.Context, client versioned.Interface, scope scopeFlags, r policy.Restrictions) (policy.StaticTenants, []planTenant, error) {
-	var used []*policy.TenantPolicy
-	var all []planTenant
-	list, err := client.PodjanitorV1alpha1().PodLifetimePolicies(scope.namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("listing tenant policies (%s): %w", policy.TenantKind, err)
-	}
-	for i := range list.Items {
-		p := &list.Items[i]
-		entry := planTenant{Namespace: p.Namespace, Name: p.Name, Used: true}
-		converted, err := convertTenantPolicy(p, r)
-		if err != nil {
-			entry.Used, entry.Error = false, err.Error()
-			if te, ok := err.(*policy.TenantError); ok {
-				entry.Reason = te.Reason
-			}
-		} else {
-			used = append(used, converted)
-		}
-		all = append(all, entry)
-	}
-	return policy.NewStaticTenants(used...), all, nil
-}
-
 // keepAnnotationKey is the keep annotation under prefix (--annotation-prefix).
 func keepAnnotationKey(prefix string) string {
 	return (&policy.Evaluator{Prefix: prefix}).AnnotationKey(policy.AnnotationKeep)
