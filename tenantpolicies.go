@@ -130,7 +130,7 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 }
 
 // tenantPolicyChanged converts a created or changed policy, puts it in the
-// store (or takes it out, when it cannot be used: with a Warning event), and
+// store (or takes it out, when it cannot be used; writeTenantStatus warns), and
 // decides its namespace's pods again (not for the initial list: every pod is
 // decided once the caches have synced).
 func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
@@ -154,14 +154,10 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 		t.store.Set(converted)
 	}
 	t.mu.Lock()
-	prev, had := t.seen[key]
 	t.seen[key] = seen
 	delete(t.reads, key)
 	c.setTenantMetrics()
 	t.mu.Unlock()
-	if seen.err != nil && (!had || prev.err == nil || prev.err.Message != seen.err.Message || prev.uid != seen.uid) {
-		c.reporter.TenantPolicyNotUsed(tenantPolicyRef(p), seen.err.Reason, seen.err.Message)
-	}
 	if seen.err != nil {
 		klog.Background().V(2).Info("Tenant policy read, not used", "policy", key, "generation", p.Generation, "reason", seen.err.Reason, "err", seen.err.Message)
 	} else {
@@ -272,8 +268,16 @@ func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
 	_, err = t.client.PodjanitorV1alpha1().PodLifetimePolicies(namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
+	} else if err != nil {
+		return err
 	}
-	return err
+	// One Warning per new reason or message, by the writer of the status
+	// (the leader), not by every replica's informer.
+	was := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
+	if seen.err != nil && (was == nil || was.Status != metav1.ConditionFalse || was.Reason != seen.err.Reason || was.Message != events.CutNote(seen.err.Message)) {
+		c.reporter.TenantPolicyNotUsed(tenantPolicyRef(p), seen.err.Reason, seen.err.Message)
+	}
+	return nil
 }
 
 // tenantFreshness is how old a read of a tenant policy may be for the last

@@ -21,8 +21,7 @@ func tenant(t *testing.T, namespace, name string, rules ...Rule) *TenantPolicy {
 
 func tenantDecision(policy string, rule string, clock Clock, action Action, deadline time.Time) Decision {
 	d := ruleDecision(rule, clock, action, deadline)
-	ns, name, _ := strings.Cut(policy, "/")
-	_ = ns
+	_, name, _ := strings.Cut(policy, "/")
 	d.Source = TenantSourcePrefix + name + "/rule/" + rule
 	d.Policy = policy
 	return d
