@@ -145,7 +145,7 @@ func decodeRender(t *testing.T, manifest string) *chartRender {
 		if err := u.UnmarshalJSON(j); err != nil {
 			t.Fatalf("document %d: %v\n%s", i, err, doc)
 		}
-		if u.GetAPIVersion() == "monitoring.coreos.com/v1" {
+		if u.GetAPIVersion() == "monitoring.coreos.com/v1" || u.GetAPIVersion() == "apiextensions.k8s.io/v1" {
 			r.others = append(r.others, u)
 			continue
 		}
@@ -170,6 +170,54 @@ func (r *chartRender) policyConfigMap() *corev1.ConfigMap {
 		}
 	}
 	return nil
+}
+
+// crdFile is the PodLifetimePolicy CRD (hack/crdgen writes it, and the
+// same bytes into the chart's crds/).
+const crdFile = "artifacts/crd/podjanitor.io_podlifetimepolicies.yaml"
+
+// checkCRD: r has exactly the CRD of artifacts/crd.
+func checkCRD(t *testing.T, what string, r *chartRender) {
+	t.Helper()
+	data, err := os.ReadFile(crdFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := decodeRender(t, string(data)).other("CustomResourceDefinition")[0]
+	crds := r.other("CustomResourceDefinition")
+	if len(crds) != 1 {
+		t.Fatalf("%s: %d CustomResourceDefinitions, want the one of %s", what, len(crds), crdFile)
+	}
+	if !reflect.DeepEqual(crds[0].Object, want.Object) {
+		t.Errorf("%s: the CRD %s is not the one of %s", what, crds[0].GetName(), crdFile)
+	}
+}
+
+// TestChartInstallsTheCRD: the chart's crds/ is artifacts/crd's file, which
+// helm installs before the templates (and `helm template --include-crds`
+// shows); kustomize builds the same from artifacts/crd.
+func TestChartInstallsTheCRD(t *testing.T) {
+	want, err := os.ReadFile(crdFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chartCopy := filepath.Join(chartDir, "crds", filepath.Base(crdFile))
+	if got, err := os.ReadFile(chartCopy); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("%s differs from %s (err %v): run hack/update-codegen.sh", chartCopy, crdFile, err)
+	}
+	entries, err := os.ReadDir(filepath.Join(chartDir, "crds"))
+	if err != nil || len(entries) != 1 {
+		t.Errorf("%s/crds: %d files (err %v), want the CRD alone", chartDir, len(entries), err)
+	}
+	out, err := runHelm(t, "template", "podjanitor", chartDir, "--namespace", deployNamespace, "--include-crds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCRD(t, "helm template --include-crds", decodeRender(t, out))
+	if r := renderChart(t); len(r.other("CustomResourceDefinition")) != 0 {
+		t.Error("the CRD is rendered as a template too; helm installs crds/ on its own")
+	}
+	checkCRD(t, "kustomize build artifacts/crd", kustomizeBuild(t, "artifacts/crd"))
 }
 
 func TestHelmLint(t *testing.T) {
@@ -209,7 +257,9 @@ func TestChartDefaults(t *testing.T) {
 	if sa.Name != "podjanitor" || sa.Namespace != deployNamespace {
 		t.Errorf("ServiceAccount %s/%s, want %s/podjanitor", sa.Namespace, sa.Name, deployNamespace)
 	}
-	cr := one(t, "ClusterRole", r.clusterRoles)
+	own, tenant := splitTenantRoles(r.clusterRoles)
+	checkTenantRoles(t, tenant)
+	cr := one(t, "ClusterRole", own)
 	if want := append(slices.Clone(namespacePermissions), podPermissions...); !slices.Equal(permissions(t, "ClusterRole", cr.Rules), want) {
 		t.Errorf("ClusterRole grants %q, want exactly %q", permissions(t, "ClusterRole", cr.Rules), want)
 	}
@@ -352,10 +402,12 @@ func TestChartDefaultPolicyIsConservative(t *testing.T) {
 // namespace (namespaces are cluster-scoped: a Role cannot grant them).
 func TestChartScopeNamespace(t *testing.T) {
 	r := renderChart(t, "scope=namespace", "watchNamespace=apps")
-	if len(r.clusterRoles) != 1 || len(r.clusterRoleBindings) != 1 {
-		t.Fatalf("scope namespace renders %d ClusterRoles and %d ClusterRoleBindings, want one each (the watched namespace)", len(r.clusterRoles), len(r.clusterRoleBindings))
+	own, tenant := splitTenantRoles(r.clusterRoles)
+	checkTenantRoles(t, tenant)
+	if len(own) != 1 || len(r.clusterRoleBindings) != 1 {
+		t.Fatalf("scope namespace renders %d ClusterRoles of its own and %d ClusterRoleBindings, want one each (the watched namespace)", len(own), len(r.clusterRoleBindings))
 	}
-	if cr := r.clusterRoles[0]; len(cr.Rules) != 1 || !slices.Equal(cr.Rules[0].Resources, []string{"namespaces"}) ||
+	if cr := own[0]; len(cr.Rules) != 1 || !slices.Equal(cr.Rules[0].Resources, []string{"namespaces"}) ||
 		!slices.Equal(cr.Rules[0].APIGroups, []string{""}) || !slices.Equal(cr.Rules[0].Verbs, []string{"get", "list", "watch"}) ||
 		!slices.Equal(cr.Rules[0].ResourceNames, []string{"apps"}) {
 		t.Errorf("ClusterRole %s grants %+v, want namespaces get, list, watch on apps alone", cr.Name, cr.Rules)

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -192,7 +193,8 @@ func TestDeployManifestsAreComplete(t *testing.T) {
 		t.Errorf("Namespace is %q, want %q", ns.Name, deployNamespace)
 	}
 	one(t, "ServiceAccount", d.serviceAccounts)
-	one(t, "ClusterRole", d.clusterRoles)
+	own, _ := splitTenantRoles(d.clusterRoles)
+	one(t, "ClusterRole", own)
 	one(t, "ClusterRoleBinding", d.clusterRoleBindings)
 	one(t, "Role", d.roles)
 	one(t, "RoleBinding", d.roleBindings)
@@ -264,8 +266,69 @@ var (
 		"/pods delete", "/pods get", "/pods list", "/pods watch",
 		"/pods/eviction create",
 		"events.k8s.io/events create", "events.k8s.io/events patch",
+		"podjanitor.io/podlifetimepolicies get", "podjanitor.io/podlifetimepolicies list", "podjanitor.io/podlifetimepolicies watch",
+		"podjanitor.io/podlifetimepolicies/status patch", "podjanitor.io/podlifetimepolicies/status update",
 	}
 )
+
+// aggregateLabel is the label prefix of ClusterRoles aggregated into the
+// built-in admin, edit and view roles.
+const aggregateLabel = "rbac.authorization.k8s.io/aggregate-to-"
+
+// splitTenantRoles separates podjanitor's own ClusterRoles from the ones
+// that delegate PodLifetimePolicy to namespace owners (aggregated).
+func splitTenantRoles(roles []*rbacv1.ClusterRole) (own, tenant []*rbacv1.ClusterRole) {
+	for _, r := range roles {
+		aggregated := false
+		for k := range r.Labels {
+			aggregated = aggregated || strings.HasPrefix(k, aggregateLabel)
+		}
+		if aggregated {
+			tenant = append(tenant, r)
+		} else {
+			own = append(own, r)
+		}
+	}
+	return own, tenant
+}
+
+// checkTenantRoles: one ClusterRole aggregated into admin and edit with every
+// verb on podlifetimepolicies (not their status), one into view with get,
+// list and watch; nothing else.
+func checkTenantRoles(t *testing.T, roles []*rbacv1.ClusterRole) {
+	t.Helper()
+	const res = "podjanitor.io/podlifetimepolicies "
+	want := map[string][]string{
+		"admin,edit": {res + "create", res + "delete", res + "deletecollection", res + "get", res + "list", res + "patch", res + "update", res + "watch"},
+		"view":       {res + "get", res + "list", res + "watch"},
+	}
+	got := map[string][]string{}
+	for _, r := range roles {
+		var to []string
+		for k, v := range r.Labels {
+			if role, ok := strings.CutPrefix(k, aggregateLabel); ok {
+				if v != "true" {
+					t.Errorf("ClusterRole %s: label %s=%q, want \"true\"", r.Name, k, v)
+				}
+				to = append(to, role)
+			}
+		}
+		slices.Sort(to)
+		key := strings.Join(to, ",")
+		if _, dup := got[key]; dup {
+			t.Errorf("two ClusterRoles aggregate into %s", key)
+		}
+		got[key] = permissions(t, "ClusterRole "+r.Name, r.Rules)
+	}
+	for key, perms := range want {
+		if !slices.Equal(got[key], perms) {
+			t.Errorf("the ClusterRole aggregated into %s grants\n  %q\nwant exactly\n  %q", key, got[key], perms)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("ClusterRoles aggregated into %v, want %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+	}
+}
 
 // checkLeaseRole: role grants create on Leases (which RBAC cannot restrict by
 // name) and get and update on the Lease lease alone (resourceNames), the
@@ -320,7 +383,9 @@ func TestDeployRBACIsLeastPrivilege(t *testing.T) {
 	d := loadDeployObjects(t)
 	sa := one(t, "ServiceAccount", d.serviceAccounts)
 
-	cr := one(t, "ClusterRole", d.clusterRoles)
+	own, tenant := splitTenantRoles(d.clusterRoles)
+	checkTenantRoles(t, tenant)
+	cr := one(t, "ClusterRole", own)
 	want := append(slices.Clone(namespacePermissions), podPermissions...)
 	if got := permissions(t, "ClusterRole", cr.Rules); !slices.Equal(got, want) {
 		t.Errorf("ClusterRole %s grants\n  %q\nwant exactly\n  %q", cr.Name, got, want)

@@ -1,9 +1,15 @@
 package policy
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
 // TestParseRulesAgreesWithParse: a rule list without namespace matchers gives
@@ -35,6 +41,12 @@ func TestParseRulesAgreesWithParse(t *testing.T) {
 			msg: `unknown field "match.namespaceSelector"`, notInAFile: true},
 		{rules: `[{name: a, clock: finished, after: 1h, extra: 1}]`, field: "rules[0]", msg: `unknown field "extra"`},
 		{rules: `[{name: a, clock: finished, after: 1h, match: {phases: Running}}]`, field: "rules[0].match.phases", msg: "want a list, got string"},
+		// The resource's bounds (the CRD's maxItems and maxLength); a file has none.
+		{rules: manyRules(33), field: "rules", msg: "at most 32 items", notInAFile: true},
+		{rules: manyRules(32)},
+		{rules: `[{name: a, clock: finished, after: "` + strings.Repeat("1h", 33) + `"}]`, field: "rules[0].after", msg: "at most 64 characters", notInAFile: true},
+		{rules: `[{name: a, clock: finished, after: 1h, match: {reasons: [a, "` + strings.Repeat("é", 257) + `"]}}]`,
+			field: "rules[0].match.reasons[1]", msg: "at most 256 characters", notInAFile: true},
 	} {
 		p, err := ParseRules([]byte(tc.rules))
 		_, fileErr := Parse([]byte("apiVersion: podjanitor.io/v1alpha1\nkind: PodJanitorPolicy\nrules: " + tc.rules))
@@ -76,4 +88,44 @@ func TestParseRulesDecides(t *testing.T) {
 	if d := p.decide(newPod(labelled("app", "db")), nil, now); d.Rule != "" {
 		t.Errorf("db pod matched: %+v", d)
 	}
+}
+
+// TestParseRulesDocsExample: the PodLifetimePolicy of docs/policy.md is valid.
+func TestParseRulesDocsExample(t *testing.T) {
+	data, err := os.ReadFile("../docs/policy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, block := range strings.Split(string(data), "```yaml\n")[1:] {
+		block, _, _ = strings.Cut(block, "```")
+		if !strings.Contains(block, "kind: PodLifetimePolicy") {
+			continue
+		}
+		found++
+		var obj struct {
+			Spec struct {
+				Rules json.RawMessage `json:"rules"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal([]byte(block), &obj); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ParseRules(obj.Spec.Rules); err != nil {
+			t.Errorf("docs/policy.md: the PodLifetimePolicy example: %v", err)
+		}
+	}
+	if found == 0 {
+		t.Error("docs/policy.md has no PodLifetimePolicy example")
+	}
+}
+
+// manyRules is a list of n valid rules.
+func manyRules(n int) string {
+	var b strings.Builder
+	b.WriteString("[")
+	for i := range n {
+		fmt.Fprintf(&b, "{name: r%d, clock: finished, after: 1h},", i)
+	}
+	return b.String() + "]"
 }

@@ -8,11 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,9 +24,12 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
+	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -335,6 +342,19 @@ func generatedRuleLists() []any {
 	for _, s := range generatedSelectors(r) {
 		add(one("match.labelSelector", s))
 	}
+	// The bounds.
+	for _, n := range []int{32, 33} {
+		var rules []any
+		for i := range n {
+			rule := base()
+			rule["name"] = fmt.Sprintf("r%d", i)
+			rules = append(rules, rule)
+		}
+		add(rules)
+	}
+	add(one("match.labelSelector", "a in ("+strings.Repeat("v,", 508)+"v)"), one("match.labelSelector", "a in ("+strings.Repeat("v,", 509)+"v)"),
+		one("match.reasons", slices.Repeat([]any{"Error"}, 33)), one("match.reasons", []any{strings.Repeat("é", 256)}),
+		one("match.reasons", []any{strings.Repeat("é", 257)}))
 	// What a tenant's rule does not have, and unknown fields.
 	add(one("match.namespaces", obj{"include": []any{"x"}}), one("match.namespaceSelector", "a=b"), one("extra", 1),
 		one("match.extra", "x"), one("match.ownerKinds.other", []any{"x"}), one("match", "x"), one("match.reasons", "x"))
@@ -380,4 +400,214 @@ func generatedSelectors(r *rand.Rand) []string {
 		out = append(out, strings.Join(reqs, pick([]string{",", ",", ", ", " ,", ";"})))
 	}
 	return out
+}
+
+// tenantClients applies the ClusterRoles of artifacts/deploy aggregated into
+// the built-in roles, creates ServiceAccount name in ns bound (a RoleBinding
+// in ns) to the built-in ClusterRole role, and returns clients with its token.
+func tenantClients(t *testing.T, ns, name, role string) (kubernetes.Interface, versioned.Interface) {
+	t.Helper()
+	ctx := ctxFor(t)
+	docs, err := deployDocuments(rbacDeployDir + "/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string // role's podjanitor.io permissions, as the aggregated ClusterRoles give them
+	for _, doc := range docs {
+		var cr rbacv1.ClusterRole
+		if err := json.Unmarshal(doc, &cr); err != nil || cr.Kind != "ClusterRole" {
+			continue
+		}
+		for k, v := range cr.Labels {
+			if to, ok := strings.CutPrefix(k, "rbac.authorization.k8s.io/aggregate-to-"); ok {
+				if err := applyDeployDoc(ctx, "ClusterRole", doc); err != nil {
+					t.Fatalf("ClusterRole %s: %v", cr.Name, err)
+				}
+				if to == role && v == "true" {
+					want = append(want, podjanitorPermissions(cr.Rules)...)
+				}
+			}
+		}
+	}
+	if len(want) == 0 {
+		t.Fatalf("artifacts/deploy/rbac.yaml has no ClusterRole aggregated into %s", role)
+	}
+	// The aggregation controller writes the rules into the built-in role a
+	// moment later (and takes out what a ClusterRole no longer grants).
+	want = compactSorted(want)
+	var got []string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		builtin, err := client.RbacV1().ClusterRoles().Get(ctx, role, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		got = compactSorted(podjanitorPermissions(builtin.Rules))
+		return slices.Equal(got, want), nil
+	})
+	if err != nil {
+		t.Fatalf("the built-in ClusterRole %s grants %q on podjanitor.io, want %q from the aggregated ClusterRoles: %v", role, got, want, err)
+	}
+	if _, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-" + role},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", writeTokenKubeconfig(t, tr.Status.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubernetes.NewForConfigOrDie(cfg), versioned.NewForConfigOrDie(cfg)
+}
+
+// podjanitorPermissions are the rules' "resource verb" on podjanitor.io.
+func podjanitorPermissions(rules []rbacv1.PolicyRule) []string {
+	var out []string
+	for _, r := range rules {
+		if !slices.Contains(r.APIGroups, v1alpha1.GroupName) {
+			continue
+		}
+		for _, res := range r.Resources {
+			for _, v := range r.Verbs {
+				out = append(out, res+" "+v)
+			}
+		}
+	}
+	return out
+}
+
+func compactSorted(s []string) []string {
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+func tenantPolicy(name, after string) *v1alpha1.PodLifetimePolicy {
+	return &v1alpha1.PodLifetimePolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.PodLifetimePolicySpec{Rules: []v1alpha1.PodLifetimeRule{
+			{Name: "finished-jobs", Clock: "finished", After: after, Match: v1alpha1.PodLifetimeMatch{
+				OwnerKinds: v1alpha1.IncludeExclude{Include: []string{"Job"}}}},
+		}},
+	}
+}
+
+// TestTenantAPIEditRoleDelegation: an identity with only the built-in edit
+// role in namespace A (a RoleBinding) manages PodLifetimePolicies in A and
+// not in B, cannot write their status, and is refused an invalid one with
+// the loader's message; one with view reads them and cannot create one.
+func TestTenantAPIEditRoleDelegation(t *testing.T) {
+	t.Parallel()
+	installCRD(t)
+	ctx := ctxFor(t)
+	a, b := newNamespace(t), newNamespace(t)
+	editKube, edit := tenantClients(t, a, "tenant", "edit")
+	_, view := tenantClients(t, a, "viewer", "view")
+
+	// The authorizer sees the aggregated rules a moment later.
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return saCan(t, ctx, editKube, v1alpha1.GroupName, "podlifetimepolicies", "", "create", a), nil
+	})
+	if err != nil {
+		t.Fatalf("edit in %s never allowed creating podlifetimepolicies: the ClusterRole aggregated into edit did not take effect", a)
+	}
+
+	policies := edit.PodjanitorV1alpha1().PodLifetimePolicies(a)
+	created, err := policies.Create(ctx, tenantPolicy("jobs", "1h"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("edit in %s: creating a PodLifetimePolicy there: %v", a, err)
+	}
+	// Another podjanitor on the cluster may write the status meanwhile.
+	var updated *v1alpha1.PodLifetimePolicy
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		latest, err := policies.Get(ctx, created.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		latest.Spec.Rules[0].After = "2h"
+		updated, err = policies.Update(ctx, latest, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Errorf("edit in %s: updating its PodLifetimePolicy: %v", a, err)
+	} else {
+		updated.Status.PodsWithDeadline = 3
+		if _, err := policies.UpdateStatus(ctx, updated, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("edit in %s: writing the status: err = %v, want Forbidden (podjanitor writes it)", a, err)
+		}
+	}
+	if _, err := edit.PodjanitorV1alpha1().PodLifetimePolicies(b).Create(ctx, tenantPolicy("jobs", "1h"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("edit in %s: creating a PodLifetimePolicy in %s: err = %v, want Forbidden", a, b, err)
+	}
+	if _, err := edit.PodjanitorV1alpha1().PodLifetimePolicies("").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("edit in %s: listing PodLifetimePolicies in all namespaces: err = %v, want Forbidden", a, err)
+	}
+
+	// An invalid policy: the API server refuses it with the loader's message.
+	_, want := policy.ParseRules([]byte(`[{name: finished-jobs, clock: finished, after: 3x, match: {ownerKinds: {include: [Job]}}}]`))
+	var rerr *policy.RulesError
+	if !errors.As(want, &rerr) {
+		t.Fatalf("ParseRules: %v, want a RulesError", want)
+	}
+	_, err = policies.Create(ctx, tenantPolicy("bad", "3x"), metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec."+rerr.Field+": Invalid value: \"3x\": "+rerr.Message) {
+		t.Errorf("creating a policy with after 3x: err = %v, want it invalid with spec.%s: %s", err, rerr.Field, rerr.Message)
+	}
+
+	if list, err := view.PodjanitorV1alpha1().PodLifetimePolicies(a).List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 1 {
+		t.Errorf("view in %s: listing PodLifetimePolicies: %v, err %v; want the one policy", a, list, err)
+	}
+	if _, err := view.PodjanitorV1alpha1().PodLifetimePolicies(a).Create(ctx, tenantPolicy("view", "1h"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("view in %s: creating a PodLifetimePolicy: err = %v, want Forbidden", a, err)
+	}
+	if err := policies.Delete(ctx, "jobs", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("edit in %s: deleting its PodLifetimePolicy: %v", a, err)
+	}
+}
+
+// TestTenantAPIPodjanitorRBAC: podjanitor's ServiceAccount (artifacts/deploy)
+// reads PodLifetimePolicies cluster-wide and writes only their status.
+func TestTenantAPIPodjanitorRBAC(t *testing.T) {
+	t.Parallel()
+	installCRD(t)
+	_, sa := setupDeployRBAC(t)
+	ctx := ctxFor(t)
+	ns := newNamespace(t)
+	for _, c := range []struct {
+		subresource, verb, namespace string
+		want                         bool
+	}{
+		{"", "list", "", true}, {"", "watch", "", true}, {"", "get", ns, true},
+		{"status", "update", ns, true}, {"status", "patch", ns, true},
+		{"", "create", ns, false}, {"", "update", ns, false}, {"", "patch", ns, false},
+		{"", "delete", ns, false}, {"", "deletecollection", ns, false}, {"status", "get", ns, false},
+	} {
+		if got := saCan(t, ctx, sa, v1alpha1.GroupName, "podlifetimepolicies", c.subresource, c.verb, c.namespace); got != c.want {
+			t.Errorf("podjanitor can %s podlifetimepolicies (subresource %q) in %q: %v, want %v", c.verb, c.subresource, c.namespace, got, c.want)
+		}
+	}
+	// The resource's kind is PodLifetimePolicy alone: the policy file's kind
+	// (PodJanitorPolicy, artifacts/policy.yaml) is no object of the API.
+	resources, err := client.Discovery().ServerResourcesForGroupVersion(v1alpha1.SchemeGroupVersion.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, r := range resources.APIResources {
+		if !strings.Contains(r.Name, "/") {
+			kinds = append(kinds, r.Kind)
+		}
+	}
+	if len(kinds) != 1 || kinds[0] != "PodLifetimePolicy" || kinds[0] == policy.PolicyKind {
+		t.Errorf("%s serves the kinds %q, want PodLifetimePolicy alone", v1alpha1.SchemeGroupVersion, kinds)
+	}
 }
