@@ -9,6 +9,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	core "k8s.io/client-go/testing"
 
 	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
 	pjfake "github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned/fake"
@@ -66,5 +69,24 @@ func TestTenantFlags(t *testing.T) {
 		if _, err := parseFlags(daemonCommand, bad); err == nil || !errors.As(err, &usage) {
 			t.Errorf("%q: %v, want a usage error", bad, err)
 		}
+	}
+}
+
+// TestTenantPoliciesWithoutCRDFailFast: --tenant-policies without the CRD
+// (or without the right to list the resource) is an error at start-up, not
+// a controller that waits for ever for a cache that cannot sync.
+func TestTenantPoliciesWithoutCRDFailFast(t *testing.T) {
+	for name, answer := range map[string]error{
+		"no CRD":    apierrors.NewNotFound(v1alpha1.Resource("podlifetimepolicies"), ""),
+		"forbidden": apierrors.NewForbidden(v1alpha1.Resource("podlifetimepolicies"), "", errors.New("RBAC")),
+	} {
+		t.Run(name, func(t *testing.T) {
+			pj := pjfake.NewSimpleClientset()
+			pj.PrependReactor("list", "podlifetimepolicies", func(core.Action) (bool, runtime.Object, error) { return true, nil, answer })
+			o := &flagValues{tenants: tenantFlags{enabled: true}}
+			if _, err := startTenantPolicies(context.Background(), nil, &clients{podjanitor: pj}, o); err == nil || !strings.Contains(err.Error(), "--tenant-policies") {
+				t.Errorf("startTenantPolicies = %v, want an error about --tenant-policies", err)
+			}
+		})
 	}
 }

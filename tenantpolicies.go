@@ -331,6 +331,15 @@ func startTenantPolicies(ctx context.Context, c *Controller, clients *clients, o
 	if !o.tenants.enabled {
 		return func() bool { return true }, nil
 	}
+	// Without the CRD the informer would never sync, and the controller
+	// would never start: say so at once instead.
+	_, err = clients.podjanitor.PodjanitorV1alpha1().PodLifetimePolicies(o.scope.namespace).List(ctx, metav1.ListOptions{Limit: 1})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("--tenant-policies: the API server does not serve %s (install its CRD: kubectl apply -k artifacts/crd): %w", policy.TenantKind, err)
+	case apierrors.IsForbidden(err):
+		return nil, fmt.Errorf("--tenant-policies: podjanitor may not list %s (see its RBAC): %w", policy.TenantKind, err)
+	}
 	informer := newTenantInformer(clients.podjanitor, o.scope)
 	if err := c.SetTenantPolicies(ctx, informer, clients.podjanitor, o.tenants.restrictions, 0); err != nil {
 		return nil, err
