@@ -129,6 +129,9 @@ type Controller struct {
 
 	// evaluator is swapped when the policy file is reloaded.
 	evaluator atomic.Pointer[policy.Evaluator]
+	// tenants are the tenant policies (SetTenantPolicies); nil when they
+	// are not honoured.
+	tenants *tenantPolicies
 
 	// queue is what the workers read: keys to decide now, and failed keys
 	// waiting for their backoff. Keys parked until a deadline or a removal
@@ -272,7 +275,12 @@ func (c *Controller) enqueueNamespacePods(obj interface{}) {
 		utilruntime.HandleError(err)
 		return
 	}
-	prefix := m.GetName() + "/"
+	c.enqueueNamespace(m.GetName())
+}
+
+// enqueueNamespace adds the key of every cached pod of namespace.
+func (c *Controller) enqueueNamespace(namespace string) {
+	prefix := namespace + "/"
 	for _, key := range c.pods.ListKeys() {
 		if !strings.HasPrefix(key, prefix) {
 			continue
@@ -286,8 +294,14 @@ func (c *Controller) enqueueNamespacePods(obj interface{}) {
 	}
 }
 
-// SetEvaluator replaces the policy and decides every cached pod again.
+// SetEvaluator replaces the policy and decides every cached pod again. The
+// tenant policies stay.
 func (c *Controller) SetEvaluator(e *policy.Evaluator) error {
+	if c.tenants != nil {
+		copied := *e
+		copied.Tenants = c.tenants.store
+		e = &copied
+	}
 	c.evaluator.Store(e)
 	for _, key := range c.pods.ListKeys() {
 		name, err := cache.ParseObjectName(key)
@@ -324,10 +338,17 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}()
 
 	logger.Info("Starting controller", "workers", workers, "dryRun", c.opts.DryRun)
-	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.podsSynced, c.namespacesSynced) {
-		return errors.New("pod and namespace caches did not sync")
+	synced := []cache.InformerSynced{c.podsSynced, c.namespacesSynced}
+	if c.tenants != nil {
+		synced = append(synced, c.tenants.synced)
+	}
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, synced...) {
+		return errors.New("pod, namespace and tenant policy caches did not sync")
 	}
 	wg.Go(func() { c.state.run(ctx, c.queue.Add) })
+	if c.tenants != nil {
+		wg.Go(func() { c.tenants.status.Run(ctx) })
+	}
 	c.metrics.SetMaxConcurrency(workers)
 	for range workers {
 		wg.Go(func() {
@@ -436,6 +457,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	if !exists {
 		logger.V(4).Info("Pod is gone")
 		c.state.forget(key)
+		c.trackTenantDeadline(key, policy.Decision{})
 		return Result{}, nil
 	}
 	pod, err := podcache.Pod(obj)
@@ -450,6 +472,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 
 	now := c.now()
 	decision, err := c.evaluator.Load().Decide(pod, namespaceInfo(c.namespaces, pod.Namespace), now)
+	c.trackTenantDeadline(key, decision)
 	if err != nil {
 		var invalid *policy.AnnotationError
 		if errors.As(err, &invalid) {
@@ -487,6 +510,14 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	return c.removePod(ctx, pod, decision)
 }
 
+// trackTenantDeadline tells the tenant policies' status which policy, if
+// any, gives the pod its deadline now.
+func (c *Controller) trackTenantDeadline(key cache.ObjectName, d policy.Decision) {
+	if c.tenants != nil {
+		c.tenants.tracker.Observe(key.String(), d)
+	}
+}
+
 // decideFresh decides once more a pod that the namespace cache made due, on
 // its namespace as read from the API server (namespaceReader): due says that
 // the pod must go now by that read too, and d is then the decision to act on
@@ -503,6 +534,16 @@ func (c *Controller) decideFresh(ctx context.Context, pod *corev1.Pod, now time.
 	}
 	d, err = c.evaluator.Load().Decide(pod, ns, now)
 	switch {
+	case err == nil && d.HasDeadline() && !d.Deadline.After(now) && d.Policy != "":
+		// A tenant policy's deadline: the policy must still be there, as
+		// cached, by a fresh read (tenantPolicies.confirm): deleting or
+		// changing it cancels its deadlines even while its watch lags.
+		if err := c.tenants.confirm(ctx, d.Policy); err != nil {
+			klog.FromContext(ctx).V(2).Info("Not removing pod: its tenant policy as read now disagrees with the cache, deciding again",
+				"pod", klog.KObj(pod), "policy", d.Policy, "err", err)
+			return d, false, Result{Requeue: true}, nil
+		}
+		return d, true, Result{}, nil
 	case err == nil && d.HasDeadline() && !d.Deadline.After(now):
 		return d, true, Result{}, nil
 	case err == nil && d.HasDeadline():

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,8 +36,19 @@ type flagValues struct {
 	writeTimeout         time.Duration
 	showVersion          bool
 	loggingFormat        string
-	verbosity            int    // klog's -v, for --logging-format=json
-	output               string // plan only
+	verbosity            int         // klog's -v, for --logging-format=json
+	output               string      // plan only
+	tenants              tenantFlags // --tenant-*
+}
+
+// tenantFlags say whether tenant policies (PodLifetimePolicy resources)
+// are honoured and what the cluster admin forbids them.
+type tenantFlags struct {
+	enabled                           bool
+	forbiddenClocks, forbiddenActions string
+	runningPods                       bool
+	minAfter                          string
+	restrictions                      policy.Restrictions // parsed by validate
 }
 
 // clusterFlags say how to reach the API server and how hard to press it.
@@ -92,6 +104,16 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 	fs.BoolVar(&o.cluster.kubeAPICompression, "kube-api-compression", false,
 		"Ask the API server to gzip its responses, the pod watch included. Saves network bytes when podjanitor runs far from the API server; costs the API server CPU for every pod event.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
+	fs.BoolVar(&o.tenants.enabled, "tenant-policies", false,
+		"Honour tenant policies: the rules namespace owners write in PodLifetimePolicy resources (podjanitor.io/v1alpha1) for the pods of their namespace, tried after the pods' annotations and before --config's rules. Needs the CRD installed.")
+	fs.StringVar(&o.tenants.forbiddenClocks, "tenant-forbidden-clocks", "",
+		"Comma-separated clocks (finished, pending, crashLooping, created) no tenant policy may use; a policy with such a rule is not used (Ready=False).")
+	fs.StringVar(&o.tenants.forbiddenActions, "tenant-forbidden-actions", "",
+		"Comma-separated actions (delete, evict) no tenant policy may remove pods with, its rules' default actions included (evict for Running pods, delete for the others).")
+	fs.BoolVar(&o.tenants.runningPods, "tenant-running-pods", true,
+		"Allow tenant policies to remove Running pods. false refuses every tenant rule that may match a Running pod (one whose phases or clock do not leave Running out).")
+	fs.StringVar(&o.tenants.minAfter, "tenant-min-after", "0s",
+		"The least after a tenant policy's rule may have (90m, 1d); a policy with a shorter one is not used.")
 	if cmd == planCommand {
 		fs.StringVar(&o.output, "o", "table", "Output format: table or json.")
 		fs.StringVar(&o.output, "output", "table", "Output format: table or json (same as -o).")
@@ -186,6 +208,9 @@ func (o *flagValues) validate(cmd command) error {
 	if o.cluster.kubeAPIContentType != runtime.ContentTypeProtobuf && o.cluster.kubeAPIContentType != runtime.ContentTypeJSON {
 		return bad("kube-api-content-type", "%q: want %s or %s", o.cluster.kubeAPIContentType, runtime.ContentTypeProtobuf, runtime.ContentTypeJSON)
 	}
+	if err := o.tenants.validate(bad); err != nil {
+		return err
+	}
 	if cmd == planCommand {
 		if o.output != "table" && o.output != "json" {
 			return bad("output", "%q: want table or json", o.output)
@@ -220,4 +245,41 @@ func (o *flagValues) validate(cmd command) error {
 		}
 	}
 	return nil
+}
+
+// validate parses the restrictions.
+func (t *tenantFlags) validate(bad func(flag, why string, args ...any) error) error {
+	r := &t.restrictions
+	for _, name := range splitList(t.forbiddenClocks) {
+		clock := policy.Clock(name)
+		if !slices.Contains(policy.Clocks(), clock) {
+			return bad("tenant-forbidden-clocks", "unknown clock %q, want finished, pending, crashLooping or created", name)
+		}
+		r.ForbiddenClocks = append(r.ForbiddenClocks, clock)
+	}
+	for _, name := range splitList(t.forbiddenActions) {
+		action := policy.Action(name)
+		if action != policy.ActionDelete && action != policy.ActionEvict {
+			return bad("tenant-forbidden-actions", "unknown action %q, want delete or evict", name)
+		}
+		r.ForbiddenActions = append(r.ForbiddenActions, action)
+	}
+	r.NoRunningPods = !t.runningPods
+	minAfter, err := policy.ParseDuration(t.minAfter)
+	if err != nil {
+		return bad("tenant-min-after", "%q: %v", t.minAfter, err)
+	}
+	r.MinAfter = minAfter
+	return nil
+}
+
+// splitList splits a comma-separated flag value, without empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }

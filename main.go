@@ -102,6 +102,10 @@ func daemon(ctx context.Context, o *flagValues) error {
 		return err
 	}
 	apiClk.Subscribe(func(time.Duration) { controller.ClockOffsetChanged() })
+	tenantsSynced, err := startTenantPolicies(ctx, controller, clients, o)
+	if err != nil {
+		return err
+	}
 	defer func() { // before the pipeline shuts down: removals reported in bulk, and time for them to be queued
 		controller.FlushEvents()
 		recording.Drain()
@@ -122,7 +126,9 @@ func daemon(ctx context.Context, o *flagValues) error {
 		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	}
 	serveErr := make(chan error, 2)
-	synced := func() bool { return podInformer.Informer().HasSynced() && namespaceInformer.HasSynced() }
+	synced := func() bool {
+		return podInformer.Informer().HasSynced() && namespaceInformer.HasSynced() && tenantsSynced()
+	}
 	if err := serveEndpoints(ctx, o.endpoints, meters, watchdog, synced, namespaceWatch.check, serveErr); err != nil {
 		return err
 	}

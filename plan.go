@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -30,6 +31,7 @@ type planEntry struct {
 	Source    string    `json:"source"`
 	Reason    string    `json:"reason"`
 	Rule      string    `json:"rule,omitempty"`
+	Policy    string    `json:"policy,omitempty"` // namespace/name of the tenant policy
 	Action    string    `json:"action"`
 	Deadline  time.Time `json:"deadline"`
 	In        string    `json:"in"`
@@ -42,12 +44,24 @@ type planInvalid struct {
 	Error     string `json:"error"`
 }
 
+// planTenant is a tenant policy plan read (with --tenant-policies): used,
+// or why not.
+type planTenant struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Used      bool   `json:"used"`
+	Reason    string `json:"reason,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
 type planReport struct {
 	GeneratedAt time.Time      `json:"generatedAt"`
 	Pods        []planEntry    `json:"pods"`
 	Totals      map[string]int `json:"totals"`
 	Invalid     []planInvalid  `json:"invalid"`
-	Scanned     int            `json:"scanned"`
+	// TenantPolicies are the tenant policies read; absent without --tenant-policies.
+	TenantPolicies []planTenant `json:"tenantPolicies,omitempty"`
+	Scanned        int          `json:"scanned"`
 }
 
 // runPlan is `podjanitor plan`: what the daemon would do to the cluster now.
@@ -83,7 +97,16 @@ func plan(ctx context.Context, o *flagValues, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var tenants []planTenant
+	if o.tenants.enabled {
+		var used policy.StaticTenants
+		if used, tenants, err = listTenantPolicies(ctx, clients.podjanitor, o.scope, o.tenants.restrictions); err != nil {
+			return err
+		}
+		evaluator.Tenants = used
+	}
 	report := buildPlan(evaluator, pods, namespaces, clients.clock.Now().Add(clients.apiClock.Offset()))
+	report.TenantPolicies = tenants
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -147,7 +170,7 @@ func buildPlan(e *policy.Evaluator, pods []*corev1.Pod, namespaces map[string]*p
 		}
 		left := d.Deadline.Sub(now)
 		r.Pods = append(r.Pods, planEntry{
-			Namespace: pod.Namespace, Pod: pod.Name, Source: d.Source, Reason: d.Reason, Rule: d.Rule,
+			Namespace: pod.Namespace, Pod: pod.Name, Source: d.Source, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy,
 			Action: string(d.Action), Deadline: d.Deadline.UTC(), In: relative(left), Overdue: left <= 0,
 		})
 		r.Totals[d.Source]++
@@ -163,6 +186,33 @@ func buildPlan(e *policy.Evaluator, pods []*corev1.Pod, namespaces map[string]*p
 		return a.Pod < b.Pod
 	})
 	return r
+}
+
+// listTenantPolicies reads the tenant policies of --namespace (else of
+// every namespace) and converts them as the daemon does: the usable ones,
+// and why each of the others is not used.
+func listTenantPolicies(ctx context.Context, client versioned.Interface, scope scopeFlags, r policy.Restrictions) (policy.StaticTenants, []planTenant, error) {
+	var used []*policy.TenantPolicy
+	var all []planTenant
+	list, err := client.PodjanitorV1alpha1().PodLifetimePolicies(scope.namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing tenant policies (%s): %w", policy.TenantKind, err)
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		entry := planTenant{Namespace: p.Namespace, Name: p.Name, Used: true}
+		converted, err := convertTenantPolicy(p, r)
+		if err != nil {
+			entry.Used, entry.Error = false, err.Error()
+			if te, ok := err.(*policy.TenantError); ok {
+				entry.Reason = te.Reason
+			}
+		} else {
+			used = append(used, converted)
+		}
+		all = append(all, entry)
+	}
+	return policy.NewStaticTenants(used...), all, nil
 }
 
 // farFuture is where plan stops counting: a "never" placeholder such as
@@ -196,6 +246,18 @@ func printPlan(out io.Writer, r planReport) error {
 	sort.Strings(sources)
 	for _, s := range sources {
 		fmt.Fprintf(out, "  %-40s %d\n", s, r.Totals[s])
+	}
+	var notUsed []planTenant
+	for _, t := range r.TenantPolicies {
+		if !t.Used {
+			notUsed = append(notUsed, t)
+		}
+	}
+	if len(r.TenantPolicies) > 0 {
+		fmt.Fprintf(out, "\n%d tenant policy(ies) read, %d used.\n", len(r.TenantPolicies), len(r.TenantPolicies)-len(notUsed))
+	}
+	for _, t := range notUsed {
+		fmt.Fprintf(out, "  not used: %s/%s (%s): %s\n", t.Namespace, t.Name, t.Reason, t.Error)
 	}
 	if len(r.Invalid) > 0 {
 		fmt.Fprintf(out, "\n%d pod(s) have an annotation that does not parse or that podjanitor does not know; podjanitor leaves them alone:\n", len(r.Invalid))

@@ -25,6 +25,8 @@ import (
 
 	"github.com/podjanitor/podjanitor/internal/apiclock"
 	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
+	podjanitorinformers "github.com/podjanitor/podjanitor/pkg/generated/informers/externalversions"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -38,6 +40,8 @@ type clients struct {
 	config   *rest.Config
 	kube     kubernetes.Interface
 	metadata metadata.Interface
+	// podjanitor is the client of podjanitor's own resources (tenant policies).
+	podjanitor versioned.Interface
 	// clock is the process's steady clock (apiclock.ProcessClock); apiClock
 	// reads the API server's offset from it in every response.
 	clock    clock.WithTicker
@@ -78,7 +82,14 @@ func newClients(cfg *rest.Config, wrappers ...transport.WrapperFunc) (*clients, 
 	if err != nil {
 		return nil, fmt.Errorf("creating metadata client: %w", err)
 	}
-	return &clients{config: cfg, kube: kube, metadata: meta}, nil
+	// Custom resources have no protobuf encoding: JSON for podjanitor.io.
+	pjCfg := rest.CopyConfig(cfg)
+	pjCfg.ContentType, pjCfg.AcceptContentTypes = runtime.ContentTypeJSON, runtime.ContentTypeJSON
+	pj, err := versioned.NewForConfig(pjCfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating podjanitor.io clientset: %w", err)
+	}
+	return &clients{config: cfg, kube: kube, metadata: meta, podjanitor: pj}, nil
 }
 
 func restConfig(flags clusterFlags) (*rest.Config, error) {
@@ -211,6 +222,13 @@ func namespaceFieldSelector(namespace string) string {
 		return ""
 	}
 	return fields.OneTermEqualSelector("metadata.name", namespace).String()
+}
+
+// newTenantInformer watches the tenant policies (PodLifetimePolicy) of
+// --namespace, else of every namespace.
+func newTenantInformer(client versioned.Interface, scope scopeFlags) cache.SharedIndexInformer {
+	return podjanitorinformers.NewSharedInformerFactoryWithOptions(client, 0, podjanitorinformers.WithNamespace(scope.namespace)).
+		Podjanitor().V1alpha1().PodLifetimePolicies().Informer()
 }
 
 // keepAnnotationKey is the keep annotation under prefix (--annotation-prefix).

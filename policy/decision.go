@@ -73,12 +73,16 @@ type Decision struct {
 	Deadline time.Time
 	Action   Action
 	// Source is what set the deadline: the full annotation key
-	// ("podjanitor.io/ttl") or "rule/<name>".
+	// ("podjanitor.io/ttl"), "rule/<name>" for the policy file's rules, or
+	// "podlifetimepolicy/<policy>/rule/<name>" for a tenant policy's.
 	Source string
 	// Reason is one of the Reason* constants.
 	Reason string
 	// Rule is the deciding rule's name, "" for annotations.
 	Rule string
+	// Policy is "<namespace>/<name>" of the tenant policy whose rule decided,
+	// "" for annotations and the policy file's rules.
+	Policy string
 	// GracePeriodSeconds is the rule's grace period for the removal; nil means the pod's own.
 	GracePeriodSeconds *int64
 	// Kept is set when the keep annotation of the pod or of its namespace
@@ -118,8 +122,12 @@ func (e *AnnotationError) Unwrap() error { return e.Err }
 type Evaluator struct {
 	// Prefix is the annotation prefix without the trailing slash; "" means DefaultAnnotationPrefix.
 	Prefix string
-	// Policy holds the rules for pods without deadline annotations; nil means annotations only.
+	// Policy holds the cluster's rules for pods without deadline
+	// annotations; nil means annotations only.
 	Policy *Policy
+	// Tenants holds the namespaces' own rules (tenant policies), tried
+	// before Policy's; nil means none.
+	Tenants Tenants
 }
 
 // AnnotationKey is the full key of an annotation name: "podjanitor.io/ttl".
@@ -161,8 +169,11 @@ func (e *Evaluator) Decide(pod *corev1.Pod, ns *Namespace, now time.Time) (Decis
 	if err != nil {
 		return decision, err
 	}
-	if !annotated && e.Policy != nil {
-		decision = e.Policy.decide(pod, ns, now)
+	if !annotated {
+		decision = e.decideByTenants(pod, ns, now)
+		if !decision.HasDeadline() && e.Policy != nil {
+			decision = e.Policy.decide(pod, ns, now)
+		}
 	}
 	if !decision.HasDeadline() {
 		return decision, nil

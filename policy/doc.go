@@ -7,7 +7,9 @@
 // keep annotation vetoes everything; a pod whose namespace is not known is
 // left alone until it is; a pod carrying any deadline annotation is decided by
 // its annotations alone (the earliest deadline wins); otherwise the first
-// policy rule whose match and clock apply decides. Last, the keep annotation
+// rule whose match and clock apply decides: of the tenant policies of the
+// pod's namespace (Evaluator.Tenants, by policy name; never for kube-system
+// or the critical priority classes), then of the policy file. Last, the keep annotation
 // of the pod's namespace vetoes whatever deadline was found. A key under the
 // prefix that is not one of AnnotationNames makes the pod's annotations
 // invalid, as a value that does not parse does.
@@ -22,5 +24,6 @@
 // stuck pending, crash looping); duration.go the durations of annotations
 // and rules ("90m", "3d", "1w"); policy.go the policy file's types; and
 // validation.go, with decode.go, how a file is parsed and checked, with
-// errors that name the rule and the field.
+// errors that name the rule and the field; tenant.go the tenant policies
+// (PodLifetimePolicy) and the cluster admin's restrictions on them.
 package policy

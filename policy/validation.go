@@ -271,6 +271,9 @@ func validatePriorityClassNames(field string, names []string) error {
 	return nil
 }
 
+// Clocks are the clocks a rule may count from.
+func Clocks() []Clock { return clockNames() }
+
 func clockNames() []Clock {
 	return []Clock{ClockFinished, ClockPending, ClockCrashLooping, ClockCreated}
 }

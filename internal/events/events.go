@@ -110,6 +110,9 @@ const (
 	// the removal, or the API server refused it for good (RBAC, an invalid
 	// request).
 	ReasonRemovalRefused = "RemovalRefused"
+	// ReasonPolicyNotUsed (Warning, on a PodLifetimePolicy): podjanitor does
+	// not use its rules, and says why.
+	ReasonPolicyNotUsed = "PolicyNotUsed"
 )
 
 // NoteLimit is the most bytes the events API stores in a note (its
@@ -237,6 +240,13 @@ func (r *Reporter) InvalidAnnotation(pod *corev1.Pod, e *policy.AnnotationError)
 func (r *Reporter) InvalidNamespaceAnnotation(e *policy.AnnotationError) {
 	_, ns := namespaceGroup(e.Namespace, "")
 	r.eventf(&ns, nil, corev1.EventTypeWarning, ReasonInvalidAnnotation, "Validate", "Not removing pods: %s", annotationErrorNote(e))
+}
+
+// TenantPolicyNotUsed warns, on a tenant policy (a PodLifetimePolicy), that
+// podjanitor does not use its rules (the controller warns once per
+// generation and message).
+func (r *Reporter) TenantPolicyNotUsed(policyRef *corev1.ObjectReference, reason, message string) {
+	r.eventf(policyRef, nil, corev1.EventTypeWarning, ReasonPolicyNotUsed, "Validate", "Not using the rules (%s): %s", reason, message)
 }
 
 // annotationErrorNote is the error with a long value shortened, in the

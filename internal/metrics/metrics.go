@@ -57,6 +57,7 @@ type Metrics struct {
 	removalLateness    prometheus.Histogram
 	leader             prometheus.Gauge
 	policyReloads      *prometheus.CounterVec
+	tenantPolicies     *prometheus.GaugeVec
 	workqueue          workqueueMetrics
 	restRequestResults *prometheus.CounterVec
 	restLatency        *prometheus.HistogramVec
@@ -134,6 +135,10 @@ func New(controller, version, commit string) *Metrics {
 			Name: "podjanitor_policy_reloads_total",
 			Help: "Policy file reloads, by result (success, or error when the new file was rejected).",
 		}, []string{"result"}),
+		tenantPolicies: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "podjanitor_tenant_policies",
+			Help: "Tenant policies (PodLifetimePolicy resources) podjanitor has read, by whether it uses their rules (ready=\"true\") or not (ready=\"false\": see their Ready condition). 0 with --tenant-policies=false.",
+		}, []string{"ready"}),
 		restRequestResults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rest_client_requests_total",
 			Help: "Number of HTTP requests to the API server, by status code, method and host.",
@@ -162,7 +167,7 @@ func New(controller, version, commit string) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics,
 		m.reconcileTime, m.activeWorkers, m.maxConcurrent, m.podsRemoved, m.removalErrors,
-		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, buildInfo, m.restRequestResults, m.restLatency,
+		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, m.tenantPolicies, buildInfo, m.restRequestResults, m.restLatency,
 		m.leaderStatus, m.leaderSlowpath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
@@ -177,6 +182,8 @@ func New(controller, version, commit string) *Metrics {
 	}
 	m.policyReloads.WithLabelValues(ResultSuccess)
 	m.policyReloads.WithLabelValues(ResultError)
+	m.tenantPolicies.WithLabelValues("true")
+	m.tenantPolicies.WithLabelValues("false")
 	return m
 }
 
@@ -321,6 +328,15 @@ func (m *Metrics) SetNamespaceWatchHealthy(healthy bool) {
 		v = 1
 	}
 	m.namespaceWatch.Set(v)
+}
+
+// SetTenantPolicies sets podjanitor_tenant_policies: how many tenant
+// policies podjanitor uses (ready) and how many it does not (notReady).
+func (m *Metrics) SetTenantPolicies(ready, notReady int) {
+	if m != nil {
+		m.tenantPolicies.WithLabelValues("true").Set(float64(ready))
+		m.tenantPolicies.WithLabelValues("false").Set(float64(notReady))
+	}
 }
 
 func (m *Metrics) SetClockOffset(d time.Duration) {

@@ -1,0 +1,173 @@
+package tenant
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// writeLog records the writer's writes, by policy, with the fake clock's time.
+type writeLog struct {
+	clock  *testingclock.FakeClock
+	mu     sync.Mutex
+	writes map[string][]time.Time
+	wrote  chan string
+}
+
+func (l *writeLog) write(_ context.Context, key string) error {
+	l.mu.Lock()
+	l.writes[key] = append(l.writes[key], l.clock.Now())
+	l.mu.Unlock()
+	l.wrote <- key
+	return nil
+}
+
+func (l *writeLog) count(key string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.writes[key])
+}
+
+// expectWrite waits (in real time, generously) for one write of key.
+func (l *writeLog) expectWrite(t *testing.T, key string) {
+	t.Helper()
+	select {
+	case got := <-l.wrote:
+		if got != key {
+			t.Fatalf("wrote %s, want %s", got, key)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no write of %s", key)
+	}
+}
+
+func (l *writeLog) expectNoWrite(t *testing.T) {
+	t.Helper()
+	select {
+	case got := <-l.wrote:
+		t.Fatalf("wrote %s, want no write", got)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// TestStatusWriterRateBound proves that a policy's status is written at most
+// once per interval however often it is marked, that marks in an interval
+// coalesce into one write at its end, and that policies do not share a bound.
+func TestStatusWriterRateBound(t *testing.T) {
+	const interval = 10 * time.Second
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	log := &writeLog{clock: clk, writes: map[string][]time.Time{}, wrote: make(chan string, 1000)}
+	w := NewStatusWriter(clk, interval, log.write)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	// A first mark is written at once; a thousand more in the interval
+	// (a pod event each) wait for its end.
+	w.Mark("a/p")
+	log.expectWrite(t, "a/p")
+	for range 1000 {
+		w.Mark("a/p")
+	}
+	w.Mark("b/q") // another policy is not held back by a/p's writes
+	log.expectWrite(t, "b/q")
+	log.expectNoWrite(t)
+	clk.Step(interval - time.Second)
+	log.expectNoWrite(t)
+	clk.Step(time.Second)
+	log.expectWrite(t, "a/p")
+	log.expectNoWrite(t)
+	if n := log.count("a/p"); n != 2 {
+		t.Fatalf("a/p written %d times in one interval and 1001 marks, want 2", n)
+	}
+	// No mark, no write, however long.
+	clk.Step(10 * interval)
+	log.expectNoWrite(t)
+	// A mark long after the last write is written at once.
+	w.Mark("a/p")
+	log.expectWrite(t, "a/p")
+
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for key, times := range log.writes {
+		for i := 1; i < len(times); i++ {
+			if gap := times[i].Sub(times[i-1]); gap < interval {
+				t.Errorf("%s written %v after its previous write, want at least %v", key, gap, interval)
+			}
+		}
+	}
+}
+
+// TestTrackerSummary proves that the tracker counts each policy's pods and
+// their next deadline, moves a pod between policies, forgets pods, and
+// reports each change to the policies it concerns only.
+func TestTrackerSummary(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	var changed []string
+	tr := NewTracker(func(key string) { changed = append(changed, key) })
+	d := func(p string, minutes int) policy.Decision {
+		return policy.Decision{Policy: p, Deadline: t0.Add(time.Duration(minutes) * time.Minute)}
+	}
+	tr.Observe("a/pod-1", d("a/p", 10))
+	tr.Observe("a/pod-2", d("a/p", 5))
+	tr.Observe("a/pod-2", d("a/p", 5)) // the same: no change
+	if n, next := tr.Summary("a/p"); n != 2 || !next.Equal(t0.Add(5*time.Minute)) {
+		t.Errorf("Summary(a/p) = %d, %v; want 2, +5m", n, next)
+	}
+	tr.Observe("a/pod-2", d("a/q", 5)) // now another policy's
+	if n, next := tr.Summary("a/p"); n != 1 || !next.Equal(t0.Add(10*time.Minute)) {
+		t.Errorf("Summary(a/p) = %d, %v; want 1, +10m", n, next)
+	}
+	tr.Observe("a/pod-1", policy.Decision{Deadline: t0, Source: "rule/cluster"}) // the cluster file's now
+	tr.Forget("a/pod-2")
+	tr.Forget("a/pod-3") // never seen: no change
+	for _, key := range []string{"a/p", "a/q"} {
+		if n, next := tr.Summary(key); n != 0 || !next.IsZero() {
+			t.Errorf("Summary(%s) = %d, %v; want 0, zero", key, n, next)
+		}
+	}
+	want := []string{"a/p", "a/p", "a/p", "a/q", "a/p", "a/q"}
+	if len(changed) != len(want) {
+		t.Fatalf("changed %v, want %v", changed, want)
+	}
+	for i := range want {
+		if changed[i] != want[i] {
+			t.Fatalf("changed %v, want %v", changed, want)
+		}
+	}
+}
+
+// TestStoreOrder proves that a namespace's policies are tried by name and
+// that Set replaces and Delete drops.
+func TestStoreOrder(t *testing.T) {
+	s := NewStore()
+	mk := func(ns, name string) *policy.TenantPolicy { return &policy.TenantPolicy{Namespace: ns, Name: name} }
+	s.Set(mk("a", "zeta"))
+	s.Set(mk("a", "alpha"))
+	s.Set(mk("b", "beta"))
+	s.Set(mk("a", "alpha")) // replaced, not doubled
+	names := func(ns string) (out []string) {
+		for _, p := range s.For(ns) {
+			out = append(out, p.Name)
+		}
+		return out
+	}
+	if got := names("a"); len(got) != 2 || got[0] != "alpha" || got[1] != "zeta" {
+		t.Errorf("For(a) = %v, want [alpha zeta]", got)
+	}
+	s.Delete("a", "alpha")
+	s.Delete("b", "beta")
+	if got := names("a"); len(got) != 1 || got[0] != "zeta" {
+		t.Errorf("For(a) = %v, want [zeta]", got)
+	}
+	if got := names("b"); len(got) != 0 {
+		t.Errorf("For(b) = %v, want none", got)
+	}
+}

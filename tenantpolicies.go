@@ -1,0 +1,350 @@
+package main
+
+// Tenant policies: the PodLifetimePolicy resources in which namespace owners
+// write rules for the pods of their namespace (--tenant-policies). The
+// controller converts each into a policy.TenantPolicy when it changes, keeps
+// the usable ones in a tenant.Store that its evaluator reads, decides the
+// policy's namespace again, and writes the policy's status at a bounded rate.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/podjanitor/podjanitor/internal/events"
+	"github.com/podjanitor/podjanitor/internal/tenant"
+	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
+	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
+	listers "github.com/podjanitor/podjanitor/pkg/generated/listers/podjanitor/v1alpha1"
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// Ready condition reasons besides policy.TenantReason*.
+const tenantReasonInUse = "RulesInUse"
+
+// tenantPolicies is the controller's side of the tenant policies.
+type tenantPolicies struct {
+	client       versioned.Interface
+	lister       listers.PodLifetimePolicyLister
+	synced       cache.InformerSynced
+	restrictions policy.Restrictions
+
+	store   *tenant.Store
+	tracker *tenant.Tracker
+	status  *tenant.StatusWriter
+
+	mu sync.Mutex
+	// seen is what the controller made of each policy it read, by key.
+	seen map[string]tenantSeen
+	// reads are confirm's last reads from the API server, by key.
+	reads map[string]tenantRead
+	clock clock.PassiveClock
+}
+
+// tenantRead is a read of a policy from the API server; zero uid: not found.
+type tenantRead struct {
+	at         time.Time
+	uid        types.UID
+	generation int64
+}
+
+// tenantSeen is what the controller made of one generation of a policy:
+// err says why it is not used (nil: it is).
+type tenantSeen struct {
+	uid        types.UID
+	generation int64
+	rules      int
+	err        *policy.TenantError
+}
+
+// convertTenantPolicy makes the policy.TenantPolicy of a resource under the restrictions.
+func convertTenantPolicy(obj *v1alpha1.PodLifetimePolicy, r policy.Restrictions) (*policy.TenantPolicy, error) {
+	// The loader the API server's validation agrees with (policy.ParseRules),
+	// on the rules as the API server stores them.
+	data, err := json.Marshal(obj.Spec.Rules)
+	if err != nil {
+		return nil, err
+	}
+	parsed, err := policy.ParseRules(data)
+	if err != nil {
+		return nil, &policy.TenantError{Reason: policy.TenantReasonInvalid, Message: err.Error()}
+	}
+	return policy.NewTenantPolicy(obj.Namespace, obj.Name, parsed.Rules, r)
+}
+
+// SetTenantPolicies makes the controller honour the tenant policies of
+// informer (a PodLifetimePolicy informer of the namespaces it watches),
+// under restrictions, writing their status with client at most once per
+// statusInterval each. Call it before Run, and before the informer starts.
+func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.SharedIndexInformer, client versioned.Interface,
+	r policy.Restrictions, statusInterval time.Duration) error {
+	logger := klog.FromContext(ctx)
+	t := &tenantPolicies{
+		client:       client,
+		lister:       listers.NewPodLifetimePolicyLister(informer.GetIndexer()),
+		synced:       informer.HasSynced,
+		restrictions: r,
+		store:        tenant.NewStore(),
+		seen:         map[string]tenantSeen{},
+		reads:        map[string]tenantRead{},
+		clock:        c.clock,
+	}
+	t.status = tenant.NewStatusWriter(c.clock, statusInterval, func(ctx context.Context, key string) error {
+		return c.writeTenantStatus(ctx, key)
+	})
+	t.tracker = tenant.NewTracker(t.status.Mark)
+	c.tenants = t
+	e := *c.evaluator.Load()
+	e.Tenants = t.store
+	c.evaluator.Store(&e)
+	_, err := informer.AddEventHandlerWithOptions(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj interface{}, isInInitialList bool) { c.tenantPolicyChanged(obj, !isInInitialList) },
+		UpdateFunc: func(old, cur interface{}) {
+			o, ok1 := old.(*v1alpha1.PodLifetimePolicy)
+			n, ok2 := cur.(*v1alpha1.PodLifetimePolicy)
+			// Status writes (ours) change neither: no work for them.
+			if !ok1 || !ok2 || o.Generation != n.Generation || o.UID != n.UID {
+				c.tenantPolicyChanged(cur, true)
+			}
+		},
+		DeleteFunc: c.tenantPolicyDeleted,
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return fmt.Errorf("adding tenant policy event handler: %w", err)
+	}
+	return nil
+}
+
+// tenantPolicyChanged converts a created or changed policy, puts it in the
+// store (or takes it out, when it cannot be used; writeTenantStatus warns), and
+// decides its namespace's pods again (not for the initial list: every pod is
+// decided once the caches have synced).
+func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
+	p, ok := obj.(*v1alpha1.PodLifetimePolicy)
+	if !ok {
+		utilruntime.HandleError(fmt.Errorf("tenant policy informer: unexpected %T", obj))
+		return
+	}
+	t := c.tenants
+	key := p.Namespace + "/" + p.Name
+	converted, err := convertTenantPolicy(p, t.restrictions)
+	seen := tenantSeen{uid: p.UID, generation: p.Generation, rules: len(p.Spec.Rules)}
+	if err != nil {
+		var te *policy.TenantError
+		if !errors.As(err, &te) {
+			te = &policy.TenantError{Reason: policy.TenantReasonInvalid, Message: err.Error()}
+		}
+		seen.err = te
+		t.store.Delete(p.Namespace, p.Name)
+	} else {
+		t.store.Set(converted)
+	}
+	t.mu.Lock()
+	t.seen[key] = seen
+	delete(t.reads, key)
+	c.setTenantMetrics()
+	t.mu.Unlock()
+	if seen.err != nil {
+		klog.Background().V(2).Info("Tenant policy read, not used", "policy", key, "generation", p.Generation, "reason", seen.err.Reason, "err", seen.err.Message)
+	} else {
+		klog.Background().V(2).Info("Tenant policy read", "policy", key, "generation", p.Generation, "rules", seen.rules)
+	}
+	t.status.Mark(key)
+	if enqueue {
+		c.enqueueNamespace(p.Namespace)
+	}
+}
+
+// tenantPolicyDeleted takes a deleted policy out of the store and decides
+// its namespace's pods again: the deadlines it gave are gone with it.
+func (c *Controller) tenantPolicyDeleted(obj interface{}) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	t := c.tenants
+	key := m.GetNamespace() + "/" + m.GetName()
+	t.store.Delete(m.GetNamespace(), m.GetName())
+	t.mu.Lock()
+	delete(t.seen, key)
+	delete(t.reads, key)
+	c.setTenantMetrics()
+	t.mu.Unlock()
+	t.status.Forget(key)
+	klog.Background().V(2).Info("Tenant policy deleted", "policy", key)
+	c.enqueueNamespace(m.GetNamespace())
+}
+
+// setTenantMetrics counts the policies by use; t.mu is held.
+func (c *Controller) setTenantMetrics() {
+	ready, notReady := 0, 0
+	for _, s := range c.tenants.seen {
+		if s.err == nil {
+			ready++
+		} else {
+			notReady++
+		}
+	}
+	c.metrics.SetTenantPolicies(ready, notReady)
+}
+
+func tenantPolicyRef(p *v1alpha1.PodLifetimePolicy) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: policy.TenantKind,
+		Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion,
+	}
+}
+
+// tenantStatus is the status the policy should have now, given what the
+// controller made of it and the pods it gives a deadline.
+func (c *Controller) tenantStatus(p *v1alpha1.PodLifetimePolicy, seen tenantSeen) v1alpha1.PodLifetimePolicyStatus {
+	status := *p.Status.DeepCopy()
+	status.ObservedGeneration = seen.generation
+	cond := metav1.Condition{Type: v1alpha1.ConditionReady, ObservedGeneration: seen.generation}
+	if seen.err != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, seen.err.Reason, events.CutNote(seen.err.Message)
+		status.PodsWithDeadline, status.NextDeadline = 0, nil
+	} else {
+		cond.Status, cond.Reason = metav1.ConditionTrue, tenantReasonInUse
+		cond.Message = fmt.Sprintf("podjanitor uses the %d rule(s) for the pods of namespace %s", seen.rules, p.Namespace)
+		n, next := c.tenants.tracker.Summary(p.Namespace + "/" + p.Name)
+		status.PodsWithDeadline, status.NextDeadline = int32(n), nil
+		if !next.IsZero() {
+			t := metav1.NewTime(next.UTC().Truncate(time.Second))
+			status.NextDeadline = &t
+		}
+	}
+	cond.LastTransitionTime = metav1.NewTime(c.now())
+	meta.SetStatusCondition(&status.Conditions, cond)
+	return status
+}
+
+// writeTenantStatus writes the policy's status if it differs from the
+// cached one (the tenant.StatusWriter calls it, at a bounded rate).
+func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
+	t := c.tenants
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	p, err := t.lister.PodLifetimePolicies(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	seen, ok := t.seen[key]
+	t.mu.Unlock()
+	if !ok || seen.uid != p.UID {
+		return nil // not read yet: its event marks it again
+	}
+	status := c.tenantStatus(p, seen)
+	if apiequality.Semantic.DeepEqual(status, p.Status) {
+		return nil
+	}
+	updated := p.DeepCopy()
+	updated.Status = status
+	ctx, cancel := context.WithTimeout(ctx, c.opts.WriteTimeout)
+	defer cancel()
+	_, err = t.client.PodjanitorV1alpha1().PodLifetimePolicies(namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	// One Warning per new reason or message, by the writer of the status
+	// (the leader), not by every replica's informer.
+	was := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
+	if seen.err != nil && (was == nil || was.Status != metav1.ConditionFalse || was.Reason != seen.err.Reason || was.Message != events.CutNote(seen.err.Message)) {
+		c.reporter.TenantPolicyNotUsed(tenantPolicyRef(p), seen.err.Reason, seen.err.Message)
+	}
+	return nil
+}
+
+// tenantFreshness is how old a read of a tenant policy may be for the last
+// check before a removal it decided (confirm).
+const tenantFreshness = time.Second
+
+// errTenantPolicyChanged: the policy as read now is not the one cached.
+var errTenantPolicyChanged = errors.New("the policy was deleted or changed since it was cached")
+
+// confirm reads the policy of key from the API server (or takes a read of
+// the last tenantFreshness) and says whether it is the one the cache holds
+// and uses: same UID and generation. A pod it gave a deadline is removed only
+// then, so that a policy deleted a moment ago removes nothing even while its
+// watch lags behind.
+func (t *tenantPolicies) confirm(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	seen, ok := t.seen[key]
+	fresh, recent := t.reads[key]
+	t.mu.Unlock()
+	if !ok || seen.err != nil {
+		return errTenantPolicyChanged
+	}
+	if !recent || t.clock.Since(fresh.at) > tenantFreshness {
+		got, err := t.client.PodjanitorV1alpha1().PodLifetimePolicies(namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			fresh = tenantRead{at: t.clock.Now()}
+		case err != nil:
+			return fmt.Errorf("reading the tenant policy: %w", err)
+		default:
+			fresh = tenantRead{at: t.clock.Now(), uid: got.UID, generation: got.Generation}
+		}
+		t.mu.Lock()
+		t.reads[key] = fresh
+		t.mu.Unlock()
+	}
+	if fresh.uid != seen.uid || fresh.generation != seen.generation {
+		return errTenantPolicyChanged
+	}
+	return nil
+}
+
+// startTenantPolicies makes the controller honour the tenant policies with
+// --tenant-policies and starts their informer; synced says when it has
+// synced (at once without --tenant-policies).
+func startTenantPolicies(ctx context.Context, c *Controller, clients *clients, o *flagValues) (synced func() bool, err error) {
+	if !o.tenants.enabled {
+		return func() bool { return true }, nil
+	}
+	// Without the CRD the informer would never sync, and the controller
+	// would never start: say so at once instead.
+	_, err = clients.podjanitor.PodjanitorV1alpha1().PodLifetimePolicies(o.scope.namespace).List(ctx, metav1.ListOptions{Limit: 1})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("--tenant-policies: the API server does not serve %s (install its CRD: kubectl apply -k artifacts/crd): %w", policy.TenantKind, err)
+	case apierrors.IsForbidden(err):
+		return nil, fmt.Errorf("--tenant-policies: podjanitor may not list %s (see its RBAC): %w", policy.TenantKind, err)
+	}
+	informer := newTenantInformer(clients.podjanitor, o.scope)
+	if err := c.SetTenantPolicies(ctx, informer, clients.podjanitor, o.tenants.restrictions, 0); err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).Info("Honouring tenant policies", "kind", policy.TenantKind, "restrictions", o.tenants.restrictions)
+	go informer.RunWithContext(ctx)
+	return informer.HasSynced, nil
+}
