@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
@@ -28,24 +29,39 @@ type endpointsConfig struct {
 	profiling               bool
 	metricsSecure           bool
 	metricsCertDir          string
-	// reviews is the API server that reviews the metrics callers' tokens and
-	// access (with metricsSecure).
-	reviews kubernetes.Interface
+	// reviews is the configuration of the API server that reviews the
+	// metrics callers' tokens and access (with metricsSecure).
+	reviews *rest.Config
 }
 
 // reviewedBy is cfg with the API server of the reviews.
-func (cfg endpointsConfig) reviewedBy(kube kubernetes.Interface) endpointsConfig {
-	cfg.reviews = kube
+func (cfg endpointsConfig) reviewedBy(config *rest.Config) endpointsConfig {
+	cfg.reviews = config
 	return cfg
+}
+
+// Client-side limits of the reviews: a scraper costs about one a minute (they
+// are cached), and callers with made-up tokens (each one a TokenReview) wait
+// on this limiter of their own, not on the removals'.
+const (
+	reviewQPS   = 5
+	reviewBurst = 10
+)
+
+// reviewClient is a clientset of config with a rate limiter of its own.
+func reviewClient(config *rest.Config) (kubernetes.Interface, error) {
+	c := rest.CopyConfig(config)
+	c.QPS, c.Burst, c.RateLimiter = reviewQPS, reviewBurst, nil
+	return kubernetes.NewForConfig(c)
 }
 
 // serveEndpoints starts /metrics and /healthz+/readyz; they serve before the
 // cache syncs. /healthz fails while watchdog (nil without leader election)
-// does, /readyz until synced and while namespaceWatch returns an error. With
-// cfg.metricsSecure, /metrics (and pprof) are served over HTTPS to callers
-// whose token reviews (a TokenReview and a SubjectAccessReview through
-// cfg.reviews) allow it; the health endpoints stay plain HTTP, for the kubelet. An
-// endpoint that stops serving sends its error to errs.
+// does, /readyz until synced and while namespaceWatch returns an error.
+// With cfg.metricsSecure, /metrics (and pprof) are served over HTTPS to
+// callers whose reviews (a TokenReview and a SubjectAccessReview to
+// cfg.reviews) allow it; the health endpoints stay plain HTTP, for the
+// kubelet. An endpoint that stops serving sends its error to errs.
 func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.Metrics, watchdog *leaderelection.HealthzAdaptor,
 	synced func() bool, namespaceWatch func() error, errs chan<- error) error {
 	if cfg.metricsAddr != "0" {
@@ -61,8 +77,11 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 		var handler http.Handler = mux
 		var tlsConfig *tls.Config
 		if cfg.metricsSecure {
-			var err error
-			if handler, err = secureserving.WithAuth(mux, cfg.reviews.AuthenticationV1(), cfg.reviews.AuthorizationV1()); err != nil {
+			reviews, err := reviewClient(cfg.reviews)
+			if err != nil {
+				return fmt.Errorf("metrics endpoint: %w", err)
+			}
+			if handler, err = secureserving.WithAuth(mux, reviews.AuthenticationV1(), reviews.AuthorizationV1()); err != nil {
 				return fmt.Errorf("metrics endpoint: %w", err)
 			}
 			if tlsConfig, err = secureserving.TLSConfig(ctx, cfg.metricsCertDir, secureserving.Hosts()...); err != nil {
