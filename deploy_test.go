@@ -269,6 +269,9 @@ var (
 		"podjanitor.io/podlifetimepolicies get", "podjanitor.io/podlifetimepolicies list", "podjanitor.io/podlifetimepolicies watch",
 		"podjanitor.io/podlifetimepolicies/status patch", "podjanitor.io/podlifetimepolicies/status update",
 	}
+	// reviewPermissions are cluster-scoped too: --metrics-secure's
+	// TokenReviews and SubjectAccessReviews of the callers of /metrics.
+	reviewPermissions = []string{"authentication.k8s.io/tokenreviews create", "authorization.k8s.io/subjectaccessreviews create"}
 )
 
 // aggregateLabel is the label prefix of ClusterRoles aggregated into the
@@ -330,6 +333,13 @@ func checkTenantRoles(t *testing.T, roles []*rbacv1.ClusterRole) {
 	}
 }
 
+// clusterPermissions is what podjanitor's ClusterRole grants with scope cluster.
+func clusterPermissions() []string {
+	out := slices.Concat(namespacePermissions, podPermissions, reviewPermissions)
+	slices.Sort(out)
+	return out
+}
+
 // checkLeaseRole: role grants create on Leases (which RBAC cannot restrict by
 // name) and get and update on the Lease lease alone (resourceNames), the
 // calls of client-go's LeaseLock, in namespace ns; nothing else.
@@ -386,7 +396,7 @@ func TestDeployRBACIsLeastPrivilege(t *testing.T) {
 	own, tenant := splitTenantRoles(d.clusterRoles)
 	checkTenantRoles(t, tenant)
 	cr := one(t, "ClusterRole", own)
-	want := append(slices.Clone(namespacePermissions), podPermissions...)
+	want := clusterPermissions()
 	if got := permissions(t, "ClusterRole", cr.Rules); !slices.Equal(got, want) {
 		t.Errorf("ClusterRole %s grants\n  %q\nwant exactly\n  %q", cr.Name, got, want)
 	}
@@ -490,6 +500,9 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment, cm *corev1.ConfigMap)
 		}
 	}
 	checkPort("metrics-bind-address", o.endpoints.metricsAddr, "metrics")
+	if !o.endpoints.metricsSecure {
+		t.Errorf("args %q: want --metrics-secure=true (HTTPS, authorized callers only)", c.Args)
+	}
 	checkPort("health-probe-bind-address", o.endpoints.healthAddr, "health")
 	checkProbe := func(what string, p *corev1.Probe, path string) {
 		t.Helper()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -10,23 +11,57 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/internal/metrics"
+	"github.com/podjanitor/podjanitor/internal/secureserving"
 )
 
 // endpointsConfig are the addresses of podjanitor's HTTP endpoints ("0"
-// disables one) and whether the metrics address serves pprof.
+// disables one), whether the metrics address serves pprof, and whether it
+// serves HTTPS to authorized callers only, with the certificate of
+// metricsCertDir (else self-signed).
 type endpointsConfig struct {
 	metricsAddr, healthAddr string
 	profiling               bool
+	metricsSecure           bool
+	metricsCertDir          string
+	// reviews is the configuration of the API server that reviews the
+	// metrics callers' tokens and access (with metricsSecure).
+	reviews *rest.Config
+}
+
+// reviewedBy is cfg with the API server of the reviews.
+func (cfg endpointsConfig) reviewedBy(config *rest.Config) endpointsConfig {
+	cfg.reviews = config
+	return cfg
+}
+
+// Client-side limits of the reviews: a scraper costs about one a minute (they
+// are cached), and callers with made-up tokens (each one a TokenReview) wait
+// on this limiter of their own, not on the removals'.
+const (
+	reviewQPS   = 5
+	reviewBurst = 10
+)
+
+// reviewClient is a clientset of config with a rate limiter of its own.
+func reviewClient(config *rest.Config) (kubernetes.Interface, error) {
+	c := rest.CopyConfig(config)
+	c.QPS, c.Burst, c.RateLimiter = reviewQPS, reviewBurst, nil
+	return kubernetes.NewForConfig(c)
 }
 
 // serveEndpoints starts /metrics and /healthz+/readyz; they serve before the
 // cache syncs. /healthz fails while watchdog (nil without leader election)
-// does, /readyz until synced and while namespaceWatch returns an error. An
-// endpoint that stops serving sends its error to errs.
+// does, /readyz until synced and while namespaceWatch returns an error.
+// With cfg.metricsSecure, /metrics (and pprof) are served over HTTPS to
+// callers whose reviews (a TokenReview and a SubjectAccessReview to
+// cfg.reviews) allow it; the health endpoints stay plain HTTP, for the
+// kubelet. An endpoint that stops serving sends its error to errs.
 func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.Metrics, watchdog *leaderelection.HealthzAdaptor,
 	synced func() bool, namespaceWatch func() error, errs chan<- error) error {
 	if cfg.metricsAddr != "0" {
@@ -39,7 +74,21 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		}
-		if err := serve(ctx, "metrics", cfg.metricsAddr, mux, errs); err != nil {
+		var handler http.Handler = mux
+		var tlsConfig *tls.Config
+		if cfg.metricsSecure {
+			reviews, err := reviewClient(cfg.reviews)
+			if err != nil {
+				return fmt.Errorf("metrics endpoint: %w", err)
+			}
+			if handler, err = secureserving.WithAuth(mux, reviews.AuthenticationV1(), reviews.AuthorizationV1()); err != nil {
+				return fmt.Errorf("metrics endpoint: %w", err)
+			}
+			if tlsConfig, err = secureserving.TLSConfig(ctx, cfg.metricsCertDir, secureserving.Hosts()...); err != nil {
+				return fmt.Errorf("metrics endpoint: %w", err)
+			}
+		}
+		if err := serve(ctx, "metrics", cfg.metricsAddr, handler, tlsConfig, errs); err != nil {
 			return err
 		}
 	}
@@ -65,20 +114,26 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 			}
 			fmt.Fprintln(w, "ok")
 		})
-		if err := serve(ctx, "health", cfg.healthAddr, mux, errs); err != nil {
+		if err := serve(ctx, "health", cfg.healthAddr, mux, nil, errs); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func serve(ctx context.Context, name, addr string, handler http.Handler, errs chan<- error) error {
+// serve serves handler on addr, over TLS with a non-nil tlsConfig.
+func serve(ctx context.Context, name, addr string, handler http.Handler, tlsConfig *tls.Config, errs chan<- error) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s endpoint: %w", name, err)
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	klog.FromContext(ctx).Info("Serving "+name+" endpoint", "address", ln.Addr().String())
+	scheme := "http"
+	if tlsConfig != nil {
+		scheme = "https"
+		ln = tls.NewListener(ln, tlsConfig)
+	}
+	klog.FromContext(ctx).Info("Serving "+name+" endpoint", "address", ln.Addr().String(), "scheme", scheme)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("%s endpoint: %w", name, err)

@@ -129,7 +129,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 	synced := func() bool {
 		return podInformer.Informer().HasSynced() && namespaceInformer.HasSynced() && tenantsSynced()
 	}
-	if err := serveEndpoints(ctx, o.endpoints, meters, watchdog, synced, namespaceWatch.check, serveErr); err != nil {
+	if err := serveEndpoints(ctx, o.endpoints.reviewedBy(clients.config), meters, watchdog, synced, namespaceWatch.check, serveErr); err != nil {
 		return err
 	}
 

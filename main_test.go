@@ -2,17 +2,22 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/podjanitor/podjanitor/internal/metrics"
 )
@@ -31,6 +36,8 @@ func TestFlagValidation(t *testing.T) {
 		"lease shorter":         {args: []string{"--leader-elect", "--leader-elect-lease-duration", "5s"}, wantErr: "--leader-elect-lease-duration"},
 		"bad bind address":      {args: []string{"--metrics-bind-address", "8080"}, wantErr: "--metrics-bind-address"},
 		"metrics disabled":      {args: []string{"--metrics-bind-address", "0"}},
+		"secure metrics":        {args: []string{"--metrics-secure", "--metrics-cert-dir", "/etc/tls"}},
+		"cert dir, plain HTTP":  {args: []string{"--metrics-cert-dir", "/etc/tls"}, wantErr: "--metrics-cert-dir"},
 		"stray argument":        {args: []string{"extra"}, wantErr: "unexpected argument"},
 		"unparsable duration":   {args: []string{"--shutdown-timeout", "soon"}, wantErr: "shutdown-timeout"},
 		"klog verbosity passes": {args: []string{"-v=4"}},
@@ -101,6 +108,113 @@ func TestProfilingIsOptIn(t *testing.T) {
 			t.Errorf("--profiling=%v: /debug/pprof/cmdline = %d, want %d", profiling, resp.StatusCode, want)
 		}
 		cancel()
+	}
+}
+
+// TestSecureMetricsRefuseAnonymous: with --metrics-secure, /metrics and pprof
+// are HTTPS only and refuse a caller without a token (401, before any review
+// reaches the API server, here an address that answers nothing); the health
+// endpoints stay plain HTTP, for the kubelet.
+func TestSecureMetricsRefuseAnonymous(t *testing.T) {
+	addrs := make([]string, 2)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[i] = ln.Addr().String()
+		ln.Close()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := endpointsConfig{metricsAddr: addrs[0], healthAddr: addrs[1], profiling: true, metricsSecure: true,
+		reviews: &rest.Config{Host: "https://127.0.0.1:1"}}
+	if err := serveEndpoints(ctx, cfg, metrics.New(controllerName, "test", "test"), nil, func() bool { return true }, func() error { return nil }, make(chan error, 2)); err != nil {
+		t.Fatal(err)
+	}
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	for _, path := range []string{"/metrics", "/debug/pprof/", "/debug/pprof/cmdline"} {
+		resp, err := insecure.Get("https://" + addrs[0] + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || strings.Contains(string(body), "podjanitor_") {
+			t.Errorf("anonymous GET %s: %d %q, want 401", path, resp.StatusCode, body)
+		}
+	}
+	if resp, err := http.Get("http://" + addrs[0] + "/metrics"); err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK || strings.Contains(string(body), "podjanitor_") {
+			t.Errorf("plain HTTP GET /metrics with --metrics-secure: %d %q", resp.StatusCode, body)
+		}
+	}
+	resp, err := http.Get("http://" + addrs[1] + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("plain HTTP /healthz with --metrics-secure: %d, want 200", resp.StatusCode)
+	}
+}
+
+// countingLimiter is a client-side rate limiter that counts the requests it lets through.
+type countingLimiter struct {
+	flowcontrol.RateLimiter
+	n atomic.Int64
+}
+
+func (l *countingLimiter) Wait(ctx context.Context) error { l.n.Add(1); return l.RateLimiter.Wait(ctx) }
+func (l *countingLimiter) TryAccept() bool                { l.n.Add(1); return l.RateLimiter.TryAccept() }
+func (l *countingLimiter) Accept()                        { l.n.Add(1); l.RateLimiter.Accept() }
+
+// TestSecureMetricsReviewsHaveTheirOwnLimiter: callers with tokens of their
+// own making (a TokenReview each, nothing cached) take the reviews' client
+// limiter, not the one that paces the removals.
+func TestSecureMetricsReviewsHaveTheirOwnLimiter(t *testing.T) {
+	var reviews atomic.Int64
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/apis/authentication.k8s.io/v1/tokenreviews" {
+			http.NotFound(w, r)
+			return
+		}
+		reviews.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","status":{"authenticated":false}}`)
+	}))
+	defer api.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	removals := &countingLimiter{RateLimiter: flowcontrol.NewTokenBucketRateLimiter(50, 100)}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := endpointsConfig{metricsAddr: addr, healthAddr: "0", metricsSecure: true,
+		reviews: &rest.Config{Host: api.URL, RateLimiter: removals, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}}
+	if err := serveEndpoints(ctx, cfg, metrics.New(controllerName, "test", "test"), nil, func() bool { return true }, func() error { return nil }, make(chan error, 2)); err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	for i := range 5 {
+		req, _ := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
+		req.Header.Set("Authorization", fmt.Sprintf("Bearer made-up-%d", i))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("made-up token %d: %d, want 401", i, resp.StatusCode)
+		}
+	}
+	if reviews.Load() != 5 || removals.n.Load() != 0 {
+		t.Errorf("5 made-up tokens: %d TokenReviews, %d of them through the removals' limiter; want 5 and 0", reviews.Load(), removals.n.Load())
 	}
 }
 
