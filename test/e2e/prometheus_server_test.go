@@ -141,10 +141,12 @@ func sanitize(name string) string {
 // selector and the container port's name, finished pods dropped, and the
 // target labels namespace, container, pod, job (<namespace>/<name>, or the
 // jobLabel) and endpoint, followed by the endpoint's own relabelings.
-// Differences from the operator: service discovery authenticates with the
-// e2e kubeconfig rather than Prometheus's ServiceAccount, there is one shard
-// (no hashmod relabelling), and the interval is the test's.
-func podMonitorScrapeConfigs(t *testing.T, pm podMonitor, ns, kubeconfigPath string) []map[string]any {
+// Differences from the operator: there is one shard (no hashmod
+// relabelling), and in the test service discovery authenticates with the
+// e2e kubeconfig (kubeconfigPath; "" is Prometheus's in-cluster
+// ServiceAccount) and the interval is the test's (interval; "" is the
+// endpoint's).
+func podMonitorScrapeConfigs(t *testing.T, pm podMonitor, ns, kubeconfigPath, interval string) []map[string]any {
 	t.Helper()
 	namespaces := []string{ns}
 	if s := pm.Spec.NamespaceSelector; s != nil {
@@ -212,18 +214,27 @@ func podMonitorScrapeConfigs(t *testing.T, pm podMonitor, ns, kubeconfigPath str
 		if _, err := time.ParseDuration(ep.Interval); ep.Interval != "" && err != nil {
 			t.Fatalf("%s: interval %q: %v", podMonitorFile, ep.Interval, err)
 		}
+		sd := map[string]any{"role": "pod", "namespaces": map[string]any{"names": namespaces}}
+		if kubeconfigPath != "" {
+			sd["kubeconfig_file"] = kubeconfigPath
+		}
 		job := map[string]any{
-			"job_name":        fmt.Sprintf("podMonitor/%s/%s/%d", ns, pm.Metadata.Name, i),
-			"honor_labels":    ep.HonorLabels,
-			"scrape_interval": promScrapeInterval, // the shipped interval, shortened
-			"scrape_timeout":  promScrapeInterval,
-			"metrics_path":    cmp.Or(ep.Path, "/metrics"),
-			"scheme":          cmp.Or(ep.Scheme, "http"),
-			"kubernetes_sd_configs": []map[string]any{{
-				"role": "pod", "kubeconfig_file": kubeconfigPath,
-				"namespaces": map[string]any{"names": namespaces},
-			}},
-			"relabel_configs": relabel,
+			"job_name":              fmt.Sprintf("podMonitor/%s/%s/%d", ns, pm.Metadata.Name, i),
+			"honor_labels":          ep.HonorLabels,
+			"metrics_path":          cmp.Or(ep.Path, "/metrics"),
+			"scheme":                cmp.Or(ep.Scheme, "http"),
+			"kubernetes_sd_configs": []map[string]any{sd},
+			"relabel_configs":       relabel,
+		}
+		if interval != "" {
+			job["scrape_interval"], job["scrape_timeout"] = interval, interval
+		} else {
+			if ep.Interval != "" {
+				job["scrape_interval"] = ep.Interval
+			}
+			if ep.ScrapeTimeout != "" {
+				job["scrape_timeout"] = ep.ScrapeTimeout
+			}
 		}
 		if len(metricRelabel) > 0 {
 			job["metric_relabel_configs"] = metricRelabel

@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
 )
 
 // alertMargin is how long after its (shortened) `for:` an alert may take to
@@ -51,6 +52,13 @@ type firingRow struct {
 	took, bound         time.Duration
 	fired               bool
 	fault               string
+}
+
+// ran says whether the scenario of alert has run.
+func (e *promEnv) ran(alert string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.ContainsFunc(e.rows, func(r firingRow) bool { return r.alert == alert })
 }
 
 func (e *promEnv) record(r firingRow) {
@@ -103,6 +111,14 @@ func realNodeAddress(t *testing.T) string {
 // the Deployment. waitFor is the log line to wait for ("" for startDaemon's).
 func (e *promEnv) janitor(t *testing.T, ns, pod, waitFor string, args ...string) *daemon {
 	t.Helper()
+	d, port := e.process(t, ns, waitFor, args...)
+	e.standIn(t, ns, pod, e.pm.Spec.Selector.MatchLabels, "metrics", port)
+	return d
+}
+
+// process is janitor without the stand-in pod; it returns the metrics port.
+func (e *promEnv) process(t *testing.T, ns, waitFor string, args ...string) (*daemon, string) {
+	t.Helper()
 	if waitFor == "" {
 		waitFor = "Started workers"
 	}
@@ -112,8 +128,7 @@ func (e *promEnv) janitor(t *testing.T, ns, pod, waitFor string, args ...string)
 	if err != nil {
 		t.Fatalf("metrics endpoint %q: %v", d.endpoints()["metrics"], err)
 	}
-	e.standIn(t, ns, pod, e.pm.Spec.Selector.MatchLabels, "metrics", port)
-	return d
+	return d, port
 }
 
 // standIn creates a hostNetwork pod on the real node running the pause image,
@@ -242,7 +257,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	var scrape []map[string]any
 	for _, s := range scenarios {
 		ns[s] = promNamespace(t, s)
-		scrape = append(scrape, podMonitorScrapeConfigs(t, e.pm, ns[s], kubeconfig)...)
+		scrape = append(scrape, podMonitorScrapeConfigs(t, e.pm, ns[s], kubeconfig, promScrapeInterval)...)
 	}
 	absentNS := promNamespace(t, "absent")
 
@@ -298,7 +313,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	absent := e.janitor(t, absentNS, "podjanitor-absent", "")
 
 	prom := startPrometheus(t, "shared", scrape, rules)
-	promAbsent := startPrometheus(t, "absent", podMonitorScrapeConfigs(t, e.pm, absentNS, kubeconfig), rules)
+	promAbsent := startPrometheus(t, "absent", podMonitorScrapeConfigs(t, e.pm, absentNS, kubeconfig, promScrapeInterval), rules)
 	waitScraped(t, prom, ns["healthy"], 1)
 	waitScraped(t, prom, ns["dryrun"], 1)
 
@@ -345,11 +360,22 @@ func TestPrometheusAlerts(t *testing.T) {
 			t.Parallel()
 			n := ns["noleader"]
 			holdLease(t, n, "podjanitor", "elsewhere")
-			for i := range 2 {
-				e.janitor(t, n, fmt.Sprintf("podjanitor-%d", i), "Serving metrics endpoint", elect(n)...)
+			var ports []string
+			for range 2 {
+				d, port := e.process(t, n, "Serving metrics endpoint", elect(n)...)
+				d.waitLog("Failed to acquire lease", 30*time.Second) // another holds it
+				ports = append(ports, port)
 			}
-			at := waitScraped(t, prom, n, 2)
+			for i, port := range ports {
+				e.standIn(t, n, fmt.Sprintf("podjanitor-%d", i), e.pm.Spec.Selector.MatchLabels, "metrics", port)
+			}
+			// No replica leads from the first scrape on.
+			at := waitScraped(t, prom, n, 1)
 			e.expectFiring(t, prom, "PodJanitorNoLeader", n, "two replicas, the Lease held by another holder", at, shipped, short, 0)
+			waitScraped(t, prom, n, 2)
+			if _, ok := prom.waitFiring("PodJanitorNoLeader", map[string]string{"namespace": n}, 5*time.Second); !ok {
+				t.Error("PodJanitorNoLeader stopped firing with both replicas scraped")
+			}
 		})
 
 		t.Run("PodJanitorPolicyRejected", func(t *testing.T) {
@@ -438,6 +464,9 @@ func TestPrometheusAlerts(t *testing.T) {
 			"refused": "PodJanitorRemovalsRefused", "blocked": "PodJanitorEvictionsBlocked", "late": "PodJanitorRemovalsLate",
 			"nswatch": "PodJanitorNamespaceWatchFailing"}
 		for _, s := range scenarios {
+			if want[s] != "" && !e.ran(want[s]) {
+				continue // not run (go test -run)
+			}
 			got := firingOver(t, prom, fmt.Sprintf(",namespace=%q", ns[s]), start, end)
 			var w []string
 			if want[s] != "" {
@@ -613,5 +642,25 @@ func checkDashboard(t *testing.T, p *promServer, from, to time.Time, healthyNS s
 	}
 	if queries < 10 {
 		t.Errorf("only %d queries in %s", queries, dashboardFile)
+	}
+}
+
+// TestPlainPrometheusScrapeConfigDocumented: docs/operations.md shows the
+// scrape configuration that the Prometheus tests generate from the shipped
+// PodMonitor, for artifacts/deploy's namespace, its interval and Prometheus's
+// in-cluster service discovery.
+func TestPlainPrometheusScrapeConfigDocumented(t *testing.T) {
+	t.Parallel()
+	pm := readPodMonitor(t)
+	cfg, err := yaml.Marshal(map[string]any{"scrape_configs": podMonitorScrapeConfigs(t, pm, pm.Metadata.Namespace, "", "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(docs), "```yaml\n"+string(cfg)+"```\n") {
+		t.Errorf("docs/operations.md does not show the scrape configuration of the shipped PodMonitor; want this block:\n```yaml\n%s```", cfg)
 	}
 }
