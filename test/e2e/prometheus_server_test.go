@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -482,8 +483,12 @@ func (p *promServer) queryRange(expr string, start, end time.Time, step time.Dur
 		Result []promResult `json:"result"`
 	}
 	err := p.api("/api/v1/query_range", url.Values{"query": {expr},
-		"start": {fmt.Sprint(start.Unix())}, "end": {fmt.Sprint(end.Unix())}, "step": {step.String()}}, &data)
+		"start": {unixSeconds(start)}, "end": {unixSeconds(end.Add(step))}, "step": {step.String()}}, &data)
 	return data.Result, err
+}
+
+func unixSeconds(t time.Time) string {
+	return strconv.FormatFloat(float64(t.UnixMilli())/1000, 'f', 3, 64)
 }
 
 // waitQuery polls an instant query until cond holds for its result.
