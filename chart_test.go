@@ -145,7 +145,7 @@ func decodeRender(t *testing.T, manifest string) *chartRender {
 		if err := u.UnmarshalJSON(j); err != nil {
 			t.Fatalf("document %d: %v\n%s", i, err, doc)
 		}
-		if u.GetAPIVersion() == "monitoring.coreos.com/v1" {
+		if g := u.GroupVersionKind().Group; g == "monitoring.coreos.com" || g == "cert-manager.io" {
 			r.others = append(r.others, u)
 			continue
 		}
@@ -176,7 +176,8 @@ func TestHelmLint(t *testing.T) {
 	for _, set := range [][]string{
 		nil,
 		{"scope=namespace", "replicas=2", "podMonitor.enabled=true", "serviceMonitor.enabled=true",
-			"prometheusRule.enabled=true", "grafanaDashboard.enabled=true", "admissionPolicy.enabled=true"},
+			"prometheusRule.enabled=true", "grafanaDashboard.enabled=true", "admissionPolicy.enabled=true",
+			"metrics.certManager.enabled=true", "metrics.certManager.issuerRef.name=ca"},
 	} {
 		args := []string{"lint", "--strict", chartDir}
 		for _, s := range set {
@@ -200,6 +201,37 @@ func checkRoleBinding(t *testing.T, what string, ref rbacv1.RoleRef, subjects []
 	}
 }
 
+// podjanitorClusterRole returns the ClusterRole name among the rendered ones,
+// and checks that the others are the metrics reader's alone.
+func podjanitorClusterRole(t *testing.T, r *chartRender, name string) *rbacv1.ClusterRole {
+	t.Helper()
+	var found *rbacv1.ClusterRole
+	for _, cr := range r.clusterRoles {
+		switch cr.Name {
+		case name:
+			found = cr
+		case "podjanitor-metrics-reader":
+			checkMetricsReaderRole(t, cr)
+		default:
+			t.Errorf("unexpected ClusterRole %s", cr.Name)
+		}
+	}
+	if found == nil {
+		t.Fatalf("no ClusterRole %s among %d", name, len(r.clusterRoles))
+	}
+	return found
+}
+
+// checkMetricsReaderRole: the scrapers' ClusterRole grants get on /metrics,
+// what podjanitor's SubjectAccessReview asks, and nothing else.
+func checkMetricsReaderRole(t *testing.T, cr *rbacv1.ClusterRole) {
+	t.Helper()
+	want := []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}
+	if !reflect.DeepEqual(cr.Rules, want) || cr.AggregationRule != nil {
+		t.Errorf("ClusterRole %s grants %+v, want exactly %+v", cr.Name, cr.Rules, want)
+	}
+}
+
 // TestChartDefaults: the default install is artifacts/deploy's: cluster-wide
 // RBAC of exactly podjanitor's calls, a Lease Role, a Deployment whose args
 // parse and agree with its ports, probes and policy volume, locked down.
@@ -209,8 +241,8 @@ func TestChartDefaults(t *testing.T) {
 	if sa.Name != "podjanitor" || sa.Namespace != deployNamespace {
 		t.Errorf("ServiceAccount %s/%s, want %s/podjanitor", sa.Namespace, sa.Name, deployNamespace)
 	}
-	cr := one(t, "ClusterRole", r.clusterRoles)
-	if want := append(slices.Clone(namespacePermissions), podPermissions...); !slices.Equal(permissions(t, "ClusterRole", cr.Rules), want) {
+	cr := podjanitorClusterRole(t, r, "podjanitor")
+	if want := clusterPermissions(); !slices.Equal(permissions(t, "ClusterRole", cr.Rules), want) {
 		t.Errorf("ClusterRole grants %q, want exactly %q", permissions(t, "ClusterRole", cr.Rules), want)
 	}
 	crb := one(t, "ClusterRoleBinding", r.clusterRoleBindings)
@@ -352,13 +384,14 @@ func TestChartDefaultPolicyIsConservative(t *testing.T) {
 // namespace (namespaces are cluster-scoped: a Role cannot grant them).
 func TestChartScopeNamespace(t *testing.T) {
 	r := renderChart(t, "scope=namespace", "watchNamespace=apps")
-	if len(r.clusterRoles) != 1 || len(r.clusterRoleBindings) != 1 {
-		t.Fatalf("scope namespace renders %d ClusterRoles and %d ClusterRoleBindings, want one each (the watched namespace)", len(r.clusterRoles), len(r.clusterRoleBindings))
+	if len(r.clusterRoles) != 2 || len(r.clusterRoleBindings) != 1 {
+		t.Fatalf("scope namespace renders %d ClusterRoles and %d ClusterRoleBindings, want two (the watched namespace, the metrics reader) and one", len(r.clusterRoles), len(r.clusterRoleBindings))
 	}
-	if cr := r.clusterRoles[0]; len(cr.Rules) != 1 || !slices.Equal(cr.Rules[0].Resources, []string{"namespaces"}) ||
+	if cr := podjanitorClusterRole(t, r, "podjanitor-namespace"); len(cr.Rules) != 3 || !slices.Equal(cr.Rules[0].Resources, []string{"namespaces"}) ||
 		!slices.Equal(cr.Rules[0].APIGroups, []string{""}) || !slices.Equal(cr.Rules[0].Verbs, []string{"get", "list", "watch"}) ||
-		!slices.Equal(cr.Rules[0].ResourceNames, []string{"apps"}) {
-		t.Errorf("ClusterRole %s grants %+v, want namespaces get, list, watch on apps alone", cr.Name, cr.Rules)
+		!slices.Equal(cr.Rules[0].ResourceNames, []string{"apps"}) ||
+		!slices.Equal(permissions(t, "ClusterRole", cr.Rules[1:]), reviewPermissions) {
+		t.Errorf("ClusterRole %s grants %+v, want namespaces get, list, watch on apps alone, and %q", cr.Name, cr.Rules, reviewPermissions)
 	}
 	sa := one(t, "ServiceAccount", r.serviceAccounts)
 	roles := map[string]*rbacv1.Role{}
@@ -525,6 +558,8 @@ func TestChartSchemaRejectsBadValues(t *testing.T) {
 		// The Role names the chart's Lease: another name would leave podjanitor without one.
 		"extraArgs={--leader-elect-resource-name=other}", "extraArgs={--leader-elect-resource-namespace,kube-system}",
 		"leaderElection.leaseName=Not_A_Name",
+		// cert-manager needs an issuer; a reader needs a kind and a name.
+		"metrics.certManager.enabled=true", "metrics.secure=yes", "metrics.readers[0].name=prometheus",
 	} {
 		if _, err := helmTemplate(t, set); err == nil {
 			t.Errorf("helm template --set %s succeeded, want values.schema.json to refuse it", set)
@@ -553,6 +588,7 @@ func TestChartMonitoring(t *testing.T) {
 		!slices.ContainsFunc(dep.Spec.Template.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" }) {
 		t.Errorf("PodMonitor endpoints %v: want the container port metrics", eps)
 	}
+	checkMonitorAuth(t, r, "PodMonitor", pm, eps[0].(map[string]any), "", "")
 
 	sm := one(t, "ServiceMonitor", r.other("ServiceMonitor"))
 	sel, _, _ = unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
@@ -563,6 +599,7 @@ func TestChartMonitoring(t *testing.T) {
 	if len(eps) != 1 || eps[0].(map[string]any)["port"] != svc.Spec.Ports[0].Name {
 		t.Errorf("ServiceMonitor endpoints %v: want the Service port %s", eps, svc.Spec.Ports[0].Name)
 	}
+	checkMonitorAuth(t, r, "ServiceMonitor", sm, eps[0].(map[string]any), "", "")
 
 	rule := one(t, "PrometheusRule", r.other("PrometheusRule"))
 	var wantSpec map[string]any
@@ -583,6 +620,129 @@ func TestChartMonitoring(t *testing.T) {
 	if dashboard == nil || dashboard.Labels["grafana_dashboard"] != "1" ||
 		strings.TrimSpace(dashboard.Data["podjanitor-dashboard.json"]) != strings.TrimSpace(string(want)) {
 		t.Errorf("dashboard ConfigMap %v: want files/podjanitor-dashboard.json, labelled grafana_dashboard=1", dashboard)
+	}
+}
+
+// checkMonitorAuth: a monitor endpoint scrapes over HTTPS with the token of
+// a ServiceAccount bound to the metrics reader ClusterRole, from a token
+// Secret rendered beside it in the monitor's namespace, and either verifies
+// the certificate against caSecret's ca.crt for serverName or (caSecret "")
+// skips verifying the self-signed one.
+func checkMonitorAuth(t *testing.T, r *chartRender, what string, monitor *unstructured.Unstructured, endpoint map[string]any, caSecret, serverName string) {
+	t.Helper()
+	if endpoint["scheme"] != "https" {
+		t.Errorf("%s scheme %v, want https", what, endpoint["scheme"])
+	}
+	typ, _, _ := unstructured.NestedString(endpoint, "authorization", "type")
+	secretName, _, _ := unstructured.NestedString(endpoint, "authorization", "credentials", "name")
+	key, _, _ := unstructured.NestedString(endpoint, "authorization", "credentials", "key")
+	if typ != "Bearer" || key != "token" {
+		t.Errorf("%s authorization %v, want a Bearer token from a Secret's key token", what, endpoint["authorization"])
+	}
+	var sa string
+	for _, u := range r.other("Secret") {
+		if u.GetName() == secretName && u.GetNamespace() == monitor.GetNamespace() {
+			if typ, _, _ := unstructured.NestedString(u.Object, "type"); typ == string(corev1.SecretTypeServiceAccountToken) {
+				sa = u.GetAnnotations()[corev1.ServiceAccountNameKey]
+			}
+		}
+	}
+	if sa == "" {
+		t.Fatalf("%s: no ServiceAccount token Secret %s/%s rendered", what, monitor.GetNamespace(), secretName)
+	}
+	if !slices.ContainsFunc(r.serviceAccounts, func(a *corev1.ServiceAccount) bool { return a.Name == sa && a.Namespace == monitor.GetNamespace() }) {
+		t.Errorf("%s: the token Secret's ServiceAccount %s is not rendered", what, sa)
+	}
+	bound := false
+	for _, crb := range r.clusterRoleBindings {
+		for _, cr := range r.clusterRoles {
+			if crb.RoleRef.Kind == "ClusterRole" && crb.RoleRef.Name == cr.Name && slices.Contains(crb.Subjects,
+				rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: monitor.GetNamespace()}) {
+				checkMetricsReaderRole(t, cr)
+				bound = true
+			}
+		}
+	}
+	if !bound {
+		t.Errorf("%s: the ServiceAccount %s is bound to no ClusterRole", what, sa)
+	}
+	tls, _, _ := unstructured.NestedMap(endpoint, "tlsConfig")
+	if caSecret == "" {
+		if tls["insecureSkipVerify"] != true || tls["ca"] != nil {
+			t.Errorf("%s tlsConfig %v, want insecureSkipVerify (a self-signed certificate)", what, tls)
+		}
+		return
+	}
+	ca, _, _ := unstructured.NestedString(tls, "ca", "secret", "name")
+	caKey, _, _ := unstructured.NestedString(tls, "ca", "secret", "key")
+	if ca != caSecret || caKey != "ca.crt" || tls["serverName"] != serverName || tls["insecureSkipVerify"] == true {
+		t.Errorf("%s tlsConfig %v, want the CA of Secret %s (ca.crt) for %s", what, tls, caSecret, serverName)
+	}
+}
+
+// TestChartSecureMetrics: metrics.secure (the default) is --metrics-secure,
+// the two review permissions and a reader ClusterRole; cert-manager's
+// certificate is mounted at --metrics-cert-dir and verified by the monitors;
+// metrics.secure=false takes all of it away.
+func TestChartSecureMetrics(t *testing.T) {
+	r := renderChart(t, "serviceMonitor.enabled=true", "podMonitor.enabled=true", "metrics.certManager.enabled=true",
+		"metrics.certManager.issuerRef.name=cluster-ca", "metrics.certManager.issuerRef.kind=ClusterIssuer",
+		"json:metrics.readers=[{\"kind\":\"ServiceAccount\",\"name\":\"prometheus\",\"namespace\":\"monitoring\"}]")
+	dep := one(t, "Deployment", r.deployments)
+	o := checkDeployment(t, dep, r.policyConfigMap())
+	cert := one(t, "Certificate", r.other("Certificate"))
+	secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	issuer, _, _ := unstructured.NestedStringMap(cert.Object, "spec", "issuerRef")
+	svc := one(t, "Service", r.services)
+	if want := svc.Name + "." + svc.Namespace + ".svc"; !slices.Contains(dnsNames, want) {
+		t.Errorf("Certificate dnsNames %q lack the Service's %s", dnsNames, want)
+	}
+	if issuer["name"] != "cluster-ca" || issuer["kind"] != "ClusterIssuer" {
+		t.Errorf("Certificate issuerRef %v, want metrics.certManager.issuerRef", issuer)
+	}
+	spec := dep.Spec.Template.Spec
+	var mounted bool
+	for _, m := range spec.Containers[0].VolumeMounts {
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == secretName && filepath.Clean(m.MountPath) == filepath.Clean(o.endpoints.metricsCertDir) && m.ReadOnly {
+				mounted = true
+			}
+		}
+	}
+	if o.endpoints.metricsCertDir == "" || !mounted {
+		t.Errorf("--metrics-cert-dir=%q: want the Certificate's Secret %s mounted there, read-only", o.endpoints.metricsCertDir, secretName)
+	}
+	pm := one(t, "PodMonitor", r.other("PodMonitor"))
+	eps, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
+	checkMonitorAuth(t, r, "PodMonitor", pm, eps[0].(map[string]any), secretName, dnsNames[0])
+	sm := one(t, "ServiceMonitor", r.other("ServiceMonitor"))
+	eps, _, _ = unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	checkMonitorAuth(t, r, "ServiceMonitor", sm, eps[0].(map[string]any), secretName, dnsNames[0])
+	prometheus := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "prometheus", Namespace: "monitoring"}
+	if !slices.ContainsFunc(r.clusterRoleBindings, func(b *rbacv1.ClusterRoleBinding) bool {
+		return b.RoleRef.Name == "podjanitor-metrics-reader" && slices.Contains(b.Subjects, prometheus)
+	}) {
+		t.Errorf("metrics.readers: %+v is not bound to podjanitor-metrics-reader", prometheus)
+	}
+
+	// Plain HTTP: no review permissions, no reader role, monitors over http.
+	r = renderChart(t, "metrics.secure=false", "podMonitor.enabled=true", "metrics.certManager.enabled=true", "metrics.certManager.issuerRef.name=x")
+	dep = one(t, "Deployment", r.deployments)
+	if o, err := parseFlags(daemonCommand, dep.Spec.Template.Spec.Containers[0].Args); err != nil || o.endpoints.metricsSecure || o.endpoints.metricsCertDir != "" {
+		t.Errorf("metrics.secure=false: args %q (%v), want --metrics-secure=false without a certificate", dep.Spec.Template.Spec.Containers[0].Args, err)
+	}
+	cr := one(t, "ClusterRole", r.clusterRoles)
+	if got, want := permissions(t, "ClusterRole", cr.Rules), append(slices.Clone(namespacePermissions), podPermissions...); !slices.Equal(got, want) {
+		t.Errorf("metrics.secure=false: ClusterRole grants %q, want exactly %q", got, want)
+	}
+	if n := len(r.other("Certificate")) + len(r.other("Secret")); n > 0 {
+		t.Errorf("metrics.secure=false renders %d Certificates and Secrets", n)
+	}
+	pm = one(t, "PodMonitor", r.other("PodMonitor"))
+	eps, _, _ = unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
+	if ep := eps[0].(map[string]any); ep["scheme"] != "http" || ep["authorization"] != nil || ep["tlsConfig"] != nil {
+		t.Errorf("metrics.secure=false: PodMonitor endpoint %v, want plain http", ep)
 	}
 }
 
@@ -649,6 +809,7 @@ func TestChartArtifacts(t *testing.T) {
 	files := map[string]string{
 		"artifacts/monitoring/podmonitor.yaml":               artifactFromChart(t, "monitoring.yaml", "podMonitor.enabled=true"),
 		"artifacts/monitoring/prometheusrule.yaml":           artifactFromChart(t, "monitoring.yaml", "prometheusRule.enabled=true"),
+		"artifacts/monitoring/metrics-reader.yaml":           artifactFromChart(t, "metrics-reader.yaml", "podMonitor.enabled=true"),
 		"artifacts/admission/validatingadmissionpolicy.yaml": artifactFromChart(t, "admission-policy.yaml", "admissionPolicy.enabled=true"),
 	}
 	dashboard, err := os.ReadFile(filepath.Join(chartDir, "files/podjanitor-dashboard.json"))

@@ -265,7 +265,17 @@ var (
 		"/pods/eviction create",
 		"events.k8s.io/events create", "events.k8s.io/events patch",
 	}
+	// reviewPermissions are cluster-scoped too: --metrics-secure's
+	// TokenReviews and SubjectAccessReviews of the callers of /metrics.
+	reviewPermissions = []string{"authentication.k8s.io/tokenreviews create", "authorization.k8s.io/subjectaccessreviews create"}
 )
+
+// clusterPermissions is what podjanitor's ClusterRole grants with scope cluster.
+func clusterPermissions() []string {
+	out := slices.Concat(namespacePermissions, podPermissions, reviewPermissions)
+	slices.Sort(out)
+	return out
+}
 
 // checkLeaseRole: role grants create on Leases (which RBAC cannot restrict by
 // name) and get and update on the Lease lease alone (resourceNames), the
@@ -321,7 +331,7 @@ func TestDeployRBACIsLeastPrivilege(t *testing.T) {
 	sa := one(t, "ServiceAccount", d.serviceAccounts)
 
 	cr := one(t, "ClusterRole", d.clusterRoles)
-	want := append(slices.Clone(namespacePermissions), podPermissions...)
+	want := clusterPermissions()
 	if got := permissions(t, "ClusterRole", cr.Rules); !slices.Equal(got, want) {
 		t.Errorf("ClusterRole %s grants\n  %q\nwant exactly\n  %q", cr.Name, got, want)
 	}
@@ -425,6 +435,9 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment, cm *corev1.ConfigMap)
 		}
 	}
 	checkPort("metrics-bind-address", o.endpoints.metricsAddr, "metrics")
+	if !o.endpoints.metricsSecure {
+		t.Errorf("args %q: want --metrics-secure=true (HTTPS, authorized callers only)", c.Args)
+	}
 	checkPort("health-probe-bind-address", o.endpoints.healthAddr, "health")
 	checkProbe := func(what string, p *corev1.Probe, path string) {
 		t.Helper()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -10,22 +11,40 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/internal/metrics"
+	"github.com/podjanitor/podjanitor/internal/secureserving"
 )
 
 // endpointsConfig are the addresses of podjanitor's HTTP endpoints ("0"
-// disables one) and whether the metrics address serves pprof.
+// disables one), whether the metrics address serves pprof, and whether it
+// serves HTTPS to authorized callers only, with the certificate of
+// metricsCertDir (else self-signed).
 type endpointsConfig struct {
 	metricsAddr, healthAddr string
 	profiling               bool
+	metricsSecure           bool
+	metricsCertDir          string
+	// reviews is the API server that reviews the metrics callers' tokens and
+	// access (with metricsSecure).
+	reviews kubernetes.Interface
+}
+
+// reviewedBy is cfg with the API server of the reviews.
+func (cfg endpointsConfig) reviewedBy(kube kubernetes.Interface) endpointsConfig {
+	cfg.reviews = kube
+	return cfg
 }
 
 // serveEndpoints starts /metrics and /healthz+/readyz; they serve before the
 // cache syncs. /healthz fails while watchdog (nil without leader election)
-// does, /readyz until synced and while namespaceWatch returns an error. An
+// does, /readyz until synced and while namespaceWatch returns an error. With
+// cfg.metricsSecure, /metrics (and pprof) are served over HTTPS to callers
+// whose token reviews (a TokenReview and a SubjectAccessReview through
+// cfg.reviews) allow it; the health endpoints stay plain HTTP, for the kubelet. An
 // endpoint that stops serving sends its error to errs.
 func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.Metrics, watchdog *leaderelection.HealthzAdaptor,
 	synced func() bool, namespaceWatch func() error, errs chan<- error) error {
@@ -39,7 +58,18 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		}
-		if err := serve(ctx, "metrics", cfg.metricsAddr, mux, errs); err != nil {
+		var handler http.Handler = mux
+		var tlsConfig *tls.Config
+		if cfg.metricsSecure {
+			var err error
+			if handler, err = secureserving.WithAuth(mux, cfg.reviews.AuthenticationV1(), cfg.reviews.AuthorizationV1()); err != nil {
+				return fmt.Errorf("metrics endpoint: %w", err)
+			}
+			if tlsConfig, err = secureserving.TLSConfig(ctx, cfg.metricsCertDir, secureserving.Hosts()...); err != nil {
+				return fmt.Errorf("metrics endpoint: %w", err)
+			}
+		}
+		if err := serve(ctx, "metrics", cfg.metricsAddr, handler, tlsConfig, errs); err != nil {
 			return err
 		}
 	}
@@ -65,20 +95,26 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 			}
 			fmt.Fprintln(w, "ok")
 		})
-		if err := serve(ctx, "health", cfg.healthAddr, mux, errs); err != nil {
+		if err := serve(ctx, "health", cfg.healthAddr, mux, nil, errs); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func serve(ctx context.Context, name, addr string, handler http.Handler, errs chan<- error) error {
+// serve serves handler on addr, over TLS with a non-nil tlsConfig.
+func serve(ctx context.Context, name, addr string, handler http.Handler, tlsConfig *tls.Config, errs chan<- error) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s endpoint: %w", name, err)
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	klog.FromContext(ctx).Info("Serving "+name+" endpoint", "address", ln.Addr().String())
+	scheme := "http"
+	if tlsConfig != nil {
+		scheme = "https"
+		ln = tls.NewListener(ln, tlsConfig)
+	}
+	klog.FromContext(ctx).Info("Serving "+name+" endpoint", "address", ln.Addr().String(), "scheme", scheme)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("%s endpoint: %w", name, err)

@@ -30,7 +30,7 @@ type flagValues struct {
 	removalBurst         int     // --deletion-burst
 	leaderElect          bool
 	lease                leaseConfig     // --leader-elect-*
-	endpoints            endpointsConfig // --metrics-bind-address, --health-probe-bind-address, --profiling
+	endpoints            endpointsConfig // --metrics-bind-address, --metrics-secure, --metrics-cert-dir, --health-probe-bind-address, --profiling
 	shutdownTimeout      time.Duration
 	writeTimeout         time.Duration
 	showVersion          bool
@@ -112,6 +112,11 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 	fs.StringVar(&o.lease.name, "leader-elect-resource-name", "podjanitor", "Name of the Lease object. Installations that share a namespace need one each; RBAC can then limit get and update to it (resourceNames).")
 	fs.StringVar(&o.lease.namespace, "leader-elect-resource-namespace", "", "Namespace of the Lease. Default: the pod's own namespace, else kube-system.")
 	fs.StringVar(&o.endpoints.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; 0 disables it.")
+	fs.BoolVar(&o.endpoints.metricsSecure, "metrics-secure", false,
+		"Serve /metrics (and pprof) over HTTPS to callers allowed to get the path: each caller's bearer token is checked by a TokenReview, its access by a SubjectAccessReview (answers cached: a minute for a token, 5 minutes for an allowed request), which needs RBAC to create both. "+
+			"false serves plain HTTP to anyone, for local runs. The health endpoints are plain HTTP either way.")
+	fs.StringVar(&o.endpoints.metricsCertDir, "metrics-cert-dir", "",
+		"Directory with the metrics endpoint's serving certificate and key, tls.crt and tls.key (a kubernetes.io/tls Secret's mount); they are reloaded when they change. Default: a self-signed certificate made at start. Needs --metrics-secure.")
 	fs.StringVar(&o.endpoints.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz; 0 disables them.")
 	fs.BoolVar(&o.endpoints.profiling, "profiling", false, "Serve Go's pprof profiles under /debug/pprof/ on the metrics address.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "On SIGTERM, how long to wait for removals in flight.")
@@ -211,6 +216,9 @@ func (o *flagValues) validate(cmd command) error {
 		return bad("leader-elect-renew-deadline", "%v must be greater than --leader-elect-retry-period (%v)", o.lease.renewDeadline, o.lease.retryPeriod)
 	case o.leaderElect && o.lease.name == "":
 		return bad("leader-elect-resource-name", "must not be empty")
+	}
+	if o.endpoints.metricsCertDir != "" && !o.endpoints.metricsSecure {
+		return bad("metrics-cert-dir", "%q needs --metrics-secure", o.endpoints.metricsCertDir)
 	}
 	for flag, addr := range map[string]string{"metrics-bind-address": o.endpoints.metricsAddr, "health-probe-bind-address": o.endpoints.healthAddr} {
 		if addr != "0" {

@@ -62,6 +62,11 @@ func TestKustomizeDeployWithMonitoring(t *testing.T) {
 	if pm.GetNamespace() != dep.Namespace || len(sel) == 0 || !labels.SelectorFromSet(sel).Matches(labels.Set(dep.Spec.Template.Labels)) {
 		t.Errorf("PodMonitor %s/%s selects %v, not the Deployment's pods %v", pm.GetNamespace(), pm.GetName(), sel, dep.Spec.Template.Labels)
 	}
+	eps, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
+	if len(eps) != 1 {
+		t.Fatalf("PodMonitor endpoints %v, want one", eps)
+	}
+	checkMonitorAuth(t, r, "PodMonitor", pm, eps[0].(map[string]any), "", "")
 	if rules := r.other("PrometheusRule"); len(rules) != 1 || rules[0].GetNamespace() != dep.Namespace {
 		t.Errorf("want one PrometheusRule in %s, got %d", dep.Namespace, len(rules))
 	}

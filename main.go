@@ -123,7 +123,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 	}
 	serveErr := make(chan error, 2)
 	synced := func() bool { return podInformer.Informer().HasSynced() && namespaceInformer.HasSynced() }
-	if err := serveEndpoints(ctx, o.endpoints, meters, watchdog, synced, namespaceWatch.check, serveErr); err != nil {
+	if err := serveEndpoints(ctx, o.endpoints.reviewedBy(clients.kube), meters, watchdog, synced, namespaceWatch.check, serveErr); err != nil {
 		return err
 	}
 

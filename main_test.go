@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +15,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/podjanitor/podjanitor/internal/metrics"
 )
@@ -31,6 +35,8 @@ func TestFlagValidation(t *testing.T) {
 		"lease shorter":         {args: []string{"--leader-elect", "--leader-elect-lease-duration", "5s"}, wantErr: "--leader-elect-lease-duration"},
 		"bad bind address":      {args: []string{"--metrics-bind-address", "8080"}, wantErr: "--metrics-bind-address"},
 		"metrics disabled":      {args: []string{"--metrics-bind-address", "0"}},
+		"secure metrics":        {args: []string{"--metrics-secure", "--metrics-cert-dir", "/etc/tls"}},
+		"cert dir, plain HTTP":  {args: []string{"--metrics-cert-dir", "/etc/tls"}, wantErr: "--metrics-cert-dir"},
 		"stray argument":        {args: []string{"extra"}, wantErr: "unexpected argument"},
 		"unparsable duration":   {args: []string{"--shutdown-timeout", "soon"}, wantErr: "shutdown-timeout"},
 		"klog verbosity passes": {args: []string{"-v=4"}},
@@ -101,6 +107,56 @@ func TestProfilingIsOptIn(t *testing.T) {
 			t.Errorf("--profiling=%v: /debug/pprof/cmdline = %d, want %d", profiling, resp.StatusCode, want)
 		}
 		cancel()
+	}
+}
+
+// TestSecureMetricsRefuseAnonymous: with --metrics-secure, /metrics and pprof
+// are HTTPS only and refuse a caller without a token (401, before any review
+// reaches the API server, here an address that answers nothing); the health
+// endpoints stay plain HTTP, for the kubelet.
+func TestSecureMetricsRefuseAnonymous(t *testing.T) {
+	addrs := make([]string, 2)
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[i] = ln.Addr().String()
+		ln.Close()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	kube := kubernetes.NewForConfigOrDie(&rest.Config{Host: "https://127.0.0.1:1"})
+	cfg := endpointsConfig{metricsAddr: addrs[0], healthAddr: addrs[1], profiling: true, metricsSecure: true, reviews: kube}
+	if err := serveEndpoints(ctx, cfg, metrics.New(controllerName, "test", "test"), nil, func() bool { return true }, func() error { return nil }, make(chan error, 2)); err != nil {
+		t.Fatal(err)
+	}
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	for _, path := range []string{"/metrics", "/debug/pprof/", "/debug/pprof/cmdline"} {
+		resp, err := insecure.Get("https://" + addrs[0] + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || strings.Contains(string(body), "podjanitor_") {
+			t.Errorf("anonymous GET %s: %d %q, want 401", path, resp.StatusCode, body)
+		}
+	}
+	if resp, err := http.Get("http://" + addrs[0] + "/metrics"); err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK || strings.Contains(string(body), "podjanitor_") {
+			t.Errorf("plain HTTP GET /metrics with --metrics-secure: %d %q", resp.StatusCode, body)
+		}
+	}
+	resp, err := http.Get("http://" + addrs[1] + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("plain HTTP /healthz with --metrics-secure: %d, want 200", resp.StatusCode)
 	}
 }
 

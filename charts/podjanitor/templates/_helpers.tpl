@@ -49,3 +49,47 @@ live release, per-team scope namespace releases) elect apart.
 {{- define "podjanitor.annotation" -}}
 {{- printf "%s/%s" .root.Values.annotationPrefix .name }}
 {{- end }}
+
+{{/* The metrics Service, whose names a cert-manager certificate is for. */}}
+{{- define "podjanitor.metricsService" -}}
+{{- printf "%s-metrics" (include "podjanitor.fullname" .) }}
+{{- end }}
+
+{{/* The Secret of the metrics serving certificate that cert-manager issues. */}}
+{{- define "podjanitor.metricsCertSecret" -}}
+{{- printf "%s-metrics-cert" (include "podjanitor.fullname" .) }}
+{{- end }}
+
+{{/* The scrapers' ClusterRole, and the ServiceAccount (and its token Secret) the monitors scrape as. */}}
+{{- define "podjanitor.metricsReader" -}}
+{{- printf "%s-metrics-reader" (include "podjanitor.fullname" .) }}
+{{- end }}
+
+{{/*
+The scrape settings of a monitor endpoint (PodMonitor, ServiceMonitor) for the
+metrics endpoint: HTTPS with the reader's token, verifying cert-manager's
+certificate (ca.crt, the Service's name) or skipping the self-signed one's.
+*/}}
+{{- define "podjanitor.monitorEndpointAuth" -}}
+{{- if .Values.metrics.secure }}
+scheme: https
+authorization:
+  type: Bearer
+  credentials:
+    name: {{ include "podjanitor.metricsReader" . }}-token
+    key: token
+tlsConfig:
+  {{- if .Values.metrics.certManager.enabled }}
+  ca:
+    secret:
+      name: {{ include "podjanitor.metricsCertSecret" . }}
+      key: ca.crt
+  serverName: {{ include "podjanitor.metricsService" . }}.{{ .Release.Namespace }}.svc
+  {{- else }}
+  # The certificate is self-signed at start.
+  insecureSkipVerify: true
+  {{- end }}
+{{- else }}
+scheme: http
+{{- end }}
+{{- end }}
