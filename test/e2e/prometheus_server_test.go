@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -32,6 +33,7 @@ const (
 	podMonitorFile     = "../../artifacts/monitoring/podmonitor.yaml"
 	prometheusRuleFile = "../../artifacts/monitoring/prometheusrule.yaml"
 	dashboardFile      = "../../artifacts/monitoring/podjanitor-dashboard.json"
+	metricsReaderFile  = "../../artifacts/monitoring/metrics-reader.yaml"
 )
 
 // Test values: the shipped scrape interval (30s) becomes promScrapeInterval,
@@ -70,6 +72,17 @@ type podMetricsEndpoint struct {
 	HonorLabels       bool            `json:"honorLabels,omitempty"`
 	Relabelings       []relabelConfig `json:"relabelings,omitempty"`
 	MetricRelabelings []relabelConfig `json:"metricRelabelings,omitempty"`
+	Authorization     *struct {
+		Type        string                    `json:"type,omitempty"`
+		Credentials *corev1.SecretKeySelector `json:"credentials"`
+	} `json:"authorization,omitempty"`
+	TLSConfig *struct {
+		InsecureSkipVerify bool   `json:"insecureSkipVerify,omitempty"`
+		ServerName         string `json:"serverName,omitempty"`
+		CA                 *struct {
+			Secret *corev1.SecretKeySelector `json:"secret,omitempty"`
+		} `json:"ca,omitempty"`
+	} `json:"tlsConfig,omitempty"`
 }
 
 // relabelConfig is prometheus-operator's RelabelConfig.
@@ -142,12 +155,16 @@ func sanitize(name string) string {
 // selector and the container port's name, finished pods dropped, and the
 // target labels namespace, container, pod, job (<namespace>/<name>, or the
 // jobLabel) and endpoint, followed by the endpoint's own relabelings.
+// The endpoint's authorization and tlsConfig become Prometheus's
+// authorization and tls_config, with the Secrets they name as files
+// (secretFile returns the path of a Secret's key in the PodMonitor's
+// namespace; the operator copies the values into the configuration).
 // Differences from the operator: there is one shard (no hashmod
 // relabelling), and in the test service discovery authenticates with the
 // e2e kubeconfig (kubeconfigPath; "" is Prometheus's in-cluster
 // ServiceAccount) and the interval is the test's (interval; "" is the
 // endpoint's).
-func podMonitorScrapeConfigs(t *testing.T, pm podMonitor, ns, kubeconfigPath, interval string) []map[string]any {
+func podMonitorScrapeConfigs(t *testing.T, pm podMonitor, ns, kubeconfigPath, interval string, secretFile func(name, key string) string) []map[string]any {
 	t.Helper()
 	namespaces := []string{ns}
 	if s := pm.Spec.NamespaceSelector; s != nil {
@@ -226,6 +243,26 @@ func podMonitorScrapeConfigs(t *testing.T, pm podMonitor, ns, kubeconfigPath, in
 			"scheme":                cmp.Or(ep.Scheme, "http"),
 			"kubernetes_sd_configs": []map[string]any{sd},
 			"relabel_configs":       relabel,
+		}
+		if a := ep.Authorization; a != nil {
+			if a.Credentials == nil {
+				t.Fatalf("%s: endpoint %d: authorization without credentials", podMonitorFile, i)
+			}
+			job["authorization"] = map[string]any{"type": cmp.Or(a.Type, "Bearer"),
+				"credentials_file": secretFile(a.Credentials.Name, a.Credentials.Key)}
+		}
+		if c := ep.TLSConfig; c != nil {
+			tls := map[string]any{}
+			if c.InsecureSkipVerify {
+				tls["insecure_skip_verify"] = true
+			}
+			if c.ServerName != "" {
+				tls["server_name"] = c.ServerName
+			}
+			if c.CA != nil && c.CA.Secret != nil {
+				tls["ca_file"] = secretFile(c.CA.Secret.Name, c.CA.Secret.Key)
+			}
+			job["tls_config"] = tls
 		}
 		if interval != "" {
 			job["scrape_interval"], job["scrape_timeout"] = interval, interval

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -122,7 +124,8 @@ func (e *promEnv) process(t *testing.T, ns, waitFor string, args ...string) (*da
 	if waitFor == "" {
 		waitFor = "Started workers"
 	}
-	d := startDaemonWaiting(t, waitFor, append([]string{"--namespace", ns, "--metrics-bind-address", e.nodeIP + ":0"}, args...)...)
+	// HTTPS with TokenReview and SubjectAccessReview, as artifacts/deploy runs it.
+	d := startDaemonWaiting(t, waitFor, append([]string{"--namespace", ns, "--metrics-bind-address", e.nodeIP + ":0", "--metrics-secure"}, args...)...)
 	d.waitLog("Serving metrics endpoint", 30*time.Second)
 	_, port, err := net.SplitHostPort(d.endpoints()["metrics"])
 	if err != nil {
@@ -261,12 +264,15 @@ func TestPrometheusAlerts(t *testing.T) {
 
 	scenarios := []string{"healthy", "dryrun", "noleader", "policy", "errors", "refused", "blocked", "late", "nswatch"}
 	ns := map[string]string{}
-	var scrape []map[string]any
 	for _, s := range scenarios {
 		ns[s] = promNamespace(t, s)
-		scrape = append(scrape, podMonitorScrapeConfigs(t, e.pm, ns[s], kubeconfig, promScrapeInterval)...)
 	}
 	absentNS := promNamespace(t, "absent")
+	secretFile := installMetricsReader(t, append(slices.Collect(maps.Values(ns)), absentNS))
+	var scrape []map[string]any
+	for _, s := range scenarios {
+		scrape = append(scrape, podMonitorScrapeConfigs(t, e.pm, ns[s], kubeconfig, promScrapeInterval, secretFile(ns[s]))...)
+	}
 
 	// The healthy installations run for the whole test, the shipped default
 	// policy and the Deployment's leader election included; pods due every
@@ -320,7 +326,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	absent := e.janitor(t, absentNS, "podjanitor-absent", "")
 
 	prom := startPrometheus(t, "shared", scrape, rules)
-	promAbsent := startPrometheus(t, "absent", podMonitorScrapeConfigs(t, e.pm, absentNS, kubeconfig, promScrapeInterval), rules)
+	promAbsent := startPrometheus(t, "absent", podMonitorScrapeConfigs(t, e.pm, absentNS, kubeconfig, promScrapeInterval, secretFile(absentNS)), rules)
 	waitScraped(t, prom, ns["healthy"], 1)
 	waitScraped(t, prom, ns["dryrun"], 1)
 
@@ -341,6 +347,9 @@ func TestPrometheusAlerts(t *testing.T) {
 				if tg.Labels[k] != v {
 					t.Errorf("target %s: label %s=%q, want %q (labels %v)", tg.ScrapeURL, k, tg.Labels[k], v, tg.Labels)
 				}
+			}
+			if !strings.HasPrefix(tg.ScrapeURL, "https://") {
+				t.Errorf("target %s: not scraped over HTTPS", tg.ScrapeURL)
 			}
 			if tg.Health != "up" {
 				t.Errorf("target %s: health %s (%s)", tg.ScrapeURL, tg.Health, tg.LastError)
@@ -677,7 +686,9 @@ func checkDashboard(t *testing.T, p *promServer, from, to time.Time, healthyNS s
 func TestPlainPrometheusScrapeConfigDocumented(t *testing.T) {
 	t.Parallel()
 	pm := readPodMonitor(t)
-	cfg, err := yaml.Marshal(map[string]any{"scrape_configs": podMonitorScrapeConfigs(t, pm, pm.Metadata.Namespace, "", "")})
+	// Where prometheus-operator mounts the Secrets of a Prometheus's spec.secrets.
+	mounted := func(name, key string) string { return "/etc/prometheus/secrets/" + name + "/" + key }
+	cfg, err := yaml.Marshal(map[string]any{"scrape_configs": podMonitorScrapeConfigs(t, pm, pm.Metadata.Namespace, "", "", mounted)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -687,5 +698,91 @@ func TestPlainPrometheusScrapeConfigDocumented(t *testing.T) {
 	}
 	if !strings.Contains(string(docs), "```yaml\n"+string(cfg)+"```\n") {
 		t.Errorf("docs/operations.md does not show the scrape configuration of the shipped PodMonitor; want this block:\n```yaml\n%s```", cfg)
+	}
+}
+
+// installMetricsReader installs artifacts/monitoring/metrics-reader.yaml for
+// each namespace: its ServiceAccount and token Secret there, and its
+// ClusterRole bound to all of them (renamed for the test, so that it is
+// nobody else's). It returns, per namespace, the secretFile of
+// podMonitorScrapeConfigs: the Secret's key written to a file once the
+// token controller has filled it in.
+func installMetricsReader(t *testing.T, namespaces []string) func(ns string) func(name, key string) string {
+	t.Helper()
+	ctx := ctxFor(t)
+	data, err := os.ReadFile(metricsReaderFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sa corev1.ServiceAccount
+	var secret corev1.Secret
+	var role rbacv1.ClusterRole
+	var binding rbacv1.ClusterRoleBinding
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatalf("%s: %v", metricsReaderFile, err)
+		}
+		into := map[string]any{"ServiceAccount": &sa, "Secret": &secret, "ClusterRole": &role, "ClusterRoleBinding": &binding}[meta.Kind]
+		if into == nil {
+			t.Fatalf("%s: unexpected kind %q", metricsReaderFile, meta.Kind)
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), into); err != nil {
+			t.Fatalf("%s: %s: %v", metricsReaderFile, meta.Kind, err)
+		}
+	}
+	if sa.Name == "" || secret.Name == "" || role.Name == "" || binding.Name == "" {
+		t.Fatalf("%s: want a ServiceAccount, its token Secret, a ClusterRole and its binding", metricsReaderFile)
+	}
+	suffix := fmt.Sprintf("-e2e-prom-%04d", rand.IntN(10000))
+	role.Name += suffix
+	binding.Name += suffix
+	binding.RoleRef.Name = role.Name
+	binding.Subjects = nil
+	if _, err := client.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = client.RbacV1().ClusterRoles().Delete(context.Background(), role.Name, metav1.DeleteOptions{})
+	})
+	for _, n := range namespaces {
+		sa, secret := sa.DeepCopy(), secret.DeepCopy()
+		sa.Namespace, secret.Namespace = n, n
+		if _, err := client.CoreV1().ServiceAccounts(n).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.CoreV1().Secrets(n).Create(ctx, secret, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		binding.Subjects = append(binding.Subjects, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: n})
+	}
+	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, &binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = client.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+	})
+	dir := t.TempDir()
+	return func(ns string) func(name, key string) string {
+		return func(name, key string) string {
+			t.Helper()
+			var value []byte
+			err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				s, err := client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return false, nil
+				}
+				value = s.Data[key]
+				return len(value) > 0, nil
+			})
+			if err != nil {
+				t.Fatalf("Secret %s/%s has no %s (the token controller fills in a service-account-token Secret): %v", ns, name, key, err)
+			}
+			path := filepath.Join(dir, ns+"-"+name+"-"+key)
+			if err := os.WriteFile(path, value, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return path
+		}
 	}
 }
