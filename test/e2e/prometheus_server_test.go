@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -559,14 +558,4 @@ func (p *promServer) targets() ([]promTarget, error) {
 	}
 	err := p.api("/api/v1/targets", url.Values{"state": {"active"}}, &data)
 	return data.Active, err
-}
-
-// alertNames returns the sorted alert names of alerts.
-func alertNames(alerts []promAlert) []string {
-	var out []string
-	for _, a := range alerts {
-		out = append(out, a.Labels["alertname"]+"/"+a.State)
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }
