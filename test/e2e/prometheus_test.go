@@ -235,9 +235,17 @@ func firingOver(t *testing.T, p *promServer, selector string, from, to time.Time
 // ones. podjanitor runs as processes on the host, each with a stand-in pod
 // (hostNetwork, on the real node, with the Deployment's labels and port
 // name) that Prometheus discovers and scrapes as it does a replica of the
-// Deployment; each installation has a namespace of its own, so alerts,
+// Deployment, over HTTPS with the token of artifacts/monitoring's metrics
+// reader (podjanitor runs with --metrics-secure, as artifacts/deploy does:
+// each scrape passes its TokenReview and SubjectAccessReview); each
+// installation has a namespace of its own, so alerts,
 // which are per namespace and job, tell them apart (PodJanitorAbsent, which
-// has no namespace, gets a Prometheus of its own).
+// has no namespace, gets a Prometheus of its own). Processes rather than the
+// Deployment's pods: the faults need the fault proxy between podjanitor and
+// the API server, and each installation is scoped (--namespace) to run beside
+// the rest of the suite; what Prometheus does (discovery, relabelling, the
+// pod's address and named port, TLS, the token) is what it does with the
+// Deployment.
 //
 // Each scenario breaks one installation and waits for its alert to fire
 // within the shortened `for:` plus alertMargin: the target absent
