@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,6 +153,29 @@ func TestDeployment(t *testing.T) {
 		r.checkNotRemoved(t, kept)
 		if after := x.log(pod, false)[readyLog:]; strings.Contains(after, "forbidden") {
 			t.Errorf("a request was forbidden after the pod became Ready (RBAC of artifacts/deploy/rbac.yaml):\n%s", after)
+		}
+	})
+
+	t.Run("MetricsOverHTTPSToReadersOnly", func(t *testing.T) {
+		// --metrics-secure: the self-signed certificate, reviews of the
+		// caller through the in-cluster configuration with rbac.yaml's
+		// permissions, and artifacts/monitoring's reader token.
+		token := applyMetricsReader(t, ctx)
+		url := fmt.Sprintf("https://%s:%d/metrics", x.get(pod).Status.PodIP, containerPort(t, dep, "metrics"))
+		if code, body := secureGet(t, url, ""); code != http.StatusUnauthorized {
+			t.Errorf("anonymous GET %s: %d %q, want 401", url, code, lastLines(body, 3))
+		}
+		var code int
+		var body string
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
+			code, body = secureGet(t, url, token)
+			return code == http.StatusOK, nil
+		})
+		if err != nil || !strings.Contains(body, "podjanitor_leader 1") {
+			t.Errorf("GET %s with the reader's token: %d %q, want the leader's metrics", url, code, lastLines(body, 3))
+		}
+		if after := x.log(pod, false)[readyLog:]; strings.Contains(after, "forbidden") {
+			t.Errorf("a review was forbidden (RBAC of artifacts/deploy/rbac.yaml):\n%s", after)
 		}
 	})
 
@@ -392,6 +416,18 @@ func TestDeployment(t *testing.T) {
 }
 
 const realNodeName = "real-node-0"
+
+// containerPort is the number of the Deployment's container port name.
+func containerPort(t *testing.T, dep *appsv1.Deployment, name string) int32 {
+	t.Helper()
+	for _, p := range dep.Spec.Template.Spec.Containers[0].Ports {
+		if p.Name == name {
+			return p.ContainerPort
+		}
+	}
+	t.Fatalf("Deployment %s has no container port %s", dep.Name, name)
+	return 0
+}
 
 // deployed is the Deployment of TestDeployment and its pods.
 type deployed struct {

@@ -32,7 +32,6 @@ const (
 	podMonitorFile     = "../../artifacts/monitoring/podmonitor.yaml"
 	prometheusRuleFile = "../../artifacts/monitoring/prometheusrule.yaml"
 	dashboardFile      = "../../artifacts/monitoring/podjanitor-dashboard.json"
-	metricsReaderFile  = "../../artifacts/monitoring/metrics-reader.yaml"
 )
 
 // Test values: the shipped scrape interval (30s) becomes promScrapeInterval,

@@ -155,6 +155,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		{"events.k8s.io", "events", "", "create", ns},
 		{"events.k8s.io", "events", "", "patch", ns},
 		{"coordination.k8s.io", "leases", "", "create", rbacNS}, // RBAC cannot restrict create by name
+		// --metrics-secure: the callers of /metrics, their token and their access.
+		{"authentication.k8s.io", "tokenreviews", "", "create", ""},
+		{"authorization.k8s.io", "subjectaccessreviews", "", "create", ""},
 	}
 	denied := []check{
 		{"", "pods", "", "create", ns},
@@ -178,6 +181,8 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		{"coordination.k8s.io", "leases", "", "update", rbacNS},
 		{"coordination.k8s.io", "leases", "", "list", rbacNS},
 		{"rbac.authorization.k8s.io", "clusterroles", "", "escalate", ""},
+		{"authorization.k8s.io", "localsubjectaccessreviews", "", "create", ns},
+		{"certificates.k8s.io", "certificatesigningrequests", "", "create", ""},
 	}
 	for _, c := range append(allowed, denied...) {
 		want := rbacContains(allowed, c)
