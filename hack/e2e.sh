@@ -3,7 +3,8 @@
 # (_output/e2e, ports 27400+), so a `make run` cluster can stay up meanwhile.
 # The cluster has the real node (REAL_NODE=1: needs root; installs containerd,
 # runc and the CNI plugins if missing), and podjanitor's image is loaded into
-# it. Expects `make build tools helm image-archive` to have run. Extra
+# it. Expects `make build tools helm image-archive` to have run; builds
+# Prometheus for the monitoring tests (hack/install-prometheus.sh). Extra
 # arguments go to `go test`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +23,7 @@ cleanup() {
   exit $status
 }
 trap cleanup EXIT
+hack/install-prometheus.sh # test/e2e/prometheus_test.go runs it (PROMETHEUS_BIN)
 hack/local-cluster.sh down >/dev/null 2>&1 || true # state left by an interrupted run
 hack/local-cluster.sh up
 hack/local-cluster.sh load-image _output/images/podjanitor.tar
@@ -32,5 +34,5 @@ hack/local-cluster.sh load-image _output/images/podjanitor.tar
 E2E_KUBECONFIG="$root/_output/e2e/kubeconfig" PODJANITOR_BIN="$root/_output/bin/podjanitor" \
   HELM_BIN="${HELM_BIN:-$root/_output/bin/helm}" \
   E2E_CLUSTER_DIR="$root/_output/e2e" E2E_IMAGE_ARCHIVE="$root/_output/images/podjanitor.tar" \
-  KUSTOMIZE_BIN="$root/_output/bin/kustomize" \
+  KUSTOMIZE_BIN="$root/_output/bin/kustomize" PROMETHEUS_BIN="$root/_output/bin/prometheus" \
   go test -tags e2e -count=1 -timeout 30m -v ./test/e2e/ "$@"
