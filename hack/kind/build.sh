@@ -43,7 +43,15 @@ step() {
   "$@"
   say "$name: $((SECONDS - start))s"
 }
-sha() { sha256sum "$@" | sha256sum | cut -c1-16; }
+# quiet COMMAND...: runs it with the legacy builder (Debian's dockerd has no
+# BuildKit that the newer CLI would use), its output shown only on failure.
+quiet() {
+  local out
+  out=$(DOCKER_BUILDKIT=0 "$@" 2>&1) || {
+    printf '%s\n' "$out" >&2
+    return 1
+  }
+}
 
 tools() {
   local t=hack/kind/tools
@@ -73,7 +81,7 @@ rootfs() {
   }
   # The key: the package list and the host's apt sources (a snapshot date
   # there pins the versions).
-  ROOTFS_KEY=$( (echo "$ROOTFS_PACKAGES"; cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null) | sha256sum | cut -c1-16)
+  ROOTFS_KEY=$( (echo "$ROOTFS_PACKAGES"; cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null || true) | sha256sum | cut -c1-16)
   local tar="$cache/rootfs-$ROOTFS_KEY.tar"
   if [ ! -f "$tar" ]; then
     say "rootfs: mmdebstrap bookworm (Debian packages; first build takes minutes)"
@@ -88,15 +96,16 @@ rootfs() {
   fi
 }
 
-# image NAME DOCKERFILE-FROM FILE...: a one-layer image of static binaries in
-# /usr/local/bin (the PATH containerd gives a container), saved for the node.
+# image NAME FROM ENTRYPOINT FILE...: a one-layer image of static binaries in
+# /usr/local/bin (the PATH containerd gives a container) on FROM, saved for the
+# node. Kubernetes gives the control plane's commands; ENTRYPOINT may be empty.
 image() {
-  local name=$1 from=$2
-  shift 2
+  local name=$1 from=$2 entrypoint=$3
+  shift 3
   local base=${name##*/}
   base=${base%%:*}
   local out="$work/node-ctx/stage/kind/images/$base.tar" key
-  key=$( (echo "$name $from"; sha256sum "$@") | sha256sum | cut -c1-16)
+  key=$( (echo "$name $from $entrypoint"; sha256sum "$@") | sha256sum | cut -c1-16)
   if [ -f "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ]; then
     return
   fi
@@ -107,9 +116,10 @@ image() {
     echo "FROM $from"
     local f
     for f; do echo "COPY $(basename "$f") /usr/local/bin/"; done
+    [ -z "$entrypoint" ] || echo "ENTRYPOINT [\"$entrypoint\"]"
   } >"$ctx/Dockerfile"
   say "images: $name"
-  DOCKER_BUILDKIT=0 docker build -q -t "$name" "$ctx" >/dev/null || die "docker build of $name failed"
+  quiet docker build -q -t "$name" "$ctx" || die "docker build of $name failed"
   rm -rf "$ctx"
   mkdir -p "$(dirname "$out")"
   docker save -o "$out" "$name"
@@ -122,17 +132,17 @@ images() {
   if [ ! -x "$work/pause/pause" ] || [ hack/node/pause.c -nt "$work/pause/pause" ]; then
     gcc -static -Os -o "$work/pause/pause" hack/node/pause.c || die "building the pause program (gcc -static) failed"
   fi
-  image $reg/kube-apiserver:$KUBE_VERSION scratch "$b/kube-apiserver"
-  image $reg/kube-controller-manager:$KUBE_VERSION scratch "$b/kube-controller-manager"
-  image $reg/kube-scheduler:$KUBE_VERSION scratch "$b/kube-scheduler"
-  image $reg/etcd:3.7.0-0 scratch "$b/etcd"
-  # The pause program is the sandbox's command: /pause, as in the stock image.
-  image $reg/pause:3.10.2 scratch "$work/pause/pause"
+  image $reg/kube-apiserver:$KUBE_VERSION scratch "" "$b/kube-apiserver"
+  image $reg/kube-controller-manager:$KUBE_VERSION scratch "" "$b/kube-controller-manager"
+  image $reg/kube-scheduler:$KUBE_VERSION scratch "" "$b/kube-scheduler"
+  image $reg/etcd:3.7.0-0 scratch "" "$b/etcd"
+  # The pod sandbox: the pause program of the local cluster's real node.
+  image $reg/pause:3.10.2 scratch /usr/local/bin/pause "$work/pause/pause"
   # kube-proxy runs iptables: it gets the node's root filesystem.
-  image $reg/kube-proxy:$KUBE_VERSION "$KIND_BASE_IMAGE:$ROOTFS_KEY" "$b/kube-proxy"
+  image $reg/kube-proxy:$KUBE_VERSION "$KIND_BASE_IMAGE:$ROOTFS_KEY" "" "$b/kube-proxy"
   local want have
   want=$("$b/kubeadm" config images list --kubernetes-version "$KUBE_VERSION" 2>/dev/null | grep -v coredns | sort)
-  have=$(for f in "$work"/stage/kind/images/*.tar; do tar -xOf "$f" manifest.json | grep -o '"RepoTags":\[[^]]*' | grep -o 'registry[^"]*'; done | sort)
+  have=$(for f in "$work"/node-ctx/stage/kind/images/*.tar; do tar -xOf "$f" manifest.json | grep -o '"RepoTags":\[[^]]*' | grep -o 'registry[^"]*'; done | sort)
   [ "$want" = "$have" ] || die "images: kubeadm wants $(echo $want), the node has $(echo $have)"
 }
 
@@ -189,7 +199,7 @@ LABEL io.podjanitor.kind-node.key=$key io.podjanitor.kind-node.kubernetes=$KUBE_
 ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]
 EOF
   say "node: docker build $KIND_NODE_IMAGE ($key)"
-  DOCKER_BUILDKIT=0 docker build -q -t "$KIND_NODE_IMAGE" "$work/node-ctx" >/dev/null ||
+  quiet docker build -q -t "$KIND_NODE_IMAGE" "$work/node-ctx" ||
     die "docker build of $KIND_NODE_IMAGE failed"
 }
 

@@ -17,6 +17,8 @@
 # pool on 172.29.0.0/16 (the real node's bridges are 10.200.x.0/24). With
 # --iptables=false the published ports of kind's API server go through
 # docker-proxy on 127.0.0.1; containers reach no network beyond this machine.
+# The containers' runtime is runc through hack/kind/runc-wrapper, which drops
+# the capabilities that root lacks on this machine from --privileged ones.
 # Debian's dockerd is 20.10 (API 1.41); the Docker CLI in PATH may be newer and
 # negotiates down, and kind drives that CLI.
 set -euo pipefail
@@ -61,6 +63,12 @@ up() {
     answers && return
     die "dockerd (pid $(cat "$PIDFILE")) runs but does not answer on $DOCKER_SOCK; see $LOG"
   fi
+  # The OCI runtime: runc, less the capabilities root lacks here
+  # (hack/kind/runc-wrapper): a --privileged kind node fails to start otherwise.
+  local wrapper="$root/_output/bin/runc-wrapper"
+  if [ ! -x "$wrapper" ] || [ -n "$(find "$root/hack/kind/runc-wrapper" -newer "$wrapper" -name '*.go')" ]; then
+    (cd "$root" && CGO_ENABLED=0 go build -o "$wrapper" ./hack/kind/runc-wrapper)
+  fi
   # dockerd's own bridge: created here so that it is ours to remove at down.
   if ! ip link show "$DOCKER_BRIDGE" >/dev/null 2>&1; then
     ip link add name "$DOCKER_BRIDGE" type bridge
@@ -78,6 +86,7 @@ up() {
     --default-address-pool "base=$DOCKER_POOL,size=24" \
     --iptables=false --ip6tables=false --ip-masq=false --ip-forward=false \
     --oom-score-adjust=0 \
+    --add-runtime "pj-runc=$wrapper" --default-runtime pj-runc \
     --storage-driver overlay2 \
     --exec-opt native.cgroupdriver=cgroupfs \
     --log-level warn \
