@@ -6,6 +6,10 @@
 #                                 its kubeconfig: _output/kind/NAME.kubeconfig
 #   hack/kind/up.sh load NAME ARCHIVE...
 #                                 kind load image-archive (an OCI archive of `make image-archive`)
+#   hack/kind/up.sh deploy NAME IMAGE
+#                                 apply artifacts/deploy with the image IMAGE (an overlay
+#                                 in _output/kind/deploy that changes nothing else) and wait
+#                                 for the rollout
 #   hack/kind/up.sh down NAME     delete it
 #   hack/kind/up.sh stop          stop the project's dockerd (hack/kind/dockerd.sh down)
 #
@@ -88,6 +92,27 @@ up() {
   echo "$kubeconfig"
 }
 
+# deploy applies the shipped manifests, changing the image only.
+deploy() {
+  local name=$1 image=$2 dir="$root/_output/kind/deploy"
+  mkdir -p "$dir"
+  cat >"$dir/kustomization.yaml" <<EOF
+# Written by hack/kind/up.sh: artifacts/deploy with the image loaded into the
+# kind cluster by kind load image-archive (make kind-load); nothing else changes.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../../../artifacts/deploy
+images:
+  - name: podjanitor
+    newName: ${image%:*}
+    newTag: ${image##*:}
+EOF
+  local kubectl=(env KUBECONFIG="$root/_output/kind/$name.kubeconfig" "${KUBECTL:-$bin/kubectl}")
+  "${kubectl[@]}" apply -k "$dir"
+  "${kubectl[@]}" -n podjanitor rollout status deployment/podjanitor --timeout=180s
+}
+
 case ${1:-} in
   up)
     [ $# = 2 ] || die "usage: $0 up NAME"
@@ -99,6 +124,10 @@ case ${1:-} in
     name=$2
     shift 2
     for a; do "$KIND" load image-archive "$a" --name "$name"; done
+    ;;
+  deploy)
+    [ $# = 3 ] || die "usage: $0 deploy NAME IMAGE"
+    deploy "$2" "$3"
     ;;
   down)
     [ $# = 2 ] || die "usage: $0 down NAME"
