@@ -30,7 +30,8 @@ cleanup() {
   local status=$?
   hack/kind/up.sh down "$name" >/dev/null 2>&1 || true
   hack/kind/up.sh down "$name-bench" >/dev/null 2>&1 || true
-  if $started_dockerd; then hack/kind/dockerd.sh down || true; fi
+  if $started_dockerd; then hack/kind/dockerd.sh down >/dev/null 2>&1 || true; fi
+  # Silent when unchanged: go test's summary stays the last line.
   if $started_dockerd; then
     local after
     after=$(snapshot)
@@ -38,8 +39,6 @@ cleanup() {
       echo "[kind-test] FAIL: the host's network setup changed (iptables, ip_forward, links):" >&2
       diff <(echo "$before") <(echo "$after") >&2 || true
       status=1
-    else
-      echo "[kind-test] the host's iptables rules, ip_forward and links are as before"
     fi
   fi
   exit $status
