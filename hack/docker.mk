@@ -10,7 +10,7 @@
 #                                 _output/kind/$(KIND_CLUSTER).kubeconfig
 #   make kind-deploy              kind-up, load the image archive, apply artifacts/deploy
 #                                 with that image (nothing else changed), wait for the rollout
-#   make test-kind                the kind tests (test/kind): the Deployment on a fresh
+#   make test-kind                the kind tests (test/kind): the Deployment and the chart on a fresh
 #                                 kind cluster, then `make bench-kind` at a small size
 #   make kind-down                delete the cluster and stop the project's dockerd
 #   make deploy / undeploy        kubectl apply/delete -k artifacts/deploy on kubectl's
@@ -59,7 +59,7 @@ kind-down: ## Delete the kind cluster KIND_CLUSTER and stop the project's docker
 	hack/kind/up.sh down $(KIND_CLUSTER)
 	hack/kind/up.sh stop
 
-test-kind: build image-archive ## The kind tests (test/kind): Deployment, removals, a container kill, bench-kind.
+test-kind: build image-archive helm ## The kind tests (test/kind): artifacts/deploy and the chart on kind, a container kill, bench-kind.
 	hack/kind/test.sh
 
 deploy: ## kubectl apply -k artifacts/deploy to the current context, wait for the rollout.

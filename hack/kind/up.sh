@@ -10,6 +10,9 @@
 #                                 apply artifacts/deploy with the image IMAGE (an overlay
 #                                 in _output/kind/deploy that changes nothing else) and wait
 #                                 for the rollout
+#   hack/kind/up.sh deploy-chart NAME IMAGE
+#                                 helm install charts/podjanitor (release podjanitor in the
+#                                 namespace podjanitor-chart) with the image IMAGE, and wait
 #   hack/kind/up.sh down NAME     delete it
 #   hack/kind/up.sh stop          stop the project's dockerd (hack/kind/dockerd.sh down)
 #
@@ -128,6 +131,13 @@ case ${1:-} in
   deploy)
     [ $# = 3 ] || die "usage: $0 deploy NAME IMAGE"
     deploy "$2" "$3"
+    ;;
+  deploy-chart)
+    [ $# = 3 ] || die "usage: $0 deploy-chart NAME IMAGE"
+    image=$3
+    KUBECONFIG="$root/_output/kind/$2.kubeconfig" "${HELM:-$bin/helm}" upgrade --install podjanitor charts/podjanitor \
+      --namespace podjanitor-chart --create-namespace \
+      --set image.repository="${image%:*}" --set image.tag="${image##*:}" --wait --timeout 3m
     ;;
   down)
     [ $# = 2 ] || die "usage: $0 down NAME"

@@ -432,6 +432,35 @@ func TestDeployment(t *testing.T) {
 	})
 }
 
+// TestChart installs the chart (charts/podjanitor) with the loaded image and
+// nothing else set (hack/kind/up.sh deploy-chart): Ready on the kind node, and
+// it removes a pod at its deadline and leaves a kept one.
+func TestChart(t *testing.T) {
+	out := run(t, 5*time.Minute, "hack/kind/up.sh", "deploy-chart", cluster, image)
+	t.Logf("hack/kind/up.sh deploy-chart:\n%s", lastLines(out, 8))
+	t.Cleanup(func() {
+		cmd := exec.Command(filepath.Join(root, "_output/bin/helm"), "uninstall", "podjanitor", "--namespace", "podjanitor-chart", "--wait")
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+os.Getenv("KIND_KUBECONFIG"))
+		_ = cmd.Run()
+		_ = client.CoreV1().Namespaces().Delete(context.Background(), "podjanitor-chart", metav1.DeleteOptions{})
+	})
+	list, err := client.CoreV1().Pods("podjanitor-chart").List(ctxFor(t), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=podjanitor"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || !ready(&list.Items[0]) || list.Items[0].Spec.NodeName != nodeName ||
+		list.Items[0].Spec.Containers[0].Image != image {
+		t.Fatalf("the chart's pods %+v: want one, Ready on %s, image %s", list.Items, nodeName, image)
+	}
+	ns := newNamespace(t)
+	r := watchRemovals(t, ns)
+	due := createPod(t, ns, "due", ttl(15*time.Second)...)
+	kept := createPod(t, ns, "kept", append(ttl(5*time.Second), "keep", "true")...)
+	r.waitRunning(t, due, kept)
+	r.checkRemoved(t, due, deadline(t, due), latenessOK)
+	r.checkNotRemoved(t, kept)
+}
+
 // TestBenchKind runs `make bench-kind` for real at a small size: a fresh kind
 // cluster of its own, 200 pods of the steady scenario over a minute, and
 // checks its results: every pod removed, none early.
