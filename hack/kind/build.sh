@@ -86,9 +86,9 @@ rootfs() {
   if [ ! -f "$tar" ]; then
     say "rootfs: mmdebstrap bookworm (Debian packages; first build takes minutes)"
     rm -f "$cache"/rootfs-*.tar
-    mmdebstrap --quiet --variant=essential --include="$ROOTFS_PACKAGES" \
-      bookworm "$tar.tmp" || die "mmdebstrap failed"
-    mv "$tar.tmp" "$tar"
+    mmdebstrap --quiet --variant=essential --format=tar --include="$ROOTFS_PACKAGES" \
+      bookworm "$tar.tmp.tar" || die "mmdebstrap failed"
+    mv "$tar.tmp.tar" "$tar"
   fi
   if ! docker image inspect "$KIND_BASE_IMAGE:$ROOTFS_KEY" >/dev/null 2>&1; then
     say "rootfs: docker import as $KIND_BASE_IMAGE:$ROOTFS_KEY"
