@@ -5,7 +5,7 @@
 # dockerd and the offline node image, built or taken from the cache), loads
 # podjanitor's image archive (`make image-archive`), runs the tests, deletes
 # the cluster. It checks that the host's iptables rules, the ip_forward sysctl
-# and the network links are as they were before, and stops the project's
+# and dockerd's network links are as they were before, and stops the project's
 # dockerd again if it started it. Expects `make build image-archive` to have
 # run. Extra arguments go to `go test`.
 set -euo pipefail
@@ -17,7 +17,10 @@ archive=_output/images/podjanitor.tar
 [ -f "$archive" ] || { echo "[kind-test] $archive not found: make image-archive" >&2; exit 1; }
 
 snapshot() {
-  { iptables -S 2>/dev/null; iptables -t nat -S 2>/dev/null; sysctl net.ipv4.ip_forward; ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -v '^veth' | sort; } 2>&1
+  # The links dockerd makes (its bridge, its networks' bridges): other links
+  # come and go with other clusters on the machine.
+  { iptables -S 2>/dev/null; iptables -t nat -S 2>/dev/null; sysctl net.ipv4.ip_forward
+    ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^(pjdocker|docker|br-)' | sort; } 2>&1
 }
 before=$(snapshot)
 started_dockerd=false
