@@ -20,7 +20,7 @@ snapshot() {
   # The links dockerd makes (its bridge, its networks' bridges): other links
   # come and go with other clusters on the machine.
   { iptables -S 2>/dev/null; iptables -t nat -S 2>/dev/null; sysctl net.ipv4.ip_forward
-    ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^(pjdocker|docker|br-)' | sort; } 2>&1
+    ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | { grep -E '^(pjdocker|docker|br-)' || true; } | sort; } 2>&1
 }
 before=$(snapshot)
 started_dockerd=false
