@@ -20,8 +20,11 @@
 #                                   podjanitor beside the descheduler's PodLifeTime (built first by
 #                                   hack/build-descheduler.sh) on the same pods in one run: lateness,
 #                                   RSS and CPU of both (not in the default BENCH_SCENARIOS)
-#   make bench-kind                 the same driver against a kind cluster (needs Docker, kind;
-#                                   BENCH_SCENARIOS without recovery)
+#   make bench-kind                 the same driver against a fresh kind cluster (hack/kind/up.sh:
+#                                   the stock image with Docker of your own, the offline one
+#                                   otherwise; BENCH_SCENARIOS without recovery); the pods are
+#                                   never scheduled, so N is not bounded by the node's max-pods;
+#                                   BENCH_KEEP_CLUSTER=1 keeps the cluster
 
 BENCH_PODS         ?= 10000
 BENCH_BACKLOG_PODS ?= 3000
@@ -35,7 +38,6 @@ BENCH_IDLE         ?= 60s
 BENCH_PORT_BASE    ?= 29400
 BENCH_PODJANITOR   ?= process
 BENCH_KIND_CLUSTER ?= podjanitor-bench
-KIND               ?= kind
 
 BENCH_ENV = BENCH_PODS=$(BENCH_PODS) BENCH_BACKLOG_PODS=$(BENCH_BACKLOG_PODS) \
 	BENCH_SCENARIOS=$(BENCH_SCENARIOS) BENCH_RUNS=$(BENCH_RUNS) BENCH_WINDOWS=$(BENCH_WINDOWS) \
@@ -47,11 +49,10 @@ BENCH_ENV = BENCH_PODS=$(BENCH_PODS) BENCH_BACKLOG_PODS=$(BENCH_BACKLOG_PODS) \
 bench: build ## Load benchmark against a local cluster of its own (BENCH_PODS, BENCH_SCENARIOS, BENCH_RUNS, ...).
 	$(BENCH_ENV) hack/bench.sh
 
-bench-kind: build ## Load benchmark against a kind cluster (Docker; not run in CI). See BENCHMARKS.md.
-	@if ! $(KIND) get clusters 2>/dev/null | grep -qx '$(BENCH_KIND_CLUSTER)'; then \
-	  $(KIND) create cluster --name $(BENCH_KIND_CLUSTER) --wait 120s; fi
-	mkdir -p _output/bench
-	$(KIND) get kubeconfig --name $(BENCH_KIND_CLUSTER) > _output/bench/kind.kubeconfig
-	$(BENCH_ENV) BENCH_KUBECONFIG=$(CURDIR)/_output/bench/kind.kubeconfig \
-	  BENCH_ARGS="-idle-bound=false $(BENCH_ARGS)" hack/bench.sh
-	@echo "kind cluster $(BENCH_KIND_CLUSTER) kept; remove it with: $(KIND) delete cluster --name $(BENCH_KIND_CLUSTER)"
+bench-kind: build ## Load benchmark against a fresh kind cluster (hack/kind/up.sh). See BENCHMARKS.md.
+	hack/kind/up.sh down $(BENCH_KIND_CLUSTER)
+	hack/kind/up.sh up $(BENCH_KIND_CLUSTER) >/dev/null
+	$(BENCH_ENV) BENCH_KUBECONFIG=$(CURDIR)/_output/kind/$(BENCH_KIND_CLUSTER).kubeconfig \
+	  BENCH_ARGS="-idle-bound=false $(BENCH_ARGS)" hack/bench.sh; status=$$?; \
+	if [ -n "$(BENCH_KEEP_CLUSTER)" ]; then echo "kind cluster $(BENCH_KIND_CLUSTER) kept; remove it with: hack/kind/up.sh down $(BENCH_KIND_CLUSTER)"; \
+	else hack/kind/up.sh down $(BENCH_KIND_CLUSTER); fi; exit $$status

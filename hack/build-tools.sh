@@ -6,6 +6,8 @@
 #   hack/build-tools.sh control-plane  etcd, kube-apiserver, kube-controller-manager, kwok
 #   hack/build-tools.sh real-node      kubelet, kube-scheduler, kustomize (REAL_NODE=1 in
 #                                      hack/local-cluster.sh; the e2e tests need them)
+#   hack/build-tools.sh kind-node      kubeadm, kubectl, kube-proxy: with the ones above,
+#                                      the kind node image's (hack/kind/build.sh); not in `all`
 #
 # The first build takes many minutes on 2 cores; later ones are cached.
 set -euo pipefail
@@ -35,12 +37,18 @@ build() { # name package
 }
 
 what=${1:-all}
-case $what in all | control-plane | real-node) ;; *)
-  echo "usage: $0 [all|control-plane|real-node]" >&2
+case $what in all | control-plane | real-node | kind-node) ;; *)
+  echo "usage: $0 [all|control-plane|real-node|kind-node]" >&2
   exit 2
   ;;
 esac
 echo "Building local cluster tools into $bin"
+if [ "$what" = kind-node ]; then
+  build kubeadm k8s.io/kubernetes/cmd/kubeadm
+  build kubectl k8s.io/kubernetes/cmd/kubectl
+  build kube-proxy k8s.io/kubernetes/cmd/kube-proxy
+  exit 0
+fi
 if [ "$what" != real-node ]; then
   build etcd ./etcd
   build kwok sigs.k8s.io/kwok/cmd/kwok

@@ -1,32 +1,41 @@
-# The container image. `make image-archive` needs no Docker: hack/image writes
-# the image the Dockerfile describes, from the binary of `make build`, as an OCI
-# archive that the local cluster's real node loads (hack/local-cluster.sh
-# load-image; `make test` does). The other targets are for users with Docker,
-# kind and kubectl on PATH, and are not run in CI. Included by the Makefile,
-# whose VERSION and COMMIT stamp the image.
+# The container image and kind. `make image-archive` needs no Docker: hack/image
+# writes the image the Dockerfile describes, from the binary of `make build`, as
+# an OCI archive that the local cluster's real node loads (hack/local-cluster.sh
+# load-image; `make test` does) and kind loads (`kind load image-archive`).
+# Included by the Makefile, whose VERSION and COMMIT stamp the image.
 #
 #   make image-archive            _output/images/podjanitor.tar, named local/podjanitor:dev
-#   make image                    build the image $(IMAGE) from the Dockerfile
-#   make kind-up kind-load deploy a kind cluster running podjanitor from artifacts/deploy
-#   make undeploy                 remove it again; `kind delete cluster --name podjanitor`
-#                                 removes the cluster too
+#   make image                    build the image $(IMAGE) from the Dockerfile (Docker)
+#   make kind-up                  the kind cluster KIND_CLUSTER (hack/kind/up.sh); kubeconfig
+#                                 _output/kind/$(KIND_CLUSTER).kubeconfig
+#   make kind-deploy              kind-up, load the image archive, apply artifacts/deploy
+#                                 with that image (nothing else changed), wait for the rollout
+#   make test-kind                the kind tests (test/kind): the Deployment and the chart on a fresh
+#                                 kind cluster, then `make bench-kind` at a small size
+#   make kind-down                delete the cluster and stop the project's dockerd
+#   make deploy / undeploy        kubectl apply/delete -k artifacts/deploy on kubectl's
+#                                 current context, whatever cluster it is
 #
-# deploy and undeploy act on kubectl's current context, whatever cluster it is.
-# The manifests name the image podjanitor:dev; deploy with IMAGE=other sets the
-# Deployment's image after applying, and an overlay with `images:` does it
-# declaratively (see artifacts/deploy/kustomization.yaml).
+# KIND_NODE_IMAGE (hack/kind/up.sh): auto (default) takes kind's stock image
+# when a Docker daemon of your own answers (DOCKER_HOST or /var/run/docker.sock)
+# and otherwise builds the offline one (hack/kind/build.sh: Kubernetes v1.37.2
+# from Go modules and Debian packages, into a dockerd of the project's own,
+# hack/kind/dockerd.sh); offline or stock force one. kind, kubectl and crictl
+# are built into _output/bin. The manifests name the image podjanitor:dev;
+# deploy with IMAGE=other sets the Deployment's image after applying, and an
+# overlay with `images:` does it declaratively (see artifacts/deploy/kustomization.yaml).
 
 IMAGE        ?= podjanitor:dev
 KIND_CLUSTER ?= podjanitor
 DOCKER       ?= docker
-KIND         ?= kind
 KUBECTL      ?= kubectl
+KIND_IMAGE   ?= docker.io/local/podjanitor:dev
 VERSION      ?= dev
 COMMIT       ?= unknown
 
 IMAGE_ARCHIVE ?= _output/images/podjanitor.tar
 
-.PHONY: image image-archive kind-up kind-load deploy undeploy
+.PHONY: image image-archive kind-image kind-up kind-load kind-deploy kind-down test-kind deploy undeploy
 
 image-archive: build ## Write the image as an OCI archive without Docker (IMAGE_ARCHIVE, local/podjanitor:dev).
 	go run ./hack/image -kind podjanitor -binary $(BIN) -name local/podjanitor:dev -o $(IMAGE_ARCHIVE)
@@ -34,15 +43,24 @@ image-archive: build ## Write the image as an OCI archive without Docker (IMAGE_
 image: ## Build the container image IMAGE (default podjanitor:dev), version stamped.
 	$(DOCKER) build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
 
-kind-up: ## Create the kind cluster KIND_CLUSTER (default podjanitor) unless it exists.
-	@if $(KIND) get clusters 2>/dev/null | grep -qx '$(KIND_CLUSTER)'; then \
-	  echo "kind cluster $(KIND_CLUSTER) exists"; \
-	else \
-	  $(KIND) create cluster --name $(KIND_CLUSTER) --wait 120s; \
-	fi
+kind-image: ## Build kind and the offline kind node image (hack/kind/build.sh; cached).
+	hack/kind/build.sh
 
-kind-load: image ## Build the image and load it into the kind cluster.
-	$(KIND) load docker-image $(IMAGE) --name $(KIND_CLUSTER)
+kind-up: ## Create the kind cluster KIND_CLUSTER (default podjanitor) unless it exists.
+	hack/kind/up.sh up $(KIND_CLUSTER)
+
+kind-load: image-archive ## Load the image archive into the kind cluster (kind load image-archive).
+	hack/kind/up.sh load $(KIND_CLUSTER) $(IMAGE_ARCHIVE)
+
+kind-deploy: kind-up kind-load ## Run artifacts/deploy on the kind cluster with the loaded image.
+	hack/kind/up.sh deploy $(KIND_CLUSTER) $(KIND_IMAGE)
+
+kind-down: ## Delete the kind cluster KIND_CLUSTER and stop the project's dockerd.
+	hack/kind/up.sh down $(KIND_CLUSTER)
+	hack/kind/up.sh stop
+
+test-kind: build image-archive helm ## The kind tests (test/kind): artifacts/deploy and the chart on kind, a container kill, bench-kind.
+	hack/kind/test.sh
 
 deploy: ## kubectl apply -k artifacts/deploy to the current context, wait for the rollout.
 	$(KUBECTL) apply -k artifacts/deploy

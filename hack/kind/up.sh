@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# kind clusters for `make kind-up`, `make kind-deploy`, `make bench-kind` and
+# the kind tests (hack/kind/README.md).
+#
+#   hack/kind/up.sh up NAME       create the kind cluster NAME unless it exists;
+#                                 its kubeconfig: _output/kind/NAME.kubeconfig
+#   hack/kind/up.sh load NAME ARCHIVE...
+#                                 kind load image-archive (an OCI archive of `make image-archive`)
+#   hack/kind/up.sh deploy NAME IMAGE
+#                                 apply artifacts/deploy with the image IMAGE (an overlay
+#                                 in _output/kind/deploy that changes nothing else) and wait
+#                                 for the rollout
+#   hack/kind/up.sh deploy-chart NAME IMAGE
+#                                 helm install charts/podjanitor (release podjanitor in the
+#                                 namespace podjanitor-chart) with the image IMAGE, and wait
+#   hack/kind/up.sh down NAME     delete it
+#   hack/kind/up.sh stop          stop the project's dockerd (hack/kind/dockerd.sh down)
+#
+# Which node image (KIND_NODE_IMAGE):
+#   offline     podjanitor.local/kind-node:v1.37.2, built from sources by
+#               hack/kind/build.sh into the project's own dockerd; nothing is pulled
+#   stock       kind's default image (kindest/node), pulled by kind through the
+#               Docker of DOCKER_HOST or /var/run/docker.sock
+#   auto        (default) stock when a Docker daemon of the user's own answers
+#               (DOCKER_HOST or /var/run/docker.sock), offline otherwise: the
+#               project's machines and CI have no Docker daemon and reach no
+#               registry but Debian's and the Go module proxy. It does not probe
+#               any registry.
+#   other       any image name: used as it is
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+bin="$root/_output/bin"
+KIND=${KIND:-$bin/kind}
+OFFLINE_IMAGE=podjanitor.local/kind-node:v1.37.2
+
+say() { echo "[kind] $*" >&2; }
+die() {
+  say "$*"
+  exit 1
+}
+
+# choose sets IMAGE (empty: kind's default) and OFFLINE, and DOCKER_HOST for
+# the offline image.
+choose() {
+  local want=${KIND_NODE_IMAGE:-auto}
+  if [ "$want" = auto ]; then
+    want=offline
+    local ours
+    ours=$(hack/kind/dockerd.sh env)
+    if [ "export DOCKER_HOST=${DOCKER_HOST:-}" = "$ours" ]; then
+      : # the project's own dockerd
+    elif [ -n "${DOCKER_HOST:-}" ] || [ -S /var/run/docker.sock ]; then
+      docker version --format '{{.Server.Version}}' >/dev/null 2>&1 && want=stock
+    fi
+  fi
+  OFFLINE=false
+  case $want in
+    offline)
+      IMAGE=$OFFLINE_IMAGE OFFLINE=true
+      eval "$(hack/kind/dockerd.sh env)"
+      ;;
+    stock) IMAGE= ;;
+    *) IMAGE=$want ;;
+  esac
+  [ -x "$KIND" ] || hack/kind/build.sh tools
+}
+
+exists() { "$KIND" get clusters 2>/dev/null | grep -qx "$1"; }
+
+up() {
+  local name=$1 start=$SECONDS
+  choose
+  if $OFFLINE; then
+    KIND_NODE_IMAGE=$IMAGE hack/kind/build.sh
+  fi
+  local kubeconfig="$root/_output/kind/$name.kubeconfig"
+  mkdir -p "$root/_output/kind"
+  if exists "$name"; then
+    say "kind cluster $name exists"
+  else
+    local config="$root/_output/kind/$name.cluster.yaml"
+    if $OFFLINE; then
+      cp hack/kind/cluster.yaml "$config"
+    else
+      # kindnet and CoreDNS are in the stock image: keep them.
+      grep -v '# offline-image' hack/kind/cluster.yaml >"$config"
+    fi
+    say "creating kind cluster $name (image ${IMAGE:-the stock kindest/node})"
+    "$KIND" create cluster --name "$name" ${IMAGE:+--image "$IMAGE"} --config "$config" \
+      --kubeconfig "$kubeconfig" --wait 5m ${KIND_RETAIN:+--retain} || die "kind create cluster failed"
+    say "kind cluster $name created in $((SECONDS - start))s"
+  fi
+  "$KIND" get kubeconfig --name "$name" >"$kubeconfig"
+  echo "$kubeconfig"
+}
+
+# deploy applies the shipped manifests, changing the image only.
+deploy() {
+  local name=$1 image=$2 dir="$root/_output/kind/deploy"
+  mkdir -p "$dir"
+  cat >"$dir/kustomization.yaml" <<EOF
+# Written by hack/kind/up.sh: artifacts/deploy with the image loaded into the
+# kind cluster by kind load image-archive (make kind-load); nothing else changes.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - ../../../artifacts/deploy
+images:
+  - name: podjanitor
+    newName: ${image%:*}
+    newTag: ${image##*:}
+EOF
+  local kubectl=(env KUBECONFIG="$root/_output/kind/$name.kubeconfig" "${KUBECTL:-$bin/kubectl}")
+  "${kubectl[@]}" apply -k "$dir"
+  "${kubectl[@]}" -n podjanitor rollout status deployment/podjanitor --timeout=180s
+}
+
+case ${1:-} in
+  up)
+    [ $# = 2 ] || die "usage: $0 up NAME"
+    up "$2"
+    ;;
+  load)
+    [ $# -ge 3 ] || die "usage: $0 load NAME ARCHIVE..."
+    choose
+    name=$2
+    shift 2
+    for a; do "$KIND" load image-archive "$a" --name "$name"; done
+    ;;
+  deploy)
+    [ $# = 3 ] || die "usage: $0 deploy NAME IMAGE"
+    deploy "$2" "$3"
+    ;;
+  deploy-chart)
+    [ $# = 3 ] || die "usage: $0 deploy-chart NAME IMAGE"
+    image=$3
+    KUBECONFIG="$root/_output/kind/$2.kubeconfig" "${HELM:-$bin/helm}" upgrade --install podjanitor charts/podjanitor \
+      --namespace podjanitor-chart --create-namespace \
+      --set image.repository="${image%:*}" --set image.tag="${image##*:}" --wait --timeout 3m
+    ;;
+  down)
+    [ $# = 2 ] || die "usage: $0 down NAME"
+    choose
+    if exists "$2"; then "$KIND" delete cluster --name "$2"; fi
+    rm -f "$root/_output/kind/$2.kubeconfig" "$root/_output/kind/$2.cluster.yaml"
+    ;;
+  stop) hack/kind/dockerd.sh down ;;
+  env)
+    choose
+    [ -z "${DOCKER_HOST:-}" ] || echo "export DOCKER_HOST=$DOCKER_HOST"
+    ;;
+  *)
+    echo "usage: $0 up|load|down NAME ...|stop|env" >&2
+    exit 2
+    ;;
+esac
