@@ -89,3 +89,44 @@ func TestKustomizeAdmission(t *testing.T) {
 		t.Errorf("binding names %q, want %q", name, vap.GetName())
 	}
 }
+
+// TestKustomizeTenantPolicies builds artifacts/deploy with the
+// artifacts/tenant-policies component: the CRD comes with it, and the
+// Deployment's args honour tenant policies; without the component they do not.
+func TestKustomizeTenantPolicies(t *testing.T) {
+	base := kustomizeBuild(t, deployDir)
+	o, err := parseFlags(daemonCommand, one(t, "Deployment", base.deployments).Spec.Template.Spec.Containers[0].Args)
+	if err != nil || o.tenants.enabled {
+		t.Errorf("artifacts/deploy alone: tenant policies on (%v), want off: it has no CRD", err)
+	}
+
+	overlay := t.TempDir()
+	rel := func(dir string) string {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := filepath.Rel(overlay, abs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" +
+		"resources: [" + rel(deployDir) + "]\ncomponents: [" + rel("artifacts/tenant-policies") + "]\n"
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := kustomizeBuild(t, overlay)
+	o, err = parseFlags(daemonCommand, one(t, "Deployment", r.deployments).Spec.Template.Spec.Containers[0].Args)
+	if err != nil || !o.tenants.enabled {
+		t.Errorf("with artifacts/tenant-policies: args parse (%v) with tenant policies off, want on", err)
+	}
+	crds := r.other("CustomResourceDefinition")
+	if len(crds) != 1 || crds[0].GetName() != "podlifetimepolicies.podjanitor.io" {
+		t.Errorf("with artifacts/tenant-policies: %d CRDs, want the podlifetimepolicies.podjanitor.io CRD", len(crds))
+	}
+	if got, want := len(r.all), len(base.all); got != want {
+		t.Errorf("with artifacts/tenant-policies: %d objects besides the CRD, want artifacts/deploy's %d", got, want)
+	}
+}
