@@ -30,6 +30,10 @@
 //	peer     the same N pods twice, on kwok nodes, with a -peer-lifetime
 //	         from creation: podjanitor removes one copy, the descheduler's
 //	         PodLifeTime (-descheduler) the other, in one run (peer.go)
+//	kyverno  the same N pods three times, deadlines creationTimestamp + ttl
+//	         spread over -kyverno-window: podjanitor removes one copy,
+//	         Kyverno's cleanup controller (-kyverno) the second, the ideal
+//	         remover the third, in one run (kyverno.go)
 //
 // API requests per removed pod are reported for backlog and steady.
 package main
@@ -86,6 +90,8 @@ type config struct {
 	peerLifetime, peerInterval     time.Duration
 	peerNodes                      int
 	ideal                          bool   // steady: the ideal remover beside podjanitor (ideal.go)
+	kyverno, kyvernoCRDs           string // kyverno (kyverno.go)
+	kyvernoWindow, kyvernoInterval time.Duration
 	command, commit                string // recorded with the results and every chart's data
 }
 
@@ -98,7 +104,7 @@ func main() {
 	flag.IntVar(&cfg.pods, "pods", 10000, "N: pods for the idle and steady scenarios")
 	flag.IntVar(&cfg.backlogPods, "backlog-pods", 0, "pods per backlog run (each for podjanitor and for the raw deleter); 0 = -pods")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs of the short measurements (backlog; idle cache sync/heap restarts); the median is reported")
-	flag.StringVar(&scen, "scenarios", "idle,backlog,steady", "scenarios to run: idle, idle-standin, backlog, steady, churn, recovery, peer")
+	flag.StringVar(&scen, "scenarios", "idle,backlog,steady", "scenarios to run: idle, idle-standin, backlog, steady, churn, recovery, peer, kyverno")
 	flag.StringVar(&wins, "windows", "5m,1m", "steady scenario: windows over which the N deadlines are spread, one run each")
 	flag.IntVar(&cfg.workers, "workers", 16, "podjanitor --workers, and the raw deleter's goroutines")
 	flag.Float64Var(&cfg.qps, "qps", 1000, "podjanitor --kube-api-qps, and the raw deleter's client QPS")
@@ -122,6 +128,10 @@ func main() {
 	flag.DurationVar(&cfg.peerLifetime, "peer-lifetime", 5*time.Minute, "peer: pod lifetime from creation, whole seconds (podjanitor `created` rule, descheduler maxPodLifeTimeSeconds)")
 	flag.DurationVar(&cfg.peerInterval, "peer-interval", 2*time.Minute, "peer: the descheduler's --descheduling-interval")
 	flag.IntVar(&cfg.peerNodes, "peer-nodes", 2, "peer: kwok-managed nodes the pods are bound to (at least 2)")
+	flag.StringVar(&cfg.kyverno, "kyverno", "_output/bin/kyverno-cleanup-controller", "kyverno: Kyverno's cleanup controller binary (hack/build-kyverno.sh), optionally followed by extra flags (\"_output/bin/kyverno-cleanup-controller --v=4\")")
+	flag.StringVar(&cfg.kyvernoCRDs, "kyverno-crds", "", "kyverno: Kyverno's config/crds directory, applied before it starts (hack/bench.sh passes the one of the module hack/kyverno)")
+	flag.DurationVar(&cfg.kyvernoWindow, "kyverno-window", 5*time.Minute, "kyverno: window over which the -pods deadlines of each remover are spread")
+	flag.DurationVar(&cfg.kyvernoInterval, "kyverno-interval", 10*time.Second, "kyverno: Kyverno's --ttlReconciliationInterval (when its TTL manager starts its informers; timing starts after)")
 	flag.BoolVar(&cfg.ideal, "ideal", true, "steady: also create each pod in a second namespace whose pods the driver removes itself, each at its deadline (the ideal remover), in the same run; doubles the API server's load (-ideal=false: podjanitor's namespace only, as before)")
 	flag.StringVar(&cfg.command, "command", "", "the command that ran the bench (hack/bench.sh passes the make command), recorded with the results and charts; default: the driver's command line")
 	flag.StringVar(&cfg.commit, "commit", "", "the commit the bench ran (hack/bench.sh passes git's), recorded with the results and charts; default: podjanitor --version's")
@@ -208,6 +218,7 @@ type results struct {
 	Churn    *churnResult    `json:"churn,omitempty"`
 	Recovery *recoveryResult `json:"recovery,omitempty"`
 	Peer     *peerResult     `json:"peer,omitempty"`
+	Kyverno  *kyvernoResult  `json:"kyverno,omitempty"`
 	Charts   []string        `json:"charts,omitempty"` // PNGs and their data (chart.go)
 }
 
@@ -258,6 +269,7 @@ func run(ctx context.Context, cfg *config) error {
 		"idle_bound": cfg.idleBound, "nodes": cfg.nodes, "churn_pods": cfg.churnPods, "churn_live": cfg.churnLive,
 		"churn_batch": cfg.churnBatch, "outage": cfg.outage.String(),
 		"peer_lifetime": cfg.peerLifetime.String(), "peer_interval": cfg.peerInterval.String(), "peer_nodes": cfg.peerNodes,
+		"kyverno_window": cfg.kyvernoWindow.String(), "kyverno_interval": cfg.kyvernoInterval.String(),
 	}}
 	res.Machine = describeMachine()
 	if out, err := exec.Command(strings.Fields(cfg.podjanitor)[0], "--version").Output(); err == nil {
@@ -326,8 +338,10 @@ func run(ctx context.Context, cfg *config) error {
 			res.Recovery, err = b.recovery(ctx)
 		case "peer":
 			res.Peer, err = b.peer(ctx)
+		case "kyverno":
+			res.Kyverno, err = b.kyverno(ctx)
 		default:
-			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, steady, churn, recovery, peer)", s)
+			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, steady, churn, recovery, peer, kyverno)", s)
 		}
 		if err != nil {
 			b.write()
@@ -661,6 +675,9 @@ func printReport(w0 *os.File, r *results) {
 	}
 	if p := r.Peer; p != nil {
 		printPeer(w, p)
+	}
+	if k := r.Kyverno; k != nil {
+		printKyverno(w, k)
 	}
 	_ = w.Flush()
 }
