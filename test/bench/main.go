@@ -34,6 +34,9 @@
 //	         spread over -kyverno-window: podjanitor removes one copy,
 //	         Kyverno's cleanup controller (-kyverno) the second, the ideal
 //	         remover the third, in one run (kyverno.go)
+//	clock    the lateness the API-server clock estimate alone adds: its
+//	         lower end sampled for -clock-duration while it is measured as
+//	         when a removal is near (clock.go)
 //
 // API requests per removed pod are reported for backlog and steady.
 package main
@@ -92,7 +95,8 @@ type config struct {
 	ideal                          bool   // steady: the ideal remover beside podjanitor (ideal.go)
 	kyverno, kyvernoCRDs           string // kyverno (kyverno.go)
 	kyvernoWindow, kyvernoInterval time.Duration
-	command, commit                string // recorded with the results and every chart's data
+	clockDuration                  time.Duration // clock (clock.go)
+	command, commit                string        // recorded with the results and every chart's data
 }
 
 func main() {
@@ -104,7 +108,7 @@ func main() {
 	flag.IntVar(&cfg.pods, "pods", 10000, "N: pods for the idle and steady scenarios")
 	flag.IntVar(&cfg.backlogPods, "backlog-pods", 0, "pods per backlog run (each for podjanitor and for the raw deleter); 0 = -pods")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs of the short measurements (backlog; idle cache sync/heap restarts); the median is reported")
-	flag.StringVar(&scen, "scenarios", "idle,backlog,steady", "scenarios to run: idle, idle-standin, backlog, steady, churn, recovery, peer, kyverno")
+	flag.StringVar(&scen, "scenarios", "idle,backlog,steady", "scenarios to run: idle, idle-standin, backlog, steady, churn, recovery, peer, kyverno, clock")
 	flag.StringVar(&wins, "windows", "5m,1m", "steady scenario: windows over which the N deadlines are spread, one run each")
 	flag.IntVar(&cfg.workers, "workers", 16, "podjanitor --workers, and the raw deleter's goroutines")
 	flag.Float64Var(&cfg.qps, "qps", 1000, "podjanitor --kube-api-qps, and the raw deleter's client QPS")
@@ -132,6 +136,7 @@ func main() {
 	flag.StringVar(&cfg.kyvernoCRDs, "kyverno-crds", "", "kyverno: Kyverno's config/crds directory, applied before it starts (hack/bench.sh passes the one of the module hack/kyverno)")
 	flag.DurationVar(&cfg.kyvernoWindow, "kyverno-window", 5*time.Minute, "kyverno: window over which the -pods deadlines of each remover are spread")
 	flag.DurationVar(&cfg.kyvernoInterval, "kyverno-interval", 10*time.Second, "kyverno: Kyverno's --ttlReconciliationInterval (when its TTL manager starts its informers; timing starts after)")
+	flag.DurationVar(&cfg.clockDuration, "clock-duration", 3*time.Minute, "clock: how long the API-server clock estimate is sampled")
 	flag.BoolVar(&cfg.ideal, "ideal", true, "steady: also create each pod in a second namespace whose pods the driver removes itself, each at its deadline (the ideal remover), in the same run; doubles the API server's load (-ideal=false: podjanitor's namespace only, as before)")
 	flag.StringVar(&cfg.command, "command", "", "the command that ran the bench (hack/bench.sh passes the make command), recorded with the results and charts; default: the driver's command line")
 	flag.StringVar(&cfg.commit, "commit", "", "the commit the bench ran (hack/bench.sh passes git's), recorded with the results and charts; default: podjanitor --version's")
@@ -219,6 +224,7 @@ type results struct {
 	Recovery *recoveryResult `json:"recovery,omitempty"`
 	Peer     *peerResult     `json:"peer,omitempty"`
 	Kyverno  *kyvernoResult  `json:"kyverno,omitempty"`
+	Clock    *clockResult    `json:"clock,omitempty"`
 	Charts   []string        `json:"charts,omitempty"` // PNGs and their data (chart.go)
 }
 
@@ -340,8 +346,10 @@ func run(ctx context.Context, cfg *config) error {
 			res.Peer, err = b.peer(ctx)
 		case "kyverno":
 			res.Kyverno, err = b.kyverno(ctx)
+		case "clock":
+			res.Clock, err = b.clock(ctx)
 		default:
-			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, steady, churn, recovery, peer, kyverno)", s)
+			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, steady, churn, recovery, peer, kyverno, clock)", s)
 		}
 		if err != nil {
 			b.write()
@@ -678,6 +686,9 @@ func printReport(w0 *os.File, r *results) {
 	}
 	if k := r.Kyverno; k != nil {
 		printKyverno(w, k)
+	}
+	if c := r.Clock; c != nil {
+		printClock(w, c)
 	}
 	_ = w.Flush()
 }
