@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -60,6 +61,7 @@ const (
 	kyvernoName           = "kyverno-cleanup-controller" // ServiceAccount, Deployment, Service (KYVERNO_SVC) and Lease, as the chart names them
 	kyvernoTTLLabel       = "cleanup.kyverno.io/ttl"
 	kyvernoTTLWebhook     = "kyverno-ttl-validating-webhook-cfg"
+	kyvernoWebhookName    = kyvernoName + "." + kyvernoNamespace + ".svc" // the name of the webhook in it (and in the cleanup policies' one)
 	kyvernoFlowSchema     = "bench-kyverno-cleanup-controller"
 	kyvernoJanitorNS      = "bench-kyverno-podjanitor"
 	kyvernoKyvernoNS      = "bench-kyverno-kyverno"
@@ -129,9 +131,9 @@ func (b *bench) kyverno(ctx context.Context) (*kyvernoResult, error) {
 		return nil, fmt.Errorf("kyverno binary %s: %v (build it with hack/build-kyverno.sh)", command[0], err)
 	}
 	out.KyvernoVersion = "kyverno (version unknown)"
-	for _, d := range info.Deps {
-		if d.Path == "github.com/kyverno/kyverno" {
-			out.KyvernoVersion = "kyverno " + d.Version
+	for _, m := range append([]*debug.Module{&info.Main}, info.Deps...) {
+		if m.Path == "github.com/kyverno/kyverno" {
+			out.KyvernoVersion = "kyverno " + m.Version
 		}
 	}
 	if b.cfg.kyvernoCRDs == "" {
@@ -267,7 +269,7 @@ func (b *bench) kyverno(ctx context.Context) (*kyvernoResult, error) {
 				if kyvBefore != nil {
 					m = m.minus(kyvBefore)
 				}
-				out.KyvernoRequests = m.byLabel("kyverno_client_queries_total", "client_query_operation")
+				out.KyvernoRequests = m.byLabel("kyverno_client_queries_total", "operation")
 				out.KyvernoRequestsKind = m.byLabel("kyverno_client_queries_total", "resource_kind")
 			}
 		}},
@@ -316,7 +318,7 @@ func (b *bench) kyverno(ctx context.Context) (*kyvernoResult, error) {
 		out.PodjanitorHistogram, out.PodjanitorRequests = latenessHistogram(m), requestsFrom(m)
 	}
 	if m, err := apiServerMetrics(ctx, b.cs); err == nil {
-		out.Webhook = quantiles(m.minus(serverBefore).only(`name="`+kyvernoTTLWebhook+`"`, `type="validating"`),
+		out.Webhook = quantiles(m.minus(serverBefore).only(`name="`+kyvernoWebhookName+`"`),
 			"apiserver_admission_webhook_admission_duration_seconds")
 	}
 	ideal.stop()
@@ -642,7 +644,8 @@ type kyvernoProc struct {
 }
 
 // startKyverno runs Kyverno's cleanup controller out of cluster with the
-// chart's environment and the bench's client QPS/burst (podjanitor's).
+// chart's environment, at its own defaults otherwise (client QPS/burst
+// 100/200, 3 TTL workers; more flags follow the binary in -kyverno).
 // command is the binary and any extra flags.
 func startKyverno(cfg *config, command []string, kubeconfig string) (*kyvernoProc, error) {
 	lf, err := os.Create(filepath.Join(cfg.outDir, "kyverno-cleanup-controller.log"))
@@ -662,8 +665,6 @@ func startKyverno(cfg *config, command []string, kubeconfig string) (*kyvernoPro
 		fmt.Sprintf("--ttlReconciliationInterval=%s", cfg.kyvernoInterval),
 		"--metricsHost=127.0.0.1",
 		fmt.Sprintf("--metricsPort=%d", metricsPort),
-		fmt.Sprintf("--clientRateLimitQPS=%g", cfg.qps),
-		fmt.Sprintf("--clientRateLimitBurst=%d", cfg.burst),
 		"--disableLogColor",
 	}
 	cmd := exec.Command(command[0], append(args, command[1:]...)...)
@@ -752,7 +753,7 @@ func printKyverno(w *tabwriter.Writer, r *kyvernoResult) {
 	printRequests(w, "podjanitor", r.PodjanitorRequests)
 	fmt.Fprintf(w, "kyverno: API requests of its ServiceAccount at the API server (FlowSchema %s, from its TTL manager's start to its last removal) %.0f; its own count by operation %v, by kind %v\n",
 		kyvernoFlowSchema, r.Kyverno.ServerRequests, roundMap(r.KyvernoRequests), roundMap(r.KyvernoRequestsKind))
-	fmt.Fprintf(w, "kyverno's TTL webhook (%s): %.0f calls, p50 %s, p99 %s (at creation only)\n", kyvernoTTLWebhook, r.Webhook.Count, ms(r.Webhook.P50*1000), ms(r.Webhook.P99*1000))
+	fmt.Fprintf(w, "kyverno's webhook (%s): %.0f calls, p50 %s, p99 %s (at creation only)\n", kyvernoWebhookName, r.Webhook.Count, ms(r.Webhook.P50*1000), ms(r.Webhook.P99*1000))
 	fmt.Fprintf(w, "lateness = removal seen by a watcher − (creationTimestamp + ttl); pods created in %.1f s (%.0f/s, three copies), lead %.0f s\n",
 		r.CreateSeconds, r.CreateRate, r.LeadSeconds)
 }

@@ -135,7 +135,7 @@ func main() {
 	flag.StringVar(&cfg.kyverno, "kyverno", "_output/bin/kyverno-cleanup-controller", "kyverno: Kyverno's cleanup controller binary (hack/build-kyverno.sh), optionally followed by extra flags (\"_output/bin/kyverno-cleanup-controller --v=4\")")
 	flag.StringVar(&cfg.kyvernoCRDs, "kyverno-crds", "", "kyverno: Kyverno's config/crds directory, applied before it starts (hack/bench.sh passes the one of the module hack/kyverno)")
 	flag.DurationVar(&cfg.kyvernoWindow, "kyverno-window", 5*time.Minute, "kyverno: window over which the -pods deadlines of each remover are spread")
-	flag.DurationVar(&cfg.kyvernoInterval, "kyverno-interval", 10*time.Second, "kyverno: Kyverno's --ttlReconciliationInterval (when its TTL manager starts its informers; timing starts after)")
+	flag.DurationVar(&cfg.kyvernoInterval, "kyverno-interval", time.Minute, "kyverno: Kyverno's --ttlReconciliationInterval, its default (its TTL manager starts its informers one interval after it leads, and checks its permissions on every resource type every interval; timing starts after the first)")
 	flag.DurationVar(&cfg.clockDuration, "clock-duration", 3*time.Minute, "clock: how long the API-server clock estimate is sampled")
 	flag.BoolVar(&cfg.ideal, "ideal", true, "steady: also create each pod in a second namespace whose pods the driver removes itself, each at its deadline (the ideal remover), in the same run; doubles the API server's load (-ideal=false: podjanitor's namespace only, as before)")
 	flag.StringVar(&cfg.command, "command", "", "the command that ran the bench (hack/bench.sh passes the make command), recorded with the results and charts; default: the driver's command line")
