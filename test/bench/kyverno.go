@@ -226,7 +226,7 @@ func (b *bench) kyverno(ctx context.Context) (*kyvernoResult, error) {
 	cpuMark(0)
 	createdStart := time.Now()
 	cr := createPodsThen(ctx, b.cs, 3*n, b.cfg.createConc, "kyverno", func(i int) *corev1.Pod {
-		k, copy := i/3, namespaces[(i+i/3)%3] // which copy goes first rotates with k
+		k, copy := kyvernoCopy(i)
 		ttl := fmt.Sprintf("%dms", ttlOf(k).Milliseconds())
 		pod := workload.Pod(copy, fmt.Sprintf("kyv-%06d", k), "kyverno", k, time.Time{}, "")
 		delete(pod.Annotations, workload.AnnotationExpiresAt)
@@ -352,6 +352,14 @@ func (b *bench) kyverno(ctx context.Context) (*kyvernoResult, error) {
 		[]chartMark{{"creation started", since(createdStart)}, {"creation ended", since(createdEnd)},
 			{"first deadline", since(first)}, {"last deadline", since(first.Add(window))}}))
 	return out, nil
+}
+
+// kyvernoCopy maps the i-th pod created to pod k and the namespace of its
+// copy: pods 3k, 3k+1 and 3k+2 are pod k's three copies, and which remover's
+// copy goes first rotates with k.
+func kyvernoCopy(i int) (k int, ns string) {
+	k = i / 3
+	return k, []string{kyvernoJanitorNS, kyvernoKyvernoNS, kyvernoIdealNS}[(i+k)%3]
 }
 
 // fill computes the side's figures from the pods its watcher saw; deadline
