@@ -474,3 +474,85 @@ func TestDocsAnnotationTables(t *testing.T) {
 		t.Errorf("the annotations tables of README.md and docs/policy.md differ:\n%s\n---\n%s", readme, policy)
 	}
 }
+
+// benchmarksMaxLine is the longest line BENCHMARKS.md may have outside its
+// code blocks: a table row that long is prose in a cell.
+const benchmarksMaxLine = 300
+
+var (
+	// figureRE is a figure: a number (digits with thousands commas and a
+	// decimal part) that is not part of a word, a version or a commit.
+	figureRE = regexp.MustCompile(`(^|[^\w.\-/])[−+\-~≈]?\d[\d,]*(\.\d+)?`)
+	// notFigureRE are what a cell may hold besides figures: code spans, link
+	// targets, commits (7 hex digits with a letter) and versions.
+	notFigureRE = regexp.MustCompile("`[^`]*`|\\]\\([^)]*\\)|\\b[0-9a-f]{7,40}\\b|\\bv\\d+(\\.\\d+)+\\b")
+)
+
+// cellFigures counts the figures in a table cell.
+func cellFigures(cell string) int {
+	n := 0
+	for _, f := range notFigureRE.FindAllString(cell, -1) {
+		if strings.HasPrefix(f, "`") || strings.HasPrefix(f, "](") || strings.HasPrefix(f, "v") || strings.ContainsAny(f, "abcdef") {
+			cell = strings.Replace(cell, f, " ", 1)
+		}
+	}
+	for range figureRE.FindAllString(cell, -1) {
+		n++
+	}
+	return n
+}
+
+// TestBenchmarksTables: every table cell of BENCHMARKS.md holds at most one
+// figure (with its unit), the label of the row (its first cell) aside: runs
+// go in rows, caveats in notes below the table. And no line outside a code
+// block is longer than benchmarksMaxLine.
+func TestBenchmarksTables(t *testing.T) {
+	md := readDoc(t, "BENCHMARKS.md")
+	inFence := false
+	for i, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(line, "```") {
+			inFence = !inFence
+			continue
+		}
+		if inFence {
+			continue
+		}
+		if n := len([]rune(line)); n > benchmarksMaxLine {
+			t.Errorf("BENCHMARKS.md:%d: %d characters, want at most %d: %.60s…", i+1, n, benchmarksMaxLine, line)
+		}
+		if !strings.HasPrefix(line, "|") || strings.HasPrefix(line, "|---") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for _, c := range cells[1:] {
+			if n := cellFigures(c); n > 1 {
+				t.Errorf("BENCHMARKS.md:%d: a cell with %d figures, want one (split runs into rows, caveats into notes): %q", i+1, n, strings.TrimSpace(c))
+			}
+		}
+	}
+}
+
+func TestCellFigures(t *testing.T) {
+	for cell, want := range map[string]int{
+		"**6.1 ms**":                          1,
+		"+2.7 ms":                             1,
+		"−1.2 ms":                             1,
+		"0.020 % of a core":                   1,
+		"10,000":                              1,
+		"p50":                                 0,
+		"ccf331e":                             0,
+		"2607ba4":                             0,
+		"v0.36.0":                             0,
+		"`--kube-api-qps 50`":                 0,
+		"[tail](docs/benchmarks/c5cea04.png)": 0,
+		"9.1 / 24.6 / 73 ms":                  3,
+		"42.7 / 46.5 MiB":                     2,
+		"51 vs 52/s: 99 %":                    3,
+		"0.59 s / 2.65 s, 37 MiB":             3,
+		"11.6–12.2 ms":                        2,
+	} {
+		if got := cellFigures(cell); got != want {
+			t.Errorf("cellFigures(%q) = %d, want %d", cell, got, want)
+		}
+	}
+}

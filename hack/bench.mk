@@ -20,6 +20,12 @@
 #                                   podjanitor beside the descheduler's PodLifeTime (built first by
 #                                   hack/build-descheduler.sh) on the same pods in one run: lateness,
 #                                   RSS and CPU of both (not in the default BENCH_SCENARIOS)
+#   make bench BENCH_SCENARIOS=kyverno BENCH_PODS=10000
+#                                   podjanitor beside Kyverno's cleanup controller (its TTL label; built
+#                                   first by hack/build-kyverno.sh, ~5 min once) and the ideal remover,
+#                                   the same pods in three namespaces, deadlines over 5 min
+#                                   (BENCH_ARGS=-kyverno-window=...): lateness, RSS, CPU, API requests
+#                                   of each (not in the default BENCH_SCENARIOS)
 #   make bench-kind                 the same driver against a fresh kind cluster (hack/kind/up.sh:
 #                                   the stock image with Docker of your own, the offline one
 #                                   otherwise; BENCH_SCENARIOS without recovery); the pods are

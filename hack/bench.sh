@@ -17,7 +17,10 @@
 #                       recovery needs the local cluster (not BENCH_KUBECONFIG);
 #                       peer (not in the default) runs the descheduler beside podjanitor,
 #                       built first by hack/build-descheduler.sh; it needs the local
-#                       cluster's kwok
+#                       cluster's kwok; kyverno (not in the default) runs Kyverno's cleanup
+#                       controller and the ideal remover beside podjanitor, built first by
+#                       hack/build-kyverno.sh; it needs an API server on this machine (the
+#                       local cluster: Kyverno's webhooks are at https://127.0.0.1:<port>)
 #   BENCH_RUNS          runs of the short measurements, median   (default 3)
 #   BENCH_WINDOWS       steady: deadline windows, one run each   (default 5m,1m)
 #   BENCH_WORKERS       podjanitor --workers = raw deleter goroutines (default 16)
@@ -67,6 +70,12 @@ args+=(-command "$command" -commit "$commit")
 case ",${BENCH_SCENARIOS:-}," in *,peer,*)
   hack/build-descheduler.sh
   args+=(-descheduler "$root/_output/bin/descheduler")
+  ;;
+esac
+case ",${BENCH_SCENARIOS:-}," in *,kyverno,*)
+  hack/build-kyverno.sh
+  args+=(-kyverno "$root/_output/bin/kyverno-cleanup-controller"
+    -kyverno-crds "$(cd hack/kyverno && go list -m -f '{{.Dir}}' github.com/kyverno/kyverno)/config/crds")
   ;;
 esac
 

@@ -75,16 +75,26 @@ type offsetSample struct {
 }
 
 const (
-	offsetWindow      = 10 * time.Minute
-	maxOffsetSamples  = 64
-	offsetWarning     = time.Second
-	calibrationTarget = 2 * time.Millisecond
-	calibrationProbes = 16
+	offsetWindow     = 10 * time.Minute
+	maxOffsetSamples = 64
+	offsetWarning    = time.Second
+	// calibrationTarget is the interval's width at which a measurement
+	// stops while no removal is near; nearCalibrationTarget while one is.
+	// Every removal is late by the distance from the interval's lower end
+	// to the true offset, at most the width, so near a removal the
+	// measurement goes on narrowing: to 1 ms, or, where the round trip does
+	// not allow that, for all its calibrationProbes, each landing on a
+	// second of the server's clock and the best of them holding the bound.
+	calibrationTarget     = 2 * time.Millisecond
+	nearCalibrationTarget = time.Millisecond
+	calibrationProbes     = 16
 	// calibrationPeriod is how often the offset is measured again while a
 	// removal may be near (RunCalibration's near): short enough that the
-	// allowance for this clock running fast costs at most 2.5 ms of
-	// lateness, and each measurement then takes a probe or two.
-	calibrationPeriod = 5 * time.Second
+	// allowance for this clock running fast costs at most 0.5 ms of
+	// lateness before the next measurement, which then takes a probe a
+	// second (each waits for a second of the server's clock) while the
+	// interval is wider than nearCalibrationTarget.
+	calibrationPeriod = time.Second
 	// idleCalibrationPeriod is how often it is measured otherwise.
 	idleCalibrationPeriod = 5 * time.Minute
 	// maxClockRate is how much faster than the API server's this machine's
@@ -234,13 +244,13 @@ func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) {
 // calibrate narrows the offset's interval with a few requests (probe, e.g. a
 // GET /version) timed so that the API server handles each at what would be a
 // whole second of its clock if the offset were the interval's midpoint: the
-// Date it answers then halves the interval. It stops at calibrationTarget or
-// after calibrationProbes requests.
-func (a *Clock) calibrate(ctx context.Context, probe func(context.Context) error, sleep func(context.Context, time.Duration) bool) {
+// Date it answers then halves the interval. It stops at target or after
+// calibrationProbes requests.
+func (a *Clock) calibrate(ctx context.Context, target time.Duration, probe func(context.Context) error, sleep func(context.Context, time.Duration) bool) {
 	logger := klog.FromContext(ctx)
 	for range calibrationProbes {
 		lower, upper, ok := a.bounds()
-		if ok && upper-lower <= calibrationTarget {
+		if ok && upper-lower <= target {
 			break
 		}
 		if ok {
@@ -272,10 +282,12 @@ func (a *Clock) calibrate(ctx context.Context, probe func(context.Context) error
 
 // RunCalibration calibrates now, then every calibrationPeriod while near
 // reports that a removal may come soon, else every idleCalibrationPeriod,
-// until ctx ends (nil near: always every calibrationPeriod). Between
+// until ctx ends (nil near: always every calibrationPeriod, as near). Between
 // measurements Offset falls behind by the allowance for this clock running
 // fast, so a fresh measurement before a deadline keeps the removal from
-// coming that much late; an idle podjanitor sends no probes for minutes.
+// coming that much late; near a removal a measurement also narrows the
+// interval further (nearCalibrationTarget); an idle podjanitor sends no
+// probes for minutes.
 func (a *Clock) RunCalibration(ctx context.Context, probe func(context.Context) error, near func() bool) {
 	a.runCalibration(ctx, probe, near, func(ctx context.Context, d time.Duration) bool {
 		t := time.NewTimer(d)
@@ -292,7 +304,11 @@ func (a *Clock) RunCalibration(ctx context.Context, probe func(context.Context) 
 func (a *Clock) runCalibration(ctx context.Context, probe func(context.Context) error, near func() bool,
 	sleep func(context.Context, time.Duration) bool) {
 	for {
-		a.calibrate(ctx, probe, sleep)
+		target := calibrationTarget
+		if near == nil || near() {
+			target = nearCalibrationTarget
+		}
+		a.calibrate(ctx, target, probe, sleep)
 		for since := time.Duration(0); ; {
 			if !sleep(ctx, calibrationPeriod) {
 				return

@@ -30,6 +30,13 @@
 //	peer     the same N pods twice, on kwok nodes, with a -peer-lifetime
 //	         from creation: podjanitor removes one copy, the descheduler's
 //	         PodLifeTime (-descheduler) the other, in one run (peer.go)
+//	kyverno  the same N pods three times, deadlines creationTimestamp + ttl
+//	         spread over -kyverno-window: podjanitor removes one copy,
+//	         Kyverno's cleanup controller (-kyverno) the second, the ideal
+//	         remover the third, in one run (kyverno.go)
+//	clock    the lateness the API-server clock estimate alone adds: its
+//	         lower end sampled for -clock-duration while it is measured as
+//	         when a removal is near (clock.go)
 //
 // API requests per removed pod are reported for backlog and steady.
 package main
@@ -86,7 +93,10 @@ type config struct {
 	peerLifetime, peerInterval     time.Duration
 	peerNodes                      int
 	ideal                          bool   // steady: the ideal remover beside podjanitor (ideal.go)
-	command, commit                string // recorded with the results and every chart's data
+	kyverno, kyvernoCRDs           string // kyverno (kyverno.go)
+	kyvernoWindow, kyvernoInterval time.Duration
+	clockDuration                  time.Duration // clock (clock.go)
+	command, commit                string        // recorded with the results and every chart's data
 }
 
 func main() {
@@ -98,7 +108,7 @@ func main() {
 	flag.IntVar(&cfg.pods, "pods", 10000, "N: pods for the idle and steady scenarios")
 	flag.IntVar(&cfg.backlogPods, "backlog-pods", 0, "pods per backlog run (each for podjanitor and for the raw deleter); 0 = -pods")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs of the short measurements (backlog; idle cache sync/heap restarts); the median is reported")
-	flag.StringVar(&scen, "scenarios", "idle,backlog,steady", "scenarios to run: idle, idle-standin, backlog, steady, churn, recovery, peer")
+	flag.StringVar(&scen, "scenarios", "idle,backlog,steady", "scenarios to run: idle, idle-standin, backlog, steady, churn, recovery, peer, kyverno, clock")
 	flag.StringVar(&wins, "windows", "5m,1m", "steady scenario: windows over which the N deadlines are spread, one run each")
 	flag.IntVar(&cfg.workers, "workers", 16, "podjanitor --workers, and the raw deleter's goroutines")
 	flag.Float64Var(&cfg.qps, "qps", 1000, "podjanitor --kube-api-qps, and the raw deleter's client QPS")
@@ -122,6 +132,11 @@ func main() {
 	flag.DurationVar(&cfg.peerLifetime, "peer-lifetime", 5*time.Minute, "peer: pod lifetime from creation, whole seconds (podjanitor `created` rule, descheduler maxPodLifeTimeSeconds)")
 	flag.DurationVar(&cfg.peerInterval, "peer-interval", 2*time.Minute, "peer: the descheduler's --descheduling-interval")
 	flag.IntVar(&cfg.peerNodes, "peer-nodes", 2, "peer: kwok-managed nodes the pods are bound to (at least 2)")
+	flag.StringVar(&cfg.kyverno, "kyverno", "_output/bin/kyverno-cleanup-controller", "kyverno: Kyverno's cleanup controller binary (hack/build-kyverno.sh), optionally followed by extra flags (\"_output/bin/kyverno-cleanup-controller --v=4\")")
+	flag.StringVar(&cfg.kyvernoCRDs, "kyverno-crds", "", "kyverno: Kyverno's config/crds directory, applied before it starts (hack/bench.sh passes the one of the module hack/kyverno)")
+	flag.DurationVar(&cfg.kyvernoWindow, "kyverno-window", 5*time.Minute, "kyverno: window over which the -pods deadlines of each remover are spread")
+	flag.DurationVar(&cfg.kyvernoInterval, "kyverno-interval", time.Minute, "kyverno: Kyverno's --ttlReconciliationInterval, its default (its TTL manager starts its informers one interval after it leads, and checks its permissions on every resource type every interval; timing starts after the first)")
+	flag.DurationVar(&cfg.clockDuration, "clock-duration", 3*time.Minute, "clock: how long the API-server clock estimate is sampled")
 	flag.BoolVar(&cfg.ideal, "ideal", true, "steady: also create each pod in a second namespace whose pods the driver removes itself, each at its deadline (the ideal remover), in the same run; doubles the API server's load (-ideal=false: podjanitor's namespace only, as before)")
 	flag.StringVar(&cfg.command, "command", "", "the command that ran the bench (hack/bench.sh passes the make command), recorded with the results and charts; default: the driver's command line")
 	flag.StringVar(&cfg.commit, "commit", "", "the commit the bench ran (hack/bench.sh passes git's), recorded with the results and charts; default: podjanitor --version's")
@@ -208,6 +223,8 @@ type results struct {
 	Churn    *churnResult    `json:"churn,omitempty"`
 	Recovery *recoveryResult `json:"recovery,omitempty"`
 	Peer     *peerResult     `json:"peer,omitempty"`
+	Kyverno  *kyvernoResult  `json:"kyverno,omitempty"`
+	Clock    *clockResult    `json:"clock,omitempty"`
 	Charts   []string        `json:"charts,omitempty"` // PNGs and their data (chart.go)
 }
 
@@ -258,6 +275,7 @@ func run(ctx context.Context, cfg *config) error {
 		"idle_bound": cfg.idleBound, "nodes": cfg.nodes, "churn_pods": cfg.churnPods, "churn_live": cfg.churnLive,
 		"churn_batch": cfg.churnBatch, "outage": cfg.outage.String(),
 		"peer_lifetime": cfg.peerLifetime.String(), "peer_interval": cfg.peerInterval.String(), "peer_nodes": cfg.peerNodes,
+		"kyverno_window": cfg.kyvernoWindow.String(), "kyverno_interval": cfg.kyvernoInterval.String(),
 	}}
 	res.Machine = describeMachine()
 	if out, err := exec.Command(strings.Fields(cfg.podjanitor)[0], "--version").Output(); err == nil {
@@ -326,8 +344,12 @@ func run(ctx context.Context, cfg *config) error {
 			res.Recovery, err = b.recovery(ctx)
 		case "peer":
 			res.Peer, err = b.peer(ctx)
+		case "kyverno":
+			res.Kyverno, err = b.kyverno(ctx)
+		case "clock":
+			res.Clock, err = b.clock(ctx)
 		default:
-			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, steady, churn, recovery, peer)", s)
+			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, steady, churn, recovery, peer, kyverno, clock)", s)
 		}
 		if err != nil {
 			b.write()
@@ -661,6 +683,12 @@ func printReport(w0 *os.File, r *results) {
 	}
 	if p := r.Peer; p != nil {
 		printPeer(w, p)
+	}
+	if k := r.Kyverno; k != nil {
+		printKyverno(w, k)
+	}
+	if c := r.Clock; c != nil {
+		printClock(w, c)
 	}
 	_ = w.Flush()
 }
