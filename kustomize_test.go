@@ -26,14 +26,10 @@ func kustomizeBuild(t *testing.T, dir string) *chartRender {
 	return decodeRender(t, string(out))
 }
 
-// TestKustomizeDeployWithMonitoring builds the overlay the README shows:
-// artifacts/deploy with the artifacts/monitoring component.
-func TestKustomizeDeployWithMonitoring(t *testing.T) {
-	base := kustomizeBuild(t, deployDir)
-	if got, want := len(base.all), len(loadDeployObjects(t).all); got != want {
-		t.Errorf("kustomize build %s: %d objects, the files have %d", deployDir, got, want)
-	}
-
+// overlayOf writes an overlay as the README shows them: artifacts/deploy
+// with the component, plus extra lines; it returns the overlay's directory.
+func overlayOf(t *testing.T, component, extra string) string {
+	t.Helper()
 	overlay := t.TempDir()
 	rel := func(dir string) string {
 		abs, err := filepath.Abs(dir)
@@ -47,12 +43,23 @@ func TestKustomizeDeployWithMonitoring(t *testing.T) {
 		return r
 	}
 	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" +
-		"resources: [" + rel(deployDir) + "]\ncomponents: [" + rel("artifacts/monitoring") + "]\n" +
-		"images: [{name: podjanitor, newName: registry.example.com/podjanitor, newTag: v0.1.0}]\n"
+		"resources: [" + rel(deployDir) + "]\ncomponents: [" + rel(component) + "]\n" + extra
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := kustomizeBuild(t, overlay)
+	return overlay
+}
+
+// TestKustomizeDeployWithMonitoring builds the overlay the README shows:
+// artifacts/deploy with the artifacts/monitoring component.
+func TestKustomizeDeployWithMonitoring(t *testing.T) {
+	base := kustomizeBuild(t, deployDir)
+	if got, want := len(base.all), len(loadDeployObjects(t).all); got != want {
+		t.Errorf("kustomize build %s: %d objects, the files have %d", deployDir, got, want)
+	}
+
+	r := kustomizeBuild(t, overlayOf(t, "artifacts/monitoring",
+		"images: [{name: podjanitor, newName: registry.example.com/podjanitor, newTag: v0.1.0}]\n"))
 	dep := one(t, "Deployment", r.deployments)
 	if img := dep.Spec.Template.Spec.Containers[0].Image; img != "registry.example.com/podjanitor:v0.1.0" {
 		t.Errorf("image %q, want the overlay's", img)
@@ -100,24 +107,7 @@ func TestKustomizeTenantPolicies(t *testing.T) {
 		t.Errorf("artifacts/deploy alone: tenant policies on (%v), want off: it has no CRD", err)
 	}
 
-	overlay := t.TempDir()
-	rel := func(dir string) string {
-		abs, err := filepath.Abs(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := filepath.Rel(overlay, abs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" +
-		"resources: [" + rel(deployDir) + "]\ncomponents: [" + rel("artifacts/tenant-policies") + "]\n"
-	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r := kustomizeBuild(t, overlay)
+	r := kustomizeBuild(t, overlayOf(t, "artifacts/tenant-policies", ""))
 	o, err = parseFlags(daemonCommand, one(t, "Deployment", r.deployments).Spec.Template.Spec.Containers[0].Args)
 	if err != nil || !o.tenants.enabled {
 		t.Errorf("with artifacts/tenant-policies: args parse (%v) with tenant policies off, want on", err)
