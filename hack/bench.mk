@@ -26,6 +26,7 @@
 #                                   the same pods in three namespaces, deadlines over 5 min
 #                                   (BENCH_ARGS=-kyverno-window=...): lateness, RSS, CPU, API requests
 #                                   of each (not in the default BENCH_SCENARIOS)
+#   make bench BENCH_ARGS='-tenant-policies 5'  5 no-op PodLifetimePolicies per namespace, --tenant-policies
 #   make bench-kind                 the same driver against a fresh kind cluster (hack/kind/up.sh:
 #                                   the stock image with Docker of your own, the offline one
 #                                   otherwise; BENCH_SCENARIOS without recovery); the pods are

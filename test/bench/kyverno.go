@@ -449,7 +449,7 @@ func (b *bench) applyCRDs(ctx context.Context, dir string) error {
 			return fmt.Errorf("CRD %s not Established within a minute", name)
 		}
 	}
-	logf("kyverno: applied %d CRDs from %s", len(names), dir)
+	logf("applied %d CRDs from %s", len(names), dir)
 	return nil
 }
 

@@ -96,7 +96,9 @@ type config struct {
 	kyverno, kyvernoCRDs           string // kyverno (kyverno.go)
 	kyvernoWindow, kyvernoInterval time.Duration
 	clockDuration                  time.Duration // clock (clock.go)
-	command, commit                string        // recorded with the results and every chart's data
+	tenantPolicies                 int           // PodLifetimePolicy resources per namespace (tenant.go)
+	tenantCRD                      string
+	command, commit                string // recorded with the results and every chart's data
 }
 
 func main() {
@@ -138,6 +140,8 @@ func main() {
 	flag.DurationVar(&cfg.kyvernoInterval, "kyverno-interval", time.Minute, "kyverno: Kyverno's --ttlReconciliationInterval, its default (its TTL manager starts its informers one interval after it leads, and checks its permissions on every resource type every interval; timing starts after the first)")
 	flag.DurationVar(&cfg.clockDuration, "clock-duration", 3*time.Minute, "clock: how long the API-server clock estimate is sampled")
 	flag.BoolVar(&cfg.ideal, "ideal", true, "steady: also create each pod in a second namespace whose pods the driver removes itself, each at its deadline (the ideal remover), in the same run; doubles the API server's load (-ideal=false: podjanitor's namespace only, as before)")
+	flag.IntVar(&cfg.tenantPolicies, "tenant-policies", 0, "PodLifetimePolicy resources created in every namespace a podjanitor watches, podjanitor run with --tenant-policies (0: neither, the CRD not applied); their rules give no bench pod a deadline; the run fails unless all are Ready=True at the end")
+	flag.StringVar(&cfg.tenantCRD, "tenant-crd", "artifacts/crd/podjanitor.io_podlifetimepolicies.yaml", "-tenant-policies: the PodLifetimePolicy CRD (a file or directory), applied before the first podjanitor starts")
 	flag.StringVar(&cfg.command, "command", "", "the command that ran the bench (hack/bench.sh passes the make command), recorded with the results and charts; default: the driver's command line")
 	flag.StringVar(&cfg.commit, "commit", "", "the commit the bench ran (hack/bench.sh passes git's), recorded with the results and charts; default: podjanitor --version's")
 	flag.StringVar(&env, "podjanitor-env", "", "comma-separated NAME=value pairs added to every podjanitor's environment (GOGC=100,GOMEMLIMIT=200MiB)")
@@ -225,7 +229,8 @@ type results struct {
 	Peer     *peerResult     `json:"peer,omitempty"`
 	Kyverno  *kyvernoResult  `json:"kyverno,omitempty"`
 	Clock    *clockResult    `json:"clock,omitempty"`
-	Charts   []string        `json:"charts,omitempty"` // PNGs and their data (chart.go)
+	Tenants  *tenantResult   `json:"tenant_policies,omitempty"` // with -tenant-policies (tenant.go)
+	Charts   []string        `json:"charts,omitempty"`          // PNGs and their data (chart.go)
 }
 
 type machine struct {
@@ -276,6 +281,7 @@ func run(ctx context.Context, cfg *config) error {
 		"churn_batch": cfg.churnBatch, "outage": cfg.outage.String(),
 		"peer_lifetime": cfg.peerLifetime.String(), "peer_interval": cfg.peerInterval.String(), "peer_nodes": cfg.peerNodes,
 		"kyverno_window": cfg.kyvernoWindow.String(), "kyverno_interval": cfg.kyvernoInterval.String(),
+		"tenant_policies": cfg.tenantPolicies,
 	}}
 	res.Machine = describeMachine()
 	if out, err := exec.Command(strings.Fields(cfg.podjanitor)[0], "--version").Output(); err == nil {
@@ -316,6 +322,15 @@ func run(ctx context.Context, cfg *config) error {
 			return err
 		}
 		res.Config["podjanitor_as"] = "pod on the local cluster's real node (" + cfg.podManifests + ")"
+	}
+	if cfg.tenantPolicies > 0 {
+		if cfg.kubeconfig == "" || cfg.podManifests != "" {
+			return fmt.Errorf("-tenant-policies needs a cluster (-kubeconfig) and podjanitor as a process (not -pod-manifests: artifacts/deploy has neither the CRD nor its RBAC)")
+		}
+		var err error
+		if tenants, err = b.setupTenants(ctx, cfg.tenantCRD); err != nil {
+			return fmt.Errorf("-tenant-policies: %w", err)
+		}
 	}
 
 	for _, s := range cfg.scenarios {
@@ -360,6 +375,18 @@ func run(ctx context.Context, cfg *config) error {
 			return ctx.Err()
 		}
 	}
+	var tenantErr error
+	if tenants != nil {
+		var err error
+		if res.Tenants, err = tenants.report(ctx); err != nil {
+			b.write()
+			return fmt.Errorf("reading the tenant policies: %w", err)
+		}
+		if len(res.Tenants.NotReady) > 0 {
+			tenantErr = fmt.Errorf("-tenant-policies: %d of %d policies not Ready=True (%s): the figures may not measure podjanitor with tenant policies",
+				len(res.Tenants.NotReady), res.Tenants.Total, res.Tenants.NotReady[0])
+		}
+	}
 	res.Finished = time.Now()
 	path := b.write()
 	printReport(os.Stdout, res)
@@ -367,7 +394,7 @@ func run(ctx context.Context, cfg *config) error {
 		fmt.Printf("\nCharts and their data: %s\n", strings.Join(res.Charts, " "))
 	}
 	fmt.Printf("\nResults: %s (total %s)\n", path, res.Finished.Sub(res.Started).Round(time.Second))
-	return nil
+	return tenantErr
 }
 
 type bench struct {
@@ -691,6 +718,9 @@ func printReport(w0 *os.File, r *results) {
 		printClock(w, c)
 	}
 	_ = w.Flush()
+	if t := r.Tenants; t != nil {
+		printTenants(w0, t)
+	}
 }
 
 // printIdeal prints the steady runs' ideal remover beside podjanitor.

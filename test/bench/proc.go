@@ -110,6 +110,13 @@ func startJanitorBinary(cfg *config, command []string, name, ns string, workers 
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", cfg.metricsPort),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", cfg.metricsPort+1),
 	}
+	if tenants != nil {
+		if err := tenants.ensure(ns); err != nil {
+			lf.Close()
+			return nil, err
+		}
+		args = append(args, "--tenant-policies")
+	}
 	cmd := exec.Command(binary, append(args, command[1:]...)...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	// gctrace prints one line per GC to the log (the live heap after marking);
