@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"regexp"
@@ -271,8 +272,8 @@ func countErrorLines(log string) int {
 
 // TestFaultChurn creates and deletes pods far faster than the policy's 7-day
 // `created` rule would remove them: 6,000 pods go through (after 1,000 to warm
-// up), at most 400 live at a time. Asserted: podjanitor's heap after a forced
-// GC grows by less than 128 bytes, and by less than 0.5 heap objects, per pod
+// up), at most 400 live at a time. Asserted: podjanitor's live heap after a
+// forced GC grows by less than 512 bytes, and by less than 0.5 heap objects, per pod
 // that went through: it follows the live pods, not the pods seen.
 func TestFaultChurn(t *testing.T) {
 	const (
@@ -310,18 +311,38 @@ func TestFaultChurn(t *testing.T) {
 		deleteBatch(t, ns, seen/batch-1)
 	}
 	through(warmup)
-	before := heapAfterGC(t, d, 0)
+	// Each side is the least of three measurements: a scrape after the forced
+	// GC also counts what the heap profile and the scrape just allocated (up
+	// to ~0.8 MiB in a few hundred objects, either way: 142 B and -131 B per
+	// pod in two runs of the same binary, at 0.03–0.05 objects per pod).
+	least := func() (bytes, objects float64) {
+		bytes, objects = math.Inf(1), math.Inf(1)
+		for range 3 {
+			h := heapAfterGC(t, d, 0)
+			bytes, objects = min(bytes, h.sum("go_memstats_heap_alloc_bytes")), min(objects, h.sum("go_memstats_heap_objects"))
+		}
+		return bytes, objects
+	}
+	beforeBytes, beforeObjects := least()
 	start := time.Now()
 	through(churn)
 	t.Logf("%d pods created and deleted in %v", churn, time.Since(start).Round(time.Second))
-	after := heapAfterGC(t, d, 0)
+	afterBytes, afterObjects := least()
 
-	grew, objects := (after.sum("go_memstats_heap_inuse_bytes")-before.sum("go_memstats_heap_inuse_bytes"))/churn,
-		(after.sum("go_memstats_heap_objects")-before.sum("go_memstats_heap_objects"))/churn
-	t.Logf("heap in use after GC: %.2f MiB after %d pods, %.2f MiB after %d more; %.0f B and %.2f objects per pod that went through",
-		before.sum("go_memstats_heap_inuse_bytes")/(1<<20), warmup, after.sum("go_memstats_heap_inuse_bytes")/(1<<20), churn, grew, objects)
-	if grew > 128 || objects > 0.5 {
-		t.Errorf("podjanitor's heap grew by %.0f bytes and %.2f objects per pod that came and went; want under 128 bytes and 0.5 objects: it must follow the live pods", grew, objects)
+	// The live heap (go_memstats_heap_alloc_bytes: the bytes of reachable
+	// objects after the forced GC), not the heap in use, which counts whole
+	// spans.
+	grew, objects := (afterBytes-beforeBytes)/churn, (afterObjects-beforeObjects)/churn
+	t.Logf("live heap after GC: %.2f MiB after %d pods, %.2f MiB after %d more; %.0f B and %.2f objects per pod that went through",
+		beforeBytes/(1<<20), warmup, afterBytes/(1<<20), churn, grew, objects)
+	// A pod kept after it went costs objects (its key, its cache entry) and
+	// hundreds of bytes (a lean cached pod is ~480 B): 0.5 objects and 512 B
+	// per pod. The bytes bound is above the noise: a few large objects that
+	// come and go with the informers' buffers move the live heap by up to
+	// ~1.3 MiB with no object retained (219 B per pod over 6,000 at 0.08
+	// objects per pod, -20 B in the next run of the same binary).
+	if grew > 512 || objects > 0.5 {
+		t.Errorf("podjanitor's heap grew by %.0f bytes and %.2f objects per pod that came and went; want under 512 bytes and 0.5 objects: it must follow the live pods", grew, objects)
 	}
 }
 
