@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -200,6 +201,44 @@ func TestTenantPolicyGoneFromTheAPIServerRemovesNothing(t *testing.T) {
 	checkActions(t, nil, f.podWrites())
 	if got := f.c.queue.NumRequeues(keyOf(pod)); got != 1 {
 		t.Errorf("pod requeued %d times, want 1 (decided again with backoff)", got)
+	}
+}
+
+// TestTenantPolicyReadFailingRemovesNothing: when the fresh read of the
+// policy before a removal fails (the API server unavailable, throttling,
+// slow), the pod is not removed on the cache's word; it is decided again with
+// backoff.
+func TestTenantPolicyReadFailingRemovesNothing(t *testing.T) {
+	gr := v1alpha1.Resource("podlifetimepolicies")
+	for name, fault := range map[string]error{
+		"500":     apierrors.NewInternalError(errors.New("etcd leader changed")),
+		"503":     apierrors.NewServiceUnavailable("the API server is shutting down"),
+		"429":     apierrors.NewTooManyRequests("slow down", 1),
+		"timeout": apierrors.NewTimeoutError("the read took too long", 1),
+		"409":     apierrors.NewConflict(gr, "cleanup", errors.New("conflict")),
+	} {
+		t.Run(name, func(t *testing.T) {
+			pod := tenantPod("old", "team-a", t0.Add(-2*time.Hour), nil)
+			var failing atomic.Bool
+			f := newTenantFixture(t, policy.Restrictions{}, nil, []*corev1.Pod{pod}, func(pj *pjfake.Clientset) {
+				pj.PrependReactor("get", "podlifetimepolicies", func(core.Action) (bool, runtime.Object, error) {
+					if !failing.Load() {
+						return false, nil, nil
+					}
+					return true, nil, fault
+				})
+			})
+			if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			f.waitQueued(1)
+			failing.Store(true)
+			f.drain()
+			checkActions(t, nil, f.podWrites())
+			if got := f.c.queue.NumRequeues(keyOf(pod)); got != 1 {
+				t.Errorf("pod requeued %d times, want 1 (decided again with backoff)", got)
+			}
+		})
 	}
 }
 
