@@ -538,10 +538,14 @@ func (c *Controller) decideFresh(ctx context.Context, pod *corev1.Pod, now time.
 		// A tenant policy's deadline: the policy must still be there, as
 		// cached, by a fresh read (tenantPolicies.confirm): deleting or
 		// changing it cancels its deadlines even while its watch lags.
-		if err := c.tenants.confirm(ctx, d.Policy); err != nil {
+		switch err := c.tenants.confirm(ctx, d.Policy); {
+		case errors.Is(err, errTenantPolicyChanged):
 			klog.FromContext(ctx).V(2).Info("Not removing pod: its tenant policy as read now disagrees with the cache, deciding again",
-				"pod", klog.KObj(pod), "policy", d.Policy, "err", err)
+				"pod", klog.KObj(pod), "policy", d.Policy)
 			return d, false, Result{Requeue: true}, nil
+		case err != nil:
+			// As a failed namespace read: the removal waits, with backoff.
+			return d, false, Result{}, fmt.Errorf("pod %s/%s is due, reading its tenant policy %s before removing it: %w", pod.Namespace, pod.Name, d.Policy, err)
 		}
 		return d, true, Result{}, nil
 	case err == nil && d.HasDeadline() && !d.Deadline.After(now):

@@ -202,6 +202,9 @@ func TestTenantPolicyGoneFromTheAPIServerRemovesNothing(t *testing.T) {
 	if got := f.c.queue.NumRequeues(keyOf(pod)); got != 1 {
 		t.Errorf("pod requeued %d times, want 1 (decided again with backoff)", got)
 	}
+	if got := metricValue(f.metrics, "controller_runtime_reconcile_errors_total"); got != 0 {
+		t.Errorf("reconcile errors = %v, want 0: a policy gone is a disagreement, not an error", got)
+	}
 }
 
 // TestTenantPolicyReadFailingRemovesNothing: when the fresh read of the
@@ -237,6 +240,11 @@ func TestTenantPolicyReadFailingRemovesNothing(t *testing.T) {
 			checkActions(t, nil, f.podWrites())
 			if got := f.c.queue.NumRequeues(keyOf(pod)); got != 1 {
 				t.Errorf("pod requeued %d times, want 1 (decided again with backoff)", got)
+			}
+			// An error, as a failed namespace read: counted, and logged as
+			// what it is, not as the policy having changed.
+			if got := metricValue(f.metrics, "controller_runtime_reconcile_errors_total"); got != 1 {
+				t.Errorf("reconcile errors = %v, want 1: a failed read is an error", got)
 			}
 		})
 	}
