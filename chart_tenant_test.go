@@ -15,15 +15,15 @@ func TestChartTenantPolicies(t *testing.T) {
 	r := renderChart(t)
 	o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
 	if !o.tenants.enabled || len(o.tenants.restrictions.ForbiddenClocks) > 0 || len(o.tenants.restrictions.ForbiddenActions) > 0 ||
-		o.tenants.restrictions.NoRunningPods || o.tenants.restrictions.MinAfter != 0 {
+		o.tenants.restrictions.NoRunningPods || o.tenants.restrictions.MinAfter != 0 || o.tenants.restrictions.MaxAfter != 0 {
 		t.Errorf("default tenant flags %+v, want tenant policies on without restrictions", o.tenants)
 	}
 	r = renderChart(t, "tenantPolicies.forbiddenClocks={created,crashLooping}", "tenantPolicies.forbiddenActions={evict}",
-		"tenantPolicies.runningPods=false", "tenantPolicies.minAfter=1h")
+		"tenantPolicies.runningPods=false", "tenantPolicies.minAfter=1h", "tenantPolicies.maxAfter=7d")
 	o = checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
 	got := o.tenants.restrictions
 	if !o.tenants.enabled || !slices.Equal(got.ForbiddenClocks, []policy.Clock{policy.ClockCreated, policy.ClockCrashLooping}) ||
-		!slices.Equal(got.ForbiddenActions, []policy.Action{policy.ActionEvict}) || !got.NoRunningPods || got.MinAfter != time.Hour {
+		!slices.Equal(got.ForbiddenActions, []policy.Action{policy.ActionEvict}) || !got.NoRunningPods || got.MinAfter != time.Hour || got.MaxAfter != 7*24*time.Hour {
 		t.Errorf("restrictions %+v did not carry the values", got)
 	}
 	r = renderChart(t, "tenantPolicies.enabled=false")
@@ -31,7 +31,7 @@ func TestChartTenantPolicies(t *testing.T) {
 		t.Error("tenantPolicies.enabled=false still renders --tenant-policies")
 	}
 	for _, set := range []string{"tenantPolicies.forbiddenClocks={sometime}", "tenantPolicies.forbiddenActions={kill}",
-		"tenantPolicies.minAfter=1x", "tenantPolicies.enabled=yes", "tenantPolicies.minimumAfter=1h"} {
+		"tenantPolicies.minAfter=1x", "tenantPolicies.maxAfter=7 days", "tenantPolicies.enabled=yes", "tenantPolicies.minimumAfter=1h"} {
 		if _, err := helmTemplate(t, set); err == nil {
 			t.Errorf("helm template --set %s succeeded, want values.schema.json to refuse it", set)
 		}

@@ -48,6 +48,7 @@ type tenantFlags struct {
 	forbiddenClocks, forbiddenActions string
 	runningPods                       bool
 	minAfter                          string
+	maxAfter                          string
 	restrictions                      policy.Restrictions // parsed by validate
 }
 
@@ -114,6 +115,8 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 		"Allow tenant policies to remove Running pods. false refuses every tenant rule that may match a Running pod (one whose phases or clock do not leave Running out).")
 	fs.StringVar(&o.tenants.minAfter, "tenant-min-after", "0s",
 		"The least after a tenant policy's rule may have (90m, 1d); a policy with a shorter one is not used.")
+	fs.StringVar(&o.tenants.maxAfter, "tenant-max-after", "0s",
+		"The most after a tenant policy's rule may have (7d); a policy with a longer one is not used. Tenant rules come before --config's, so this bounds how much longer than a cluster rule a tenant may keep a pod. 0s: no bound.")
 	if cmd == planCommand {
 		fs.StringVar(&o.output, "o", "table", "Output format: table or json.")
 		fs.StringVar(&o.output, "output", "table", "Output format: table or json (same as -o).")
@@ -138,7 +141,7 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 		"Serve /metrics (and pprof) over HTTPS to callers allowed to get the path: each caller's bearer token is checked by a TokenReview, its access by a SubjectAccessReview (answers cached: a minute for a token, 5 minutes for an allowed request), which needs RBAC to create both. "+
 			"false serves plain HTTP to anyone, for local runs. The health endpoints are plain HTTP either way.")
 	fs.StringVar(&o.endpoints.metricsCertDir, "metrics-cert-dir", "",
-		"Directory with the metrics endpoint's serving certificate and key, tls.crt and tls.key (a kubernetes.io/tls Secret's mount); they are reloaded when they change. Default: a self-signed certificate made at start. Needs --metrics-secure.")
+		"Directory with the metrics endpoint's serving certificate and key, tls.crt and tls.key (a kubernetes.io/tls Secret's mount); they are read again every 10 s and a changed pair is served. Default: a self-signed certificate made at start. Needs --metrics-secure.")
 	fs.StringVar(&o.endpoints.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz; 0 disables them.")
 	fs.BoolVar(&o.endpoints.profiling, "profiling", false, "Serve Go's pprof profiles under /debug/pprof/ on the metrics address.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "On SIGTERM, how long to wait for removals in flight.")
@@ -278,6 +281,14 @@ func (t *tenantFlags) validate(bad func(flag, why string, args ...any) error) er
 		return bad("tenant-min-after", "%q: %v", t.minAfter, err)
 	}
 	r.MinAfter = minAfter
+	maxAfter, err := policy.ParseDuration(t.maxAfter)
+	if err != nil {
+		return bad("tenant-max-after", "%q: %v", t.maxAfter, err)
+	}
+	if maxAfter > 0 && maxAfter < minAfter {
+		return bad("tenant-max-after", "%s is less than --tenant-min-after=%s: no tenant rule could be used", t.maxAfter, t.minAfter)
+	}
+	r.MaxAfter = maxAfter
 	return nil
 }
 

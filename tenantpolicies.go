@@ -348,7 +348,7 @@ func startTenantPolicies(ctx context.Context, c *Controller, clients *clients, o
 	// the e2e tests read a log that says "forbidden" as an RBAC error.
 	r := o.tenants.restrictions
 	klog.FromContext(ctx).Info("Honouring tenant policies", "kind", policy.TenantKind,
-		"disallowedClocks", r.ForbiddenClocks, "disallowedActions", r.ForbiddenActions, "runningPods", !r.NoRunningPods, "minAfter", r.MinAfter)
+		"disallowedClocks", r.ForbiddenClocks, "disallowedActions", r.ForbiddenActions, "runningPods", !r.NoRunningPods, "minAfter", r.MinAfter, "maxAfter", r.MaxAfter)
 	go informer.RunWithContext(ctx)
 	return informer.HasSynced, nil
 }

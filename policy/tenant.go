@@ -67,6 +67,10 @@ type Restrictions struct {
 	NoRunningPods bool
 	// MinAfter is the least after any rule may have.
 	MinAfter time.Duration
+	// MaxAfter, when not zero, is the most after any rule may have: tenant
+	// rules come before the cluster's, so without it a tenant rule could
+	// keep pods longer than a cluster rule would.
+	MaxAfter time.Duration
 }
 
 // NewTenantPolicy validates rules as the policy file's are, and then as a
@@ -116,6 +120,9 @@ func (r Restrictions) check(rule Rule) error {
 	}
 	if rule.After < r.MinAfter {
 		return fmt.Errorf("after: %s is less than the %s the cluster admin allows at least", FormatDuration(rule.After), FormatDuration(r.MinAfter))
+	}
+	if r.MaxAfter > 0 && rule.After > r.MaxAfter {
+		return fmt.Errorf("after: %s is more than the %s the cluster admin allows at most", FormatDuration(rule.After), FormatDuration(r.MaxAfter))
 	}
 	running := mayMatchPhase(rule, corev1.PodRunning)
 	if r.NoRunningPods && running {
