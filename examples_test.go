@@ -8,8 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/podjanitor/podjanitor/internal/apitest"
+	"github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -30,7 +33,7 @@ func TestExamples(t *testing.T) {
 		{file: "pod-keep.yaml", kept: true},
 		{file: "pod-invalid.yaml", invalid: true},
 	}
-	seen := map[string]bool{}
+	seen := map[string]bool{"podlifetimepolicy.yaml": true} // TestExamplePodLifetimePolicy
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
 			seen[tc.file] = true
@@ -58,5 +61,44 @@ func TestExamples(t *testing.T) {
 		if !seen[filepath.Base(f)] {
 			t.Errorf("example %s has no test case", f)
 		}
+	}
+}
+
+// TestExamplePodLifetimePolicy keeps artifacts/examples/podlifetimepolicy.yaml
+// true: it is a PodLifetimePolicy podjanitor uses as it is, and its rules do
+// what its comments say, in its own namespace only. (The e2e test
+// TestTenantAPIAcceptsTheExample applies it to the API server.)
+func TestExamplePodLifetimePolicy(t *testing.T) {
+	data, err := os.ReadFile("artifacts/examples/podlifetimepolicy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj v1alpha1.PodLifetimePolicy
+	if err := yaml.UnmarshalStrict(data, &obj); err != nil {
+		t.Fatal(err)
+	}
+	tp, err := convertTenantPolicy(&obj, policy.Restrictions{})
+	if err != nil {
+		t.Fatalf("podjanitor does not use the example: %v", err)
+	}
+	e := &policy.Evaluator{Tenants: policy.NewStaticTenants(tp)}
+	created := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	now := created.Add(time.Minute)
+
+	runner := tenantPod("runner", obj.Namespace, created, map[string]string{"app": "runner"}) // never scheduled
+	d, err := e.Decide(runner, &policy.Namespace{}, now)
+	if err != nil || !d.Deadline.Equal(created.Add(30*time.Minute)) || d.Action != policy.ActionDelete ||
+		d.Source != "podlifetimepolicy/ci-pods/rule/stuck" {
+		t.Errorf("a stuck runner pod: decision %+v, %v; want deleted 30m after creation by rule stuck", d, err)
+	}
+	elsewhere := tenantPod("runner", "team-b", created, map[string]string{"app": "runner"})
+	if d, err := e.Decide(elsewhere, &policy.Namespace{}, now); err != nil || d.HasDeadline() {
+		t.Errorf("a runner pod of another namespace: decision %+v, %v; want no deadline", d, err)
+	}
+	job := apitest.Pod("job-1", created, corev1.PodRunning, nil)
+	job.Namespace = obj.Namespace
+	job.OwnerReferences = []metav1.OwnerReference{{Kind: "Job", Name: "j", APIVersion: "batch/v1", UID: "u"}}
+	if d, err := e.Decide(job, &policy.Namespace{}, now); err != nil || d.HasDeadline() {
+		t.Errorf("a running Job pod: decision %+v, %v; want no deadline (until it finishes)", d, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/yaml"
 
 	"github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
 	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
@@ -201,6 +203,28 @@ func jsonValue(js []byte) any {
 		panic(err)
 	}
 	return v
+}
+
+// TestTenantAPIAcceptsTheExample: artifacts/examples/podlifetimepolicy.yaml,
+// as a user applies it (in a namespace of the test's own), is accepted by
+// the API server with strict field validation.
+func TestTenantAPIAcceptsTheExample(t *testing.T) {
+	t.Parallel()
+	installCRD(t)
+	data, err := os.ReadFile("../../artifacts/examples/podlifetimepolicy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj unstructured.Unstructured
+	if err := yaml.Unmarshal(data, &obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(t)
+	obj.SetNamespace(ns)
+	if _, err := dynamicClient(t).Resource(policiesGVR).Namespace(ns).Create(ctxFor(t), &obj,
+		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
+		t.Errorf("the API server refuses artifacts/examples/podlifetimepolicy.yaml: %v", err)
+	}
 }
 
 // TestTenantAPIAgreesWithLoader: on rule lists built from the pieces the
