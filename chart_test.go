@@ -1081,6 +1081,118 @@ func TestChartNotesNameRealEvents(t *testing.T) {
 	}
 }
 
+// renderNotes renders NOTES.txt with the given --set values: helm template
+// does not render it, so a copy of the chart carries it as a ConfigMap.
+func renderNotes(t *testing.T, set ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "podjanitor")
+	if err := os.CopyFS(dir, os.DirFS(chartDir)); err != nil {
+		t.Fatal(err)
+	}
+	notes, err := os.ReadFile(filepath.Join(chartDir, "templates/NOTES.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"templates/_notes_test.tpl": `{{- define "notes.test" -}}` + string(notes) + `{{- end }}`,
+		"templates/notes-test.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: {{ include \"notes.test\" . | toJson }}\n",
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := append([]string{"template", "podjanitor", dir, "--namespace", deployNamespace, "--show-only", "templates/notes-test.yaml"}, setFlags(set)...)
+	out, err := runHelm(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm corev1.ConfigMap
+	if err := yaml.Unmarshal([]byte(out), &cm); err != nil {
+		t.Fatal(err)
+	}
+	return cm.Data["notes"]
+}
+
+// TestChartNotesSayHowToScrape: after an install, NOTES.txt says how the
+// metrics are served and who may read them, and its commands name objects
+// the same values render: the reader ClusterRole, the Service, and the
+// ServiceAccount whose token reads /metrics.
+func TestChartNotesSayHowToScrape(t *testing.T) {
+	const reader = "podjanitor-metrics-reader"
+	for _, tc := range []struct {
+		name    string
+		set     []string
+		want    []string
+		notWant []string
+		tokenOf string // the ServiceAccount namespace/name whose token the curl reads with
+	}{{
+		name:    "secure, nobody bound",
+		want:    []string{"HTTPS", "ClusterRole " + reader, "Nothing is bound to it yet", "https://127.0.0.1:8080/metrics", "<a ServiceAccount bound to " + reader + ">"},
+		notWant: []string{"PodMonitor", "ServiceMonitor", "plain HTTP"},
+	}, {
+		name:    "PodMonitor",
+		set:     []string{"podMonitor.enabled=true", "prometheusRule.enabled=true"},
+		want:    []string{"The PodMonitor podjanitor scrapes with the token of ServiceAccount " + reader, "Alerts: PrometheusRule podjanitor"},
+		notWant: []string{"Nothing is bound"},
+		tokenOf: "podjanitor/" + reader,
+	}, {
+		name:    "readers",
+		set:     []string{`json:metrics.readers=[{"kind":"User","name":"bob"},{"kind":"ServiceAccount","name":"prometheus","namespace":"monitoring"}]`},
+		want:    []string{"Bound to it: User bob, ServiceAccount monitoring/prometheus."},
+		notWant: []string{"Nothing is bound", "<a ServiceAccount"},
+		tokenOf: "monitoring/prometheus",
+	}, {
+		name:    "plain HTTP",
+		set:     []string{"metrics.secure=false"},
+		want:    []string{"plain HTTP", "curl -s http://127.0.0.1:8080/metrics"},
+		notWant: []string{"HTTPS", "token", reader},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			notes := renderNotes(t, tc.set...)
+			for _, w := range tc.want {
+				if !strings.Contains(notes, w) {
+					t.Errorf("NOTES.txt does not say %q:\n%s", w, notes)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(notes, w) {
+					t.Errorf("NOTES.txt says %q:\n%s", w, notes)
+				}
+			}
+			r := renderChart(t, tc.set...)
+			for _, m := range regexp.MustCompile(`Service (\S+)\.`).FindAllStringSubmatch(notes, -1) {
+				if !slices.ContainsFunc(r.services, func(s *corev1.Service) bool { return s.Name == m[1] }) {
+					t.Errorf("NOTES.txt names Service %s, which the chart does not render", m[1])
+				}
+			}
+			for _, m := range regexp.MustCompile(`ClusterRole (\S+)\.`).FindAllStringSubmatch(notes, -1) {
+				if !slices.ContainsFunc(r.clusterRoles, func(c *rbacv1.ClusterRole) bool { return c.Name == m[1] }) {
+					t.Errorf("NOTES.txt names ClusterRole %s, which the chart does not render", m[1])
+				}
+			}
+			m := regexp.MustCompile(`kubectl -n (\S+) create token ([^)<\s]+)\)`).FindStringSubmatch(notes)
+			switch {
+			case tc.tokenOf == "" && m != nil:
+				t.Errorf("NOTES.txt reads /metrics with the token of %s/%s, want a placeholder", m[1], m[2])
+			case tc.tokenOf != "" && (m == nil || m[1]+"/"+m[2] != tc.tokenOf):
+				t.Errorf("NOTES.txt's token command %q, want the token of %s", m, tc.tokenOf)
+			case tc.tokenOf != "":
+				// The ServiceAccount is bound to the reader role.
+				bound := false
+				for _, b := range r.clusterRoleBindings {
+					for _, s := range b.Subjects {
+						bound = bound || (b.RoleRef.Name == reader && s.Kind == "ServiceAccount" && s.Namespace+"/"+s.Name == tc.tokenOf)
+					}
+				}
+				if !bound {
+					t.Errorf("ServiceAccount %s, whose token NOTES.txt reads /metrics with, is not bound to %s", tc.tokenOf, reader)
+				}
+			}
+		})
+	}
+}
+
 // TestChartValuesHeaderMatchesTheDefaultRules: the comment at the top of
 // values.yaml, which says what an install removes, gives the default rules'
 // own delays.
