@@ -428,29 +428,29 @@ func TestPrometheusAlerts(t *testing.T) {
 			e.expectFiring(t, prom, "PodJanitorRemovalErrors", n, "500 to every DELETE", due, shipped, short, 0)
 		})
 
+		// Scenario's Running pod, with a ttl of 1s, under PodDisruptionBudgets
+		// that refuse its eviction: alert fires in its namespace.
+		guarded := func(t *testing.T, scenario, alert, cause string, budgets ...policyv1.PodDisruptionBudgetSpec) {
+			n := ns[scenario]
+			for i, spec := range budgets {
+				createBudget(t, n, fmt.Sprintf("budget-%d", i), "guarded", spec)
+			}
+			e.janitor(t, n, "podjanitor-"+scenario, "")
+			waitScraped(t, prom, n, 1)
+			pod := createPod(t, n, "guarded", onNode, label("app", "guarded"))
+			waitPod(t, pod, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+			patchPodAnnotation(t, pod, prefix+"ttl", "1s")
+			e.expectFiring(t, prom, alert, n, cause, time.Now(), shipped, short, 0)
+		}
 		t.Run("PodJanitorRemovalsRefused", func(t *testing.T) {
 			t.Parallel()
-			n := ns["refused"]
-			createBudget(t, n, "one", "guarded", policyv1.PodDisruptionBudgetSpec{MinAvailable: ptrTo(intstr.FromInt32(0))})
-			createBudget(t, n, "two", "guarded", policyv1.PodDisruptionBudgetSpec{MinAvailable: ptrTo(intstr.FromInt32(0))})
-			e.janitor(t, n, "podjanitor-refused", "")
-			waitScraped(t, prom, n, 1)
-			pod := createPod(t, n, "guarded", onNode, label("app", "guarded"))
-			waitPod(t, pod, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
-			patchPodAnnotation(t, pod, prefix+"ttl", "1s")
-			e.expectFiring(t, prom, "PodJanitorRemovalsRefused", n, "two PodDisruptionBudgets over the pod", time.Now(), shipped, short, 0)
+			none := policyv1.PodDisruptionBudgetSpec{MinAvailable: ptrTo(intstr.FromInt32(0))}
+			guarded(t, "refused", "PodJanitorRemovalsRefused", "two PodDisruptionBudgets over the pod", none, none)
 		})
-
 		t.Run("PodJanitorEvictionsBlocked", func(t *testing.T) {
 			t.Parallel()
-			n := ns["blocked"]
-			createBudget(t, n, "guard", "guarded", policyv1.PodDisruptionBudgetSpec{MinAvailable: ptrTo(intstr.FromInt32(1))})
-			e.janitor(t, n, "podjanitor-blocked", "")
-			waitScraped(t, prom, n, 1)
-			pod := createPod(t, n, "guarded", onNode, label("app", "guarded"))
-			waitPod(t, pod, "Running", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
-			patchPodAnnotation(t, pod, prefix+"ttl", "1s")
-			e.expectFiring(t, prom, "PodJanitorEvictionsBlocked", n, "a PodDisruptionBudget refuses the eviction", time.Now(), shipped, short, 0)
+			guarded(t, "blocked", "PodJanitorEvictionsBlocked", "a PodDisruptionBudget refuses the eviction",
+				policyv1.PodDisruptionBudgetSpec{MinAvailable: ptrTo(intstr.FromInt32(1))})
 		})
 
 		t.Run("PodJanitorRemovalsLate", func(t *testing.T) {
