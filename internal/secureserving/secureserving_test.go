@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -20,6 +21,8 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/cert"
@@ -31,20 +34,53 @@ import (
 type reviews struct {
 	tokens  map[string]string
 	allowed map[string][]string
+	// groups and extra are given to every authenticated user.
+	groups []string
+	extra  map[string]authenticationv1.ExtraValue
+	// fail, when set, is the HTTP status the API server answers the n-th
+	// (from 0) review of path with; 0 answers it.
+	fail func(path string, n int) int
 
 	mu           sync.Mutex
 	tokenReviews []authenticationv1.TokenReviewSpec
 	accessReview []authorizationv1.SubjectAccessReviewSpec
 }
 
+const (
+	tokenReviewPath  = "/apis/authentication.k8s.io/v1/tokenreviews"
+	accessReviewPath = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+)
+
 // client is a clientset of an API server that answers reviews alone (the
 // review clients post with the REST client, which a fake clientset lacks).
 func (r *reviews) client(t *testing.T) kubernetes.Interface {
 	t.Helper()
+	seen := map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		n := seen[req.URL.Path]
+		seen[req.URL.Path]++
+		r.mu.Unlock()
+		if r.fail != nil {
+			if code := r.fail(req.URL.Path, n); code != 0 {
+				if req.URL.Path == tokenReviewPath {
+					r.mu.Lock()
+					r.tokenReviews = append(r.tokenReviews, authenticationv1.TokenReviewSpec{})
+					r.mu.Unlock()
+				} else {
+					r.mu.Lock()
+					r.accessReview = append(r.accessReview, authorizationv1.SubjectAccessReviewSpec{})
+					r.mu.Unlock()
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(code)
+				fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","code":%d}`, code)
+				return
+			}
+		}
 		var out any
 		switch req.URL.Path {
-		case "/apis/authentication.k8s.io/v1/tokenreviews":
+		case tokenReviewPath:
 			var tr authenticationv1.TokenReview
 			if err := json.NewDecoder(req.Body).Decode(&tr); err != nil {
 				http.Error(w, err.Error(), http.StatusBadRequest)
@@ -54,10 +90,11 @@ func (r *reviews) client(t *testing.T) kubernetes.Interface {
 			r.tokenReviews = append(r.tokenReviews, tr.Spec)
 			r.mu.Unlock()
 			if name, ok := r.tokens[tr.Spec.Token]; ok {
-				tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: name}}
+				tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true,
+					User: authenticationv1.UserInfo{Username: name, UID: "uid-" + name, Groups: r.groups, Extra: r.extra}}
 			}
 			out = &tr
-		case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
+		case accessReviewPath:
 			var sar authorizationv1.SubjectAccessReview
 			if err := json.NewDecoder(req.Body).Decode(&sar); err != nil {
 				http.Error(w, err.Error(), http.StatusBadRequest)
@@ -116,12 +153,22 @@ func serveAuth(t *testing.T, r *reviews) string {
 
 func get(t *testing.T, url, token string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	header := ""
+	if token != "" {
+		header = "Bearer " + token
+	}
+	return do(t, http.MethodGet, url, header)
+}
+
+// do sends a request with the given Authorization header ("": none).
+func do(t *testing.T, method, url, authorization string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -189,6 +236,153 @@ func TestWithAuthCaches(t *testing.T) {
 	}
 	if tr, sar := r.counts(); tr != 2 || sar != 2 {
 		t.Errorf("40 scrapes by 2 tokens cost %d TokenReviews and %d SubjectAccessReviews, want 2 and 2", tr, sar)
+	}
+}
+
+// TestWithAuthRequests: the Authorization header is read as the API server
+// reads it, and the SubjectAccessReview asks about the request's own verb
+// and path for the whole user (UID, groups, extra).
+func TestWithAuthRequests(t *testing.T) {
+	r := &reviews{
+		tokens:  map[string]string{"scraper-token": "prometheus"},
+		allowed: map[string][]string{"prometheus": {"/metrics"}},
+		groups:  []string{"system:serviceaccounts", "system:authenticated"},
+		extra:   map[string]authenticationv1.ExtraValue{"authentication.kubernetes.io/pod-name": {"prometheus-0"}},
+	}
+	url := serveAuth(t, r)
+	for _, tc := range []struct {
+		method, authorization string
+		want                  int
+		tokenReviews          int // how many more TokenReviews it costs
+	}{
+		{http.MethodGet, "bearer scraper-token", http.StatusOK, 1},
+		{http.MethodGet, "Bearer  ", http.StatusUnauthorized, 0},
+		{http.MethodGet, "Basic c2NyYXBlcjp4", http.StatusUnauthorized, 0},
+		{http.MethodGet, "scraper-token", http.StatusUnauthorized, 0},
+		{http.MethodPost, "Bearer scraper-token", http.StatusForbidden, 0}, // a get of /metrics is not a post
+	} {
+		before, _ := r.counts()
+		code, body := do(t, tc.method, url+"/metrics", tc.authorization)
+		if code != tc.want {
+			t.Errorf("%s with Authorization %q: %d %q, want %d", tc.method, tc.authorization, code, body, tc.want)
+		}
+		if code != http.StatusOK {
+			var status metav1.Status
+			if err := json.Unmarshal([]byte(body), &status); err != nil || int(status.Code) != code || status.Kind != "Status" {
+				t.Errorf("%s with Authorization %q: body %q, want a Status of code %d (%v)", tc.method, tc.authorization, body, code, err)
+			}
+		}
+		if after, _ := r.counts(); after-before != tc.tokenReviews {
+			t.Errorf("%s with Authorization %q: %d TokenReviews, want %d", tc.method, tc.authorization, after-before, tc.tokenReviews)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	want := []authorizationv1.SubjectAccessReviewSpec{{
+		User: "prometheus", UID: "uid-prometheus", Groups: r.groups,
+		Extra:                 map[string]authorizationv1.ExtraValue{"authentication.kubernetes.io/pod-name": {"prometheus-0"}},
+		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"},
+	}, {
+		User: "prometheus", UID: "uid-prometheus", Groups: r.groups,
+		Extra:                 map[string]authorizationv1.ExtraValue{"authentication.kubernetes.io/pod-name": {"prometheus-0"}},
+		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "post"},
+	}}
+	if !reflect.DeepEqual(r.accessReview, want) {
+		t.Errorf("SubjectAccessReviews\n%+v\nwant\n%+v", r.accessReview, want)
+	}
+}
+
+// TestWithAuthCachesRefusedTokens: a caller with a token the API server does
+// not authenticate costs one TokenReview per DenyTTL, not one per request.
+func TestWithAuthCachesRefusedTokens(t *testing.T) {
+	r := &reviews{tokens: map[string]string{}}
+	url := serveAuth(t, r)
+	for i := range 10 {
+		if code, _ := get(t, url+"/metrics", "forged"); code != http.StatusUnauthorized {
+			t.Fatalf("request %d with a forged token: %d, want 401", i, code)
+		}
+	}
+	if tr, sar := r.counts(); tr != 1 || sar != 0 {
+		t.Errorf("10 requests with a forged token cost %d TokenReviews and %d SubjectAccessReviews, want 1 and 0", tr, sar)
+	}
+}
+
+// TestWithAuthReviewFailures: a review the API server fails for a reason
+// that may pass (5xx, 429, no answer) is tried again with backoff; one it
+// refuses for good (403: podjanitor may not create reviews) is not. Nothing
+// is let through, and no failure is cached.
+func TestWithAuthReviewFailures(t *testing.T) {
+	saved := reviewBackoff
+	reviewBackoff = wait.Backoff{Duration: time.Millisecond, Factor: 1, Steps: 5}
+	t.Cleanup(func() { reviewBackoff = saved })
+	users := func() *reviews {
+		return &reviews{
+			tokens:  map[string]string{"scraper-token": "prometheus"},
+			allowed: map[string][]string{"prometheus": {"/metrics"}},
+		}
+	}
+	for _, tc := range []struct {
+		name                  string
+		fail                  func(path string, n int) int
+		want                  int
+		tokenReviews, reviews int
+		then                  int // the answer to the next request
+	}{
+		{"TokenReview 503 twice", func(p string, n int) int { return pick(p == tokenReviewPath && n < 2, 503) },
+			http.StatusOK, 3, 1, http.StatusOK},
+		{"TokenReview 429 always", func(p string, n int) int { return pick(p == tokenReviewPath, 429) },
+			http.StatusUnauthorized, 5, 0, http.StatusUnauthorized},
+		{"TokenReview 403 (RBAC)", func(p string, n int) int { return pick(p == tokenReviewPath, 403) },
+			http.StatusUnauthorized, 1, 0, http.StatusUnauthorized},
+		{"SubjectAccessReview 500 always", func(p string, n int) int { return pick(p == accessReviewPath, 500) },
+			http.StatusInternalServerError, 1, 5, http.StatusInternalServerError},
+		{"SubjectAccessReview 500 for one request", func(p string, n int) int { return pick(p == accessReviewPath && n < 5, 500) },
+			http.StatusInternalServerError, 1, 5, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := users()
+			r.fail = tc.fail
+			url := serveAuth(t, r)
+			if code, body := get(t, url+"/metrics", "scraper-token"); code != tc.want {
+				t.Errorf("%d %q, want %d", code, body, tc.want)
+			}
+			if tr, sar := r.counts(); tr != tc.tokenReviews || sar != tc.reviews {
+				t.Errorf("%d TokenReviews and %d SubjectAccessReviews, want %d and %d", tr, sar, tc.tokenReviews, tc.reviews)
+			}
+			if code, body := get(t, url+"/metrics", "scraper-token"); code != tc.then {
+				t.Errorf("the next request: %d %q, want %d", code, body, tc.then)
+			}
+		})
+	}
+}
+
+func pick(cond bool, code int) int {
+	if cond {
+		return code
+	}
+	return 0
+}
+
+// TestTTLCacheBounded: the caches hold at most maxCached entries, expired
+// ones going first.
+func TestTTLCacheBounded(t *testing.T) {
+	c := newTTLCache[bool]()
+	now := time.Now()
+	for i := range maxCached {
+		c.put(fmt.Sprint("old", i), true, now.Add(-time.Second)) // expired
+	}
+	c.put("live", true, now.Add(time.Hour))
+	if len(c.entries) != 1 {
+		t.Errorf("%d entries after the expired ones were due to go, want 1", len(c.entries))
+	}
+	for i := range 2 * maxCached {
+		c.put(fmt.Sprint("new", i), true, now.Add(time.Hour))
+	}
+	if len(c.entries) > maxCached {
+		t.Errorf("%d entries, want at most %d", len(c.entries), maxCached)
+	}
+	if _, ok := c.get("old1", now); ok {
+		t.Error("an expired entry was returned")
 	}
 }
 
@@ -295,7 +489,7 @@ func TestTLSConfigFromFilesReloads(t *testing.T) {
 		t.Fatalf("served %v, want the mounted first.example", c.DNSNames)
 	}
 	writeCertDir(t, dir, "second.example")
-	// The files are watched (inotify), and read again every minute anyway.
+	// The files are read again every CertPoll.
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		c := servedCert(t, addr)
