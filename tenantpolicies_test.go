@@ -304,16 +304,23 @@ func TestTenantStatusWritesAreBounded(t *testing.T) {
 	if ready := meta.FindStatusCondition(first[0].Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue {
 		t.Errorf("first status %+v, want Ready=True", first[0].Status)
 	}
+	// At the end of the interval the status has every pod. The first write
+	// may have had them all already (the writer took the mark after the
+	// syncs): then there is nothing more to write.
 	f.clock.Step(tenantStatusInterval)
-	writes := f.waitStatusWrites(2)
-	last := writes[len(writes)-1].Status
 	want := metav1.NewTime(t0.Add(-49*time.Minute + time.Hour))
-	if last.PodsWithDeadline != 50 || last.NextDeadline == nil || !last.NextDeadline.Equal(&want) {
+	complete := func(w []*v1alpha1.PodLifetimePolicy) bool {
+		last := w[len(w)-1].Status
+		return last.PodsWithDeadline == 50 && last.NextDeadline != nil && last.NextDeadline.Equal(&want)
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return complete(f.statusWrites()), nil }); err != nil {
+		last := f.statusWrites()[len(f.statusWrites())-1].Status
 		t.Errorf("status after the interval: podsWithDeadline %d, nextDeadline %v; want 50, %v", last.PodsWithDeadline, last.NextDeadline, want)
 	}
 	time.Sleep(200 * time.Millisecond)
-	if n := len(f.statusWrites()); n != 2 {
-		t.Errorf("%d status writes, want 2", n)
+	if n := len(f.statusWrites()); n > 2 {
+		t.Errorf("%d status writes, want at most 2 (one per interval)", n)
 	}
 }
 
