@@ -178,30 +178,40 @@ func TestDeletingTenantPolicyCancelsItsDeadlines(t *testing.T) {
 	checkActions(t, nil, f.podWrites())
 }
 
-// TestTenantPolicyGoneFromTheAPIServerRemovesNothing proves that a pod due
-// by a cached policy is not removed when the API server no longer has the
-// policy (its deletion not yet seen by the watch).
-func TestTenantPolicyGoneFromTheAPIServerRemovesNothing(t *testing.T) {
+// dueWithFreshReadFailing runs a pod due by a cached policy while the fresh
+// read of that policy before the removal answers fault, and checks that
+// nothing is removed and the pod is decided again with backoff; it returns
+// the fixture for further checks.
+func dueWithFreshReadFailing(t *testing.T, fault error) *tenantFixture {
+	t.Helper()
 	pod := tenantPod("old", "team-a", t0.Add(-2*time.Hour), nil)
-	var gone atomic.Bool
+	var failing atomic.Bool
 	f := newTenantFixture(t, policy.Restrictions{}, nil, []*corev1.Pod{pod}, func(pj *pjfake.Clientset) {
 		pj.PrependReactor("get", "podlifetimepolicies", func(core.Action) (bool, runtime.Object, error) {
-			if !gone.Load() {
+			if !failing.Load() {
 				return false, nil, nil
 			}
-			return true, nil, apierrors.NewNotFound(v1alpha1.Resource("podlifetimepolicies"), "cleanup")
+			return true, nil, fault
 		})
 	})
 	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitQueued(1)
-	gone.Store(true) // deleted at the API server; the watch has not told yet
+	failing.Store(true)
 	f.drain()
 	checkActions(t, nil, f.podWrites())
 	if got := f.c.queue.NumRequeues(keyOf(pod)); got != 1 {
 		t.Errorf("pod requeued %d times, want 1 (decided again with backoff)", got)
 	}
+	return f
+}
+
+// TestTenantPolicyGoneFromTheAPIServerRemovesNothing proves that a pod due
+// by a cached policy is not removed when the API server no longer has the
+// policy (its deletion not yet seen by the watch).
+func TestTenantPolicyGoneFromTheAPIServerRemovesNothing(t *testing.T) {
+	f := dueWithFreshReadFailing(t, apierrors.NewNotFound(v1alpha1.Resource("podlifetimepolicies"), "cleanup"))
 	if got := metricValue(f.metrics, "controller_runtime_reconcile_errors_total"); got != 0 {
 		t.Errorf("reconcile errors = %v, want 0: a policy gone is a disagreement, not an error", got)
 	}
@@ -221,26 +231,7 @@ func TestTenantPolicyReadFailingRemovesNothing(t *testing.T) {
 		"409":     apierrors.NewConflict(gr, "cleanup", errors.New("conflict")),
 	} {
 		t.Run(name, func(t *testing.T) {
-			pod := tenantPod("old", "team-a", t0.Add(-2*time.Hour), nil)
-			var failing atomic.Bool
-			f := newTenantFixture(t, policy.Restrictions{}, nil, []*corev1.Pod{pod}, func(pj *pjfake.Clientset) {
-				pj.PrependReactor("get", "podlifetimepolicies", func(core.Action) (bool, runtime.Object, error) {
-					if !failing.Load() {
-						return false, nil, nil
-					}
-					return true, nil, fault
-				})
-			})
-			if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			f.waitQueued(1)
-			failing.Store(true)
-			f.drain()
-			checkActions(t, nil, f.podWrites())
-			if got := f.c.queue.NumRequeues(keyOf(pod)); got != 1 {
-				t.Errorf("pod requeued %d times, want 1 (decided again with backoff)", got)
-			}
+			f := dueWithFreshReadFailing(t, fault)
 			// An error, as a failed namespace read: counted, and logged as
 			// what it is, not as the policy having changed.
 			if got := metricValue(f.metrics, "controller_runtime_reconcile_errors_total"); got != 1 {
