@@ -324,11 +324,10 @@ func TLSConfig(ctx context.Context, certDir string, hosts ...string) (*tls.Confi
 type certFiles struct {
 	cert, key string
 
-	mu       sync.Mutex
-	pair     *tls.Certificate
-	certPEM  []byte
-	keyPEM   []byte
-	badCheck [32]byte // the contents that last failed to load, not logged again
+	mu      sync.Mutex
+	pair    *tls.Certificate
+	certPEM []byte
+	keyPEM  []byte
 }
 
 func (f *certFiles) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
@@ -363,32 +362,20 @@ func (f *certFiles) load() (changed bool, err error) {
 
 func (f *certFiles) watch(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	ticker := time.NewTicker(CertPoll)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
+	lastErr := "" // logged once, not at every poll
+	wait.Until(func() {
 		changed, err := f.load()
 		switch {
-		case err != nil:
-			sum := sha256.Sum256([]byte(err.Error()))
-			f.mu.Lock()
-			repeated := sum == f.badCheck
-			f.badCheck = sum
-			f.mu.Unlock()
-			if !repeated {
-				logger.Error(err, "Not taking the changed serving certificate; serving the previous one")
+		case err != nil && err.Error() != lastErr:
+			lastErr = err.Error()
+			logger.Error(err, "Not taking the changed serving certificate; serving the previous one")
+		case err == nil:
+			lastErr = ""
+			if changed {
+				logger.Info("Serving the changed certificate", "file", f.cert)
 			}
-		case changed:
-			f.mu.Lock()
-			f.badCheck = [32]byte{}
-			f.mu.Unlock()
-			logger.Info("Serving the changed certificate", "file", f.cert)
 		}
-	}
+	}, CertPoll, ctx.Done())
 }
 
 // selfSigned makes a certificate (signed by a CA made for it and discarded)
