@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/podjanitor/podjanitor/internal/apiclock"
+	"github.com/podjanitor/podjanitor/internal/clientfeatures"
 	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
 	podjanitorinformers "github.com/podjanitor/podjanitor/pkg/generated/informers/externalversions"
@@ -52,6 +53,10 @@ type clients struct {
 // flags, with the API server's clock read from every response and wrappers
 // around the transport after it.
 func connect(logger klog.Logger, flags clusterFlags, wrappers ...transport.WrapperFunc) (*clients, error) {
+	// client-go's feature gates as podjanitor's own, before any client reads them.
+	if err := clientfeatures.Install(logger); err != nil {
+		return nil, err
+	}
 	cfg, err := restConfig(flags)
 	if err != nil {
 		return nil, err

@@ -28,5 +28,5 @@ cat <<TXT
 TXT
 # podjanitor handles SIGINT itself; keep this shell alive to clean up after it.
 trap '' INT
-(trap - INT; exec _output/bin/podjanitor --kubeconfig _output/local/kubeconfig -v=2 -vmodule=envvar=0 \
+(trap - INT; exec _output/bin/podjanitor --kubeconfig _output/local/kubeconfig -v=2 \
   --metrics-bind-address=127.0.0.1:8080 --health-probe-bind-address=127.0.0.1:8081 "$@") || true
