@@ -76,8 +76,12 @@ RELEASE_PLATFORMS := linux/amd64 linux/arm64
 release: ## Static binaries for $(RELEASE_PLATFORMS), SHA-256 checksums and a CycloneDX SBOM in _output/release/.
 	hack/release.sh "$(VERSION)" "$(COMMIT)" "$(RELEASE_DIR)" $(RELEASE_PLATFORMS)
 
-clean: ## Remove build output (stops every local cluster under _output first).
+clean: ## Remove build output (stops every local cluster, kind cluster and the project's dockerd under _output first).
 	@for marker in _output/*/.podjanitor-local-cluster _output/*/*/.podjanitor-local-cluster; do \
 	  [ -e "$$marker" ] && CLUSTER_DIR=$$(dirname "$$marker") hack/local-cluster.sh down || true; \
 	done
+	@if [ -x _output/bin/kind ]; then for k in _output/kind/*.kubeconfig; do \
+	  [ -e "$$k" ] && hack/kind/up.sh down "$$(basename "$$k" .kubeconfig)" || true; \
+	done; fi
+	@if [ -d _output/kind/docker ]; then hack/kind/dockerd.sh down; fi
 	rm -rf _output

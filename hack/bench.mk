@@ -29,7 +29,8 @@
 #   make bench BENCH_ARGS='-tenant-policies 5'  5 no-op PodLifetimePolicies per namespace, --tenant-policies
 #   make bench-kind                 the same driver against a fresh kind cluster (hack/kind/up.sh:
 #                                   the stock image with Docker of your own, the offline one
-#                                   otherwise; BENCH_SCENARIOS without recovery); the pods are
+#                                   otherwise; BENCH_SCENARIOS defaults to idle,backlog,steady,churn:
+#                                   no recovery); the pods are
 #                                   never scheduled, so N is not bounded by the node's max-pods;
 #                                   BENCH_KEEP_CLUSTER=1 keeps the cluster
 
@@ -56,10 +57,11 @@ BENCH_ENV = BENCH_PODS=$(BENCH_PODS) BENCH_BACKLOG_PODS=$(BENCH_BACKLOG_PODS) \
 bench: build ## Load benchmark against a local cluster of its own (BENCH_PODS, BENCH_SCENARIOS, BENCH_RUNS, ...).
 	$(BENCH_ENV) hack/bench.sh
 
-bench-kind: build ## Load benchmark against a fresh kind cluster (hack/kind/up.sh). See BENCHMARKS.md.
-	hack/kind/up.sh down $(BENCH_KIND_CLUSTER)
-	hack/kind/up.sh up $(BENCH_KIND_CLUSTER) >/dev/null
-	$(BENCH_ENV) BENCH_KUBECONFIG=$(CURDIR)/_output/kind/$(BENCH_KIND_CLUSTER).kubeconfig \
-	  BENCH_ARGS="-idle-bound=false $(BENCH_ARGS)" hack/bench.sh; status=$$?; \
-	if [ -n "$(BENCH_KEEP_CLUSTER)" ]; then echo "kind cluster $(BENCH_KIND_CLUSTER) kept; remove it with: hack/kind/up.sh down $(BENCH_KIND_CLUSTER)"; \
-	else hack/kind/up.sh down $(BENCH_KIND_CLUSTER); fi; exit $$status
+# bench-kind's scenarios: BENCH_SCENARIOS when given, else the defaults less
+# recovery (it needs a local cluster's API server to stop).
+BENCH_KIND_DEFAULT_SCENARIOS := idle,backlog,steady,churn
+BENCH_KIND_SCENARIOS = $(if $(filter command line environment,$(origin BENCH_SCENARIOS)),$(BENCH_SCENARIOS),$(BENCH_KIND_DEFAULT_SCENARIOS))
+
+bench-kind: build ## Load benchmark against a fresh kind cluster (hack/kind/bench.sh). See BENCHMARKS.md.
+	$(BENCH_ENV) BENCH_SCENARIOS=$(BENCH_KIND_SCENARIOS) BENCH_KIND_CLUSTER=$(BENCH_KIND_CLUSTER) \
+	  BENCH_KEEP_CLUSTER=$(BENCH_KEEP_CLUSTER) hack/kind/bench.sh

@@ -12,6 +12,9 @@
 #                                 with that image (nothing else changed), wait for the rollout
 #   make test-kind                the kind tests (test/kind): the Deployment and the chart on a fresh
 #                                 kind cluster, then `make bench-kind` at a small size
+#   make test-kind-crash          hack/kind/test-crash.sh: SIGKILLs during kind-up, a dummy
+#                                 process in the pid files, two checkouts at once; host state
+#                                 compared before and after
 #   make kind-down                delete the cluster and stop the project's dockerd
 #   make deploy / undeploy        kubectl apply/delete -k artifacts/deploy on kubectl's
 #                                 current context, whatever cluster it is
@@ -35,7 +38,7 @@ COMMIT       ?= unknown
 
 IMAGE_ARCHIVE ?= _output/images/podjanitor.tar
 
-.PHONY: image image-archive kind-image kind-up kind-load kind-deploy kind-down test-kind deploy undeploy
+.PHONY: image image-archive kind-image kind-up kind-load kind-deploy kind-down test-kind test-kind-crash deploy undeploy
 
 image-archive: build ## Write the image as an OCI archive without Docker (IMAGE_ARCHIVE, local/podjanitor:dev).
 	go run ./hack/image -kind podjanitor -binary $(BIN) -name local/podjanitor:dev -o $(IMAGE_ARCHIVE)
@@ -61,6 +64,9 @@ kind-down: ## Delete the kind cluster KIND_CLUSTER and stop the project's docker
 
 test-kind: build image-archive helm ## The kind tests (test/kind): artifacts/deploy and the chart on kind, a container kill, bench-kind.
 	hack/kind/test.sh
+
+test-kind-crash: ## The kind path after SIGKILLs and beside a second checkout (hack/kind/test-crash.sh; root).
+	hack/kind/test-crash.sh
 
 deploy: ## kubectl apply -k artifacts/deploy to the current context, wait for the rollout.
 	$(KUBECTL) apply -k artifacts/deploy

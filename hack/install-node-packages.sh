@@ -47,12 +47,12 @@ command -v apt-get >/dev/null 2>&1 || {
 }
 
 echo "[install-node-packages] installing ${missing[*]}"
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-# No service is started: the package's own containerd unit needs systemd, and
-# the local cluster runs a containerd of its own (hack/local-cluster.sh).
-if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
-  cat "$log" >&2
+# No service is started (apt_install's policy-rc.d refuses them; on a host with
+# systemd, containerd's package would start containerd.service): the local
+# cluster and the kind path run a containerd of their own.
+# shellcheck source=host-state.sh
+. "$(dirname "$0")/host-state.sh"
+if ! apt_install "${missing[@]}"; then
   echo "[install-node-packages] ERROR: apt-get install ${missing[*]} failed" >&2
   exit 1
 fi

@@ -123,28 +123,10 @@ load_ports() {
 
 # ---------------------------------------------------------------- processes
 
-pid_cmdline() {
-  if [ -r "/proc/$1/cmdline" ]; then
-    tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null || true
-  else
-    ps -o command= -p "$1" 2>/dev/null || true
-  fi
-}
-
 # Prints the PID of component $1 if it runs and is the process this script
-# started for this CLUSTER_DIR (binary name and state dir on its command line).
-owned_pid() {
-  local name=$1 f="$CLUSTER_DIR/pids/$1.pid" pid cl
-  [ -s "$f" ] || return 1
-  pid=$(cat "$f")
-  case $pid in '' | *[!0-9]*) return 1 ;; esac
-  kill -0 "$pid" 2>/dev/null || return 1
-  cl=$(pid_cmdline "$pid")
-  case $cl in
-    */"$name "*"$CLUSTER_DIR/"*) printf '%s\n' "$pid" ;;
-    *) return 1 ;;
-  esac
-}
+# started for this CLUSTER_DIR (binary name and state dir on its command line;
+# owned_pid_in, hack/host-state.sh).
+owned_pid() { owned_pid_in "$CLUSTER_DIR/pids/$1.pid" "$1" "$CLUSTER_DIR"; }
 
 start_proc() { # name env-assignments... -- args...
   local name=$1 pidf="$CLUSTER_DIR/pids/$1.pid" log="$CLUSTER_DIR/logs/$1.log"

@@ -30,6 +30,8 @@ bin="$root/_output/bin"
 work="$root/_output/kind"
 cache="$work/cache"
 mkdir -p "$bin" "$cache"
+# shellcheck source=../host-state.sh
+. hack/host-state.sh
 
 say() { echo "[kind-build] $*" >&2; }
 die() {
@@ -73,21 +75,28 @@ k8s_binaries() {
 # one-node cluster uses, with Debian's containerd, runc and CNI plugins in
 # place of kind's builds of them.
 ROOTFS_PACKAGES=systemd,dbus,iptables,nftables,conntrack,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,e2fsprogs,bash,ca-certificates,procps,socat,containerd,runc,containernetworking-plugins
+# Where the packages come from: given to mmdebstrap on its command line (it
+# reads no sources from standard input nor from the host). A snapshot mirror
+# (KIND_DEBIAN_MIRROR=http://snapshot.debian.org/archive/debian/20261201T000000Z)
+# pins the versions; deb.debian.org gives the suite's current ones.
+KIND_DEBIAN_MIRROR=${KIND_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+KIND_DEBIAN_SECURITY=${KIND_DEBIAN_SECURITY:-http://deb.debian.org/debian-security}
+ROOTFS_SOURCES=("deb $KIND_DEBIAN_MIRROR bookworm main" "deb $KIND_DEBIAN_MIRROR bookworm-updates main" "deb $KIND_DEBIAN_SECURITY bookworm-security main")
 rootfs() {
   command -v mmdebstrap >/dev/null 2>&1 || {
     [ "$(id -u)" = 0 ] || die "mmdebstrap not found: apt-get install mmdebstrap"
-    say "installing mmdebstrap"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null
+    say "installing mmdebstrap (no service is started)"
+    apt_install mmdebstrap || die "apt-get install mmdebstrap failed"
   }
-  # The key: the package list and the host's apt sources (a snapshot date
-  # there pins the versions).
-  ROOTFS_KEY=$( (echo "$ROOTFS_PACKAGES"; cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list 2>/dev/null || true) | sha256sum | cut -c1-16)
+  # The key: what mmdebstrap is given (variant, packages, suite, sources) and
+  # its version.
+  ROOTFS_KEY=$( (echo "essential $ROOTFS_PACKAGES bookworm"; printf '%s\n' "${ROOTFS_SOURCES[@]}"; mmdebstrap --version) | sha256sum | cut -c1-16)
   local tar="$cache/rootfs-$ROOTFS_KEY.tar"
   if [ ! -f "$tar" ]; then
     say "rootfs: mmdebstrap bookworm (Debian packages; first build takes minutes)"
     rm -f "$cache"/rootfs-*.tar
     mmdebstrap --quiet --variant=essential --format=tar --include="$ROOTFS_PACKAGES" \
-      bookworm "$tar.tmp.tar" || die "mmdebstrap failed"
+      bookworm "$tar.tmp.tar" "${ROOTFS_SOURCES[@]}" </dev/null || die "mmdebstrap failed"
     mv "$tar.tmp.tar" "$tar"
   fi
   if ! docker image inspect "$KIND_BASE_IMAGE:$ROOTFS_KEY" >/dev/null 2>&1; then

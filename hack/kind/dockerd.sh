@@ -1,35 +1,58 @@
 #!/usr/bin/env bash
-# A Docker daemon of the project's own for kind (hack/kind/README.md): Debian's
-# dockerd (package docker.io, installed here when missing), started like the
-# local cluster's real node starts containerd: its own data root, exec root,
-# pid file and socket under $KIND_DOCKER_DIR, stopped by its pid.
+# A Docker daemon of the checkout's own for kind (hack/kind/README.md), started
+# like the local cluster's real node starts containerd: everything it owns is
+# under $KIND_DOCKER_DIR (default _output/kind/docker) or named after the
+# checkout, and stopped by pids that are checked to be ours.
 #
-#   hack/kind/dockerd.sh up      start it unless it runs; prints nothing else
-#   hack/kind/dockerd.sh down    stop it (and the containerd it started) by pid,
-#                                remove its bridges; the data root is kept (the images)
+#   hack/kind/dockerd.sh up      start it (and its containerd) unless it runs
+#   hack/kind/dockerd.sh down    stop it and whatever it left, even after a
+#                                SIGKILL of any of it: processes, mounts, cgroups,
+#                                links; the data root is kept (the images)
 #   hack/kind/dockerd.sh status  exit 0 when it answers
-#   hack/kind/dockerd.sh env     the DOCKER_HOST (and DOCKER_API_VERSION) to export
+#   hack/kind/dockerd.sh env     the DOCKER_HOST (and PATH for Debian's docker CLI) to export
+#
+# Ours alone:
+# - the binaries: a dockerd in PATH (Docker's own packages, docker-ce) or else
+#   Debian's docker.io unpacked into _output/kind/pkg without its maintainer
+#   scripts: no package is installed or removed, no service started;
+# - its config file ($KIND_DOCKER_DIR/daemon.json, not /etc/docker/daemon.json)
+#   and its trust key; its own containerd (--containerd), config, root, state
+#   and socket under $KIND_DOCKER_DIR, started and stopped here;
+# - names from the checkout's path (KIND_ID, 6 hex digits of its hash): the
+#   default bridge pjd$KIND_ID, kind's network's bridge pjk$KIND_ID, the
+#   containers' cgroup parent podjanitor-kind-$KIND_ID; an address block (a /19
+#   of 10.210.0.0-10.249.255.255) chosen free on this machine at the first
+#   `up` and checked at every one: its first /20 is the address pool, the next
+#   /24 the default bridge's, the one after it kind's network's;
+# - pids signalled only after owned_pid_in (hack/host-state.sh) says the
+#   process is that program with $KIND_DOCKER_DIR on its command line.
 #
 # It must not touch the host's network setup that the local cluster's real
-# node (hack/node/real-node.sh) relies on in the same `make test`: no iptables
-# rules or chains (--iptables=false, --ip-masq=false), no change to the
-# ip_forward sysctl (--ip-forward=false), its own default bridge and address
-# pool on 172.29.0.0/16 (the real node's bridges are 10.200.x.0/24). With
-# --iptables=false the published ports of kind's API server go through
-# docker-proxy on 127.0.0.1; containers reach no network beyond this machine.
-# The containers' runtime is runc through hack/kind/runc-wrapper, which drops
-# the capabilities that root lacks on this machine from --privileged ones.
-# Debian's dockerd is 20.10 (API 1.41); the Docker CLI in PATH may be newer and
-# negotiates down, and kind drives that CLI.
+# node relies on: no iptables rules or chains (--iptables=false,
+# --ip-masq=false), no change to ip_forward (--ip-forward=false). Published
+# ports of kind's API server go through docker-proxy on 127.0.0.1. The
+# containers' runtime is runc through hack/kind/runc-wrapper, which drops the
+# capabilities root lacks on this machine from --privileged ones.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=../host-state.sh
+. "$root/hack/host-state.sh"
 KIND_DOCKER_DIR=${KIND_DOCKER_DIR:-$root/_output/kind/docker}
+KIND_PKG_DIR=${KIND_PKG_DIR:-$root/_output/kind/pkg}
 DOCKER_SOCK="$KIND_DOCKER_DIR/docker.sock"
+CONTAINERD_SOCK="$KIND_DOCKER_DIR/containerd.sock"
 PIDFILE="$KIND_DOCKER_DIR/dockerd.pid"
+CONTAINERD_PIDFILE="$KIND_DOCKER_DIR/containerd.pid"
+NETENV="$KIND_DOCKER_DIR/net.env"
 LOG="$KIND_DOCKER_DIR/dockerd.log"
-DOCKER_BRIDGE=${DOCKER_BRIDGE:-pjdocker0}
-DOCKER_BIP=${DOCKER_BIP:-172.29.255.1/24}
-DOCKER_POOL=${DOCKER_POOL:-172.29.0.0/17}
+KIND_ID=$(printf '%s' "$root" | sha256sum | cut -c1-6)
+DOCKER_BRIDGE=pjd$KIND_ID
+KIND_BRIDGE=pjk$KIND_ID
+CGROUP_PARENT=podjanitor-kind-$KIND_ID
+# The links file and the cgroup name: what hack/host-state.sh's
+# HOST_STATE_SCOPE reads as this checkout's.
+SCOPE_DIR=$(dirname "$(dirname "$KIND_DOCKER_DIR")")
+HOST_DIRS="/run/docker /run/docker/plugins /run/containerd /run/containerd/s /etc/docker"
 
 say() { echo "[dockerd] $*" >&2; }
 die() {
@@ -39,102 +62,314 @@ die() {
 
 export DOCKER_HOST="unix://$DOCKER_SOCK"
 
-running() {
-  [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
+# binaries sets DOCKERD and DOCKER_PROXY, and PATH_ADD when the docker CLI
+# is the unpacked one.
+binaries() {
+  PATH_ADD=
+  if command -v dockerd >/dev/null 2>&1; then
+    DOCKERD=$(command -v dockerd)
+    DOCKER_PROXY=$(command -v docker-proxy 2>/dev/null || true)
+  else
+    DOCKERD="$KIND_PKG_DIR/usr/sbin/dockerd"
+    DOCKER_PROXY="$KIND_PKG_DIR/usr/sbin/docker-proxy"
+  fi
+  command -v docker >/dev/null 2>&1 || PATH_ADD="$KIND_PKG_DIR/usr/bin"
 }
 
+# unpack: Debian's docker.io, downloaded and unpacked into $KIND_PKG_DIR
+# (dpkg-deb -x: no maintainer scripts, dpkg's database untouched).
+unpack() {
+  binaries
+  [ ! -x "$DOCKERD" ] || return 0
+  command -v apt-get >/dev/null 2>&1 || die "no dockerd in PATH and no apt-get to fetch Debian's docker.io"
+  say "unpacking Debian's docker.io into $KIND_PKG_DIR (not installed: no service, no package changed)"
+  local tmp out
+  tmp=$(mktemp -d)
+  out=$(cd "$tmp" && apt-get download -q docker.io 2>&1) || {
+    rm -rf "$tmp"
+    die "apt-get download docker.io failed: $out"
+  }
+  mkdir -p "$KIND_PKG_DIR"
+  dpkg-deb -x "$tmp"/docker.io_*.deb "$KIND_PKG_DIR" || die "dpkg-deb -x docker.io failed"
+  rm -rf "$tmp"
+  binaries
+}
+
+ip2int() {
+  local IFS=. a b c d
+  read -r a b c d <<<"$1"
+  echo $(((a << 24) + (b << 16) + (c << 8) + d))
+}
+int2ip() { echo "$(($1 >> 24 & 255)).$(($1 >> 16 & 255)).$(($1 >> 8 & 255)).$(($1 & 255))"; }
+
+# used_elsewhere BASE PREFIX: exit 0 when an address or route of this machine
+# that is not on our bridges overlaps BASE/PREFIX.
+used_elsewhere() {
+  local lo hi
+  lo=$(ip2int "$1")
+  hi=$((lo + (1 << (32 - $2)) - 1))
+  local net dev n p s e
+  while read -r net dev; do
+    [ "$dev" = "$DOCKER_BRIDGE" ] || [ "$dev" = "$KIND_BRIDGE" ] && continue
+    n=${net%/*} p=${net#*/}
+    [ "$p" != "$net" ] || p=32
+    s=$(ip2int "$n")
+    s=$((s & ~((1 << (32 - p)) - 1) & 0xffffffff))
+    e=$((s + (1 << (32 - p)) - 1))
+    [ "$e" -lt "$lo" ] || [ "$s" -gt "$hi" ] || return 0
+  done < <(
+    ip -o -4 addr show | awk '{print $4, $2}'
+    ip -4 route show table all 2>/dev/null | awk '$1 ~ /^[0-9]/ {for (i = 1; i < NF; i++) if ($i == "dev") print $1, $(i + 1)}'
+  )
+  return 1
+}
+
+# network sets POOL, DOCKER_BIP and KIND_SUBNET: those of $NETENV, else a
+# free /19 from a start that the checkout's hash picks.
+network() {
+  if [ -s "$NETENV" ]; then
+    # shellcheck disable=SC1090
+    . "$NETENV"
+  else
+    local n=320 i start base
+    start=$((16#$KIND_ID % n))
+    for ((i = 0; i < n; i++)); do
+      base="10.$((210 + (start + i) % n / 8)).$((((start + i) % 8) * 32)).0"
+      used_elsewhere "$base" 19 || break
+      base=
+    done
+    [ -n "$base" ] || die "no free /19 in 10.210.0.0-10.249.255.255 for dockerd's networks"
+    local b
+    b=$(ip2int "$base")
+    POOL="$base/20" DOCKER_BIP="$(int2ip $((b + 16 * 256 + 1)))/24" KIND_SUBNET="$(int2ip $((b + 17 * 256)))/24"
+    mkdir -p "$KIND_DOCKER_DIR"
+    printf 'POOL=%s\nDOCKER_BIP=%s\nKIND_SUBNET=%s\n' "$POOL" "$DOCKER_BIP" "$KIND_SUBNET" >"$NETENV"
+  fi
+  ! used_elsewhere "${POOL%/*}" 19 || die "dockerd's address block ${POOL%/*}/19 ($NETENV) is now in use on this machine: hack/kind/dockerd.sh down, remove $NETENV and start again"
+}
+
+dockerd_pid() { owned_pid_in "$PIDFILE" dockerd "$KIND_DOCKER_DIR"; }
+containerd_pid() { owned_pid_in "$CONTAINERD_PIDFILE" containerd "$KIND_DOCKER_DIR"; }
 answers() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 
-install() {
-  command -v dockerd >/dev/null 2>&1 && command -v docker >/dev/null 2>&1 && return
-  [ "$(id -u)" = 0 ] || die "dockerd not found and not root: apt-get install docker.io"
-  say "installing Debian's docker.io"
-  local out
-  out=$( (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io) 2>&1) ||
-    die "apt-get install docker.io failed: $out"
+start_containerd() {
+  containerd_pid >/dev/null && return 0
+  local bin
+  bin=$(command -v containerd) || die "containerd not found: hack/install-node-packages.sh installs Debian's"
+  mkdir -p "$KIND_DOCKER_DIR/containerd"
+  cat >"$KIND_DOCKER_DIR/containerd/config.toml" <<EOF
+version = 2
+root = "$KIND_DOCKER_DIR/containerd/root"
+state = "$KIND_DOCKER_DIR/containerd/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+[grpc]
+  address = "$CONTAINERD_SOCK"
+[ttrpc]
+  address = "$CONTAINERD_SOCK.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$KIND_DOCKER_DIR/containerd/opt"
+EOF
+  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$CONTAINERD_PIDFILE" "$bin" --config "$KIND_DOCKER_DIR/containerd/config.toml" \
+    </dev/null >>"$KIND_DOCKER_DIR/containerd.log" 2>&1 &
+  local i
+  for i in $(seq 1 100); do
+    [ -S "$CONTAINERD_SOCK" ] && containerd_pid >/dev/null && return 0
+    sleep 0.2
+  done
+  tail -20 "$KIND_DOCKER_DIR/containerd.log" >&2 || true
+  die "containerd did not come up on $CONTAINERD_SOCK"
 }
 
 up() {
   [ "$(id -u)" = 0 ] || die "dockerd needs root"
-  install
   mkdir -p "$KIND_DOCKER_DIR"
-  [ ${#DOCKER_SOCK} -lt 100 ] || die "KIND_DOCKER_DIR is too long for a unix socket path: $DOCKER_SOCK"
-  if running; then
+  [ ${#CONTAINERD_SOCK} -lt 100 ] || die "KIND_DOCKER_DIR is too long for a unix socket path: $CONTAINERD_SOCK"
+  unpack
+  [ -z "$PATH_ADD" ] || export PATH="$PATH_ADD:$PATH"
+  network
+  printf '%s\n' "$DOCKER_BRIDGE" "$KIND_BRIDGE" >"$SCOPE_DIR/kind/links"
+  printf '%s\n' "$CGROUP_PARENT" >"$SCOPE_DIR/kind/cgroup"
+  if dockerd_pid >/dev/null; then
     answers && return
-    die "dockerd (pid $(cat "$PIDFILE")) runs but does not answer on $DOCKER_SOCK; see $LOG"
+    die "dockerd (pid $(dockerd_pid)) runs but does not answer on $DOCKER_SOCK; see $LOG"
   fi
-  # The OCI runtime: runc, less the capabilities root lacks here
-  # (hack/kind/runc-wrapper): a --privileged kind node fails to start otherwise.
+  # Whatever a killed daemon left (processes, mounts, links) goes first.
+  cleanup
   local wrapper="$root/_output/bin/runc-wrapper"
   if [ ! -x "$wrapper" ] || [ -n "$(find "$root/hack/kind/runc-wrapper" -newer "$wrapper" -name '*.go')" ]; then
     (cd "$root" && CGO_ENABLED=0 go build -o "$wrapper" ./hack/kind/runc-wrapper)
   fi
+  # docker-proxy by a path under our directory: its processes are ours by
+  # their command line, even when dockerd is gone.
+  mkdir -p "$KIND_DOCKER_DIR/bin"
+  [ -z "$DOCKER_PROXY" ] || ln -sfn "$DOCKER_PROXY" "$KIND_DOCKER_DIR/bin/docker-proxy"
   # dockerd's own bridge: created here so that it is ours to remove at down.
   if ! ip link show "$DOCKER_BRIDGE" >/dev/null 2>&1; then
     ip link add name "$DOCKER_BRIDGE" type bridge
     ip addr add "$DOCKER_BIP" dev "$DOCKER_BRIDGE"
     ip link set "$DOCKER_BRIDGE" up
   fi
+  # The host directories dockerd and containerd make for themselves (plugin
+  # sockets, shim sockets): those missing now are removed at down when empty.
+  local d
+  if [ ! -f "$KIND_DOCKER_DIR/host-dirs" ]; then
+    for d in $HOST_DIRS; do [ -e "$d" ] || echo "$d"; done >"$KIND_DOCKER_DIR/host-dirs"
+  fi
+  start_containerd
+  # Its own config file; Debian's dockerd 20.10 also keeps its trust key in
+  # /etc/docker unless told (deprecated-key-path, gone in Docker 23).
+  case $("$DOCKERD" --version 2>/dev/null) in
+    "Docker version 1"[0-9].* | "Docker version 2"[0-2].*)
+      printf '{"deprecated-key-path": "%s"}\n' "$KIND_DOCKER_DIR/key.json" >"$KIND_DOCKER_DIR/daemon.json" ;;
+    *) echo '{}' >"$KIND_DOCKER_DIR/daemon.json" ;;
+  esac
   say "starting dockerd (socket $DOCKER_SOCK, log $LOG)"
   # setsid: the daemon outlives the make or test that started it; down stops it.
-  setsid dockerd \
+  setsid "$DOCKERD" \
+    --config-file "$KIND_DOCKER_DIR/daemon.json" \
+    --containerd "$CONTAINERD_SOCK" \
     --host "$DOCKER_HOST" \
     --data-root "$KIND_DOCKER_DIR/data" \
     --exec-root "$KIND_DOCKER_DIR/exec" \
     --pidfile "$PIDFILE" \
     --bridge "$DOCKER_BRIDGE" \
-    --default-address-pool "base=$DOCKER_POOL,size=24" \
+    --default-address-pool "base=$POOL,size=24" \
+    --cgroup-parent "/$CGROUP_PARENT" \
     --iptables=false --ip6tables=false --ip-masq=false --ip-forward=false \
+    ${DOCKER_PROXY:+--userland-proxy-path "$KIND_DOCKER_DIR/bin/docker-proxy"} \
     --oom-score-adjust=0 \
     --add-runtime "pj-runc=$wrapper" --default-runtime pj-runc \
     --storage-driver overlay2 \
     --exec-opt native.cgroupdriver=cgroupfs \
     --log-level warn \
     </dev/null >>"$LOG" 2>&1 &
-  local i
+  local i ok=false
   for i in $(seq 1 120); do
-    answers && return
-    [ -f "$PIDFILE" ] && ! running && break
+    answers && ok=true && break
     sleep 0.5
   done
-  tail -20 "$LOG" >&2 || true
-  die "dockerd did not come up on $DOCKER_SOCK"
+  $ok || {
+    tail -20 "$LOG" >&2 || true
+    die "dockerd did not come up on $DOCKER_SOCK"
+  }
+  # kind's network, made before kind makes it: bridge name and subnet ours.
+  local have
+  have=$(docker network inspect kind -f '{{(index .IPAM.Config 0).Subnet}} {{index .Options "com.docker.network.bridge.name"}}' 2>/dev/null || true)
+  if [ "$have" != "$KIND_SUBNET $KIND_BRIDGE" ]; then
+    [ -z "$have" ] || docker network rm kind >/dev/null
+    docker network create kind --driver bridge --subnet "$KIND_SUBNET" \
+      -o com.docker.network.bridge.name="$KIND_BRIDGE" -o com.docker.network.bridge.enable_ip_masquerade=false >/dev/null ||
+      die "creating the network kind ($KIND_SUBNET on $KIND_BRIDGE) failed"
+  fi
+}
+
+# stop_owned NAME PIDFUNC: SIGTERM, then SIGKILL, the pid PIDFUNC prints,
+# each only while it is still ours.
+stop_owned() {
+  local name=$1 f=$2 pid i
+  pid=$($f) || return 0
+  say "stopping $name (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 1 60); do
+    $f >/dev/null || return 0
+    sleep 0.5
+  done
+  pid=$($f) || return 0
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+# leftover_pids: processes of ours that outlive their daemon: in the
+# containers' cgroup parent, or our daemons' programs (dockerd, containerd,
+# its shims, docker-proxy, runc) with $KIND_DOCKER_DIR/ on their command line,
+# as after a SIGKILL of the daemon or the loss of its pid file.
+leftover_pids() {
+  local h f pid cl arg0
+  while read -r h; do
+    [ -d "$h/$CGROUP_PARENT" ] || continue
+    find "$h/$CGROUP_PARENT" -name cgroup.procs -exec cat {} + 2>/dev/null
+  done < <(cgroup_hierarchies)
+  for f in /proc/[0-9]*/cmdline; do
+    pid=${f#/proc/}
+    pid=${pid%/cmdline}
+    [ "$pid" != $$ ] || continue
+    cl=$( { tr '\0' ' ' <"$f"; } 2>/dev/null) || continue
+    case $cl in
+      *"$KIND_DOCKER_DIR/"*) ;;
+      *) continue ;;
+    esac
+    arg0=${cl%% *}
+    case ${arg0##*/} in
+      dockerd | containerd | containerd-shim* | docker-proxy | runc | runc-wrapper) printf '%s\n' "$pid" ;;
+    esac
+  done
+}
+
+cgroup_hierarchies() { awk '$3 == "cgroup" || $3 == "cgroup2" {print $2}' /proc/self/mounts; }
+
+# cleanup removes what a dockerd of ours left behind when it is not running.
+cleanup() {
+  local pids pid i
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    pids=$(leftover_pids | sort -u)
+    [ -n "$pids" ] || break
+    [ "$i" = 1 ] && say "stopping what our dockerd left: pids $(echo $pids)"
+    for pid in $pids; do kill -KILL "$pid" 2>/dev/null || true; done
+    sleep 0.3
+  done
+  [ -z "$(leftover_pids)" ] || say "WARNING: processes of ours still run: $(echo $(leftover_pids))"
+  local m
+  for _ in 1 2 3; do
+    while read -r m; do
+      [ -n "$m" ] || continue
+      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done < <(awk -v d="$KIND_DOCKER_DIR/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r)
+  done
+  local h
+  while read -r h; do
+    [ -d "$h/$CGROUP_PARENT" ] || continue
+    find "$h/$CGROUP_PARENT" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  done < <(cgroup_hierarchies)
+  # The shims' sockets: containerd 1.6 names them /run/containerd/s/ and the
+  # sha256 of "<its address>/<namespace>/<id>"; the tasks are in its state.
+  local t ns id
+  for t in "$KIND_DOCKER_DIR"/containerd/state/io.containerd.runtime.v2.task/*/*; do
+    [ -d "$t" ] || continue
+    id=${t##*/} ns=${t%/*} ns=${ns##*/}
+    rm -f "/run/containerd/s/$(printf '%s' "$CONTAINERD_SOCK/$ns/$id" | sha256sum | cut -c1-64)"
+  done
+  rm -f "$PIDFILE" "$CONTAINERD_PIDFILE"
 }
 
 down() {
-  if running; then
-    local pid
-    pid=$(cat "$PIDFILE")
-    say "stopping dockerd (pid $pid)"
-    kill "$pid"
-    local i
-    for i in $(seq 1 60); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.5
-    done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
-  fi
-  rm -f "$PIDFILE"
-  # The containerd dockerd started (its pid file is under the exec root).
-  local cpid="$KIND_DOCKER_DIR/exec/containerd/containerd.pid"
-  if [ -f "$cpid" ] && kill -0 "$(cat "$cpid")" 2>/dev/null; then
-    kill "$(cat "$cpid")" || true
-  fi
-  rm -f "$cpid"
-  # The bridges of its networks (kind's), those with an address of its pool,
-  # and its own.
+  local d
+  stop_owned dockerd dockerd_pid
+  stop_owned containerd containerd_pid
+  cleanup
   local br
-  for br in $(ip -o -4 addr show to "$DOCKER_POOL" 2>/dev/null | awk '{print $2}' | grep -E '^br-[0-9a-f]{12}$' || true); do
-    ip link del "$br" 2>/dev/null || true
+  for br in "$KIND_BRIDGE" "$DOCKER_BRIDGE"; do
+    if ip link show "$br" >/dev/null 2>&1; then ip link del "$br" || say "WARNING: could not delete bridge $br"; fi
   done
-  if ip link show "$DOCKER_BRIDGE" >/dev/null 2>&1; then ip link del "$DOCKER_BRIDGE"; fi
+  if [ -f "$KIND_DOCKER_DIR/host-dirs" ]; then
+    tac "$KIND_DOCKER_DIR/host-dirs" | while read -r d; do rmdir "$d" 2>/dev/null || true; done
+    rm -f "$KIND_DOCKER_DIR/host-dirs"
+  fi
+  # No kind node of ours runs now: the sysctls its kubelet wrote go back.
+  sysctls_restore "$SCOPE_DIR/kind/sysctl.saved" || say "WARNING: could not restore the sysctls of $SCOPE_DIR/kind/sysctl.saved"
 }
 
 case ${1:-} in
   up) up ;;
   down) down ;;
-  status) running && answers ;;
-  env) echo "export DOCKER_HOST=$DOCKER_HOST" ;;
+  status) dockerd_pid >/dev/null && answers ;;
+  env)
+    echo "export DOCKER_HOST=$DOCKER_HOST"
+    binaries
+    [ -z "$PATH_ADD" ] || echo "export PATH=$PATH_ADD:\$PATH"
+    ;;
   *)
     echo "usage: $0 up|down|status|env" >&2
     exit 2

@@ -4,10 +4,18 @@
 # (hack/kind/up.sh; on a machine without Docker of its own: the project's
 # dockerd and the offline node image, built or taken from the cache), loads
 # podjanitor's image archive (`make image-archive`), runs the tests, deletes
-# the cluster. It checks that the host's iptables rules, the ip_forward sysctl
-# and dockerd's network links are as they were before, and stops the project's
-# dockerd again if it started it. Expects `make build image-archive` to have
-# run. Extra arguments go to `go test`.
+# the cluster, and stops the project's dockerd again if it started it.
+# Expects `make build image-archive` to have run. Extra arguments go to `go test`.
+#
+# On a failed test, `kind export logs` writes the cluster's logs (the node's
+# journal, the kubelet's and containerd's, every container's) to
+# _output/kind/logs/<cluster> before the cluster is deleted, and says so.
+#
+# It fails when this checkout's host state (hack/host-state.sh with
+# HOST_STATE_SCOPE=_output: the kubelet's sysctls and ip_forward, host
+# iptables in every table, the links, mounts and processes of ours) differs
+# from before. On a machine others share, a kubelet of another checkout that
+# starts or stops meanwhile changes the sysctls too.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -16,33 +24,37 @@ image=docker.io/local/podjanitor:dev
 archive=_output/images/podjanitor.tar
 [ -f "$archive" ] || { echo "[kind-test] $archive not found: make image-archive" >&2; exit 1; }
 
-snapshot() {
-  # The links dockerd makes (its bridge, its networks' bridges): other links
-  # come and go with other clusters on the machine.
-  { iptables -S 2>/dev/null; iptables -t nat -S 2>/dev/null; sysctl net.ipv4.ip_forward
-    ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | { grep -E '^(pjdocker|docker|br-)' || true; } | sort; } 2>&1
-}
-before=$(snapshot)
+state="$root/_output/kind/host-state"
+rm -rf "$state"
+export HOST_STATE_SCOPE="$root/_output"
+hack/host-state.sh snapshot "$state/before"
 started_dockerd=false
 eval "$(hack/kind/up.sh env)"
 if [ "${DOCKER_HOST:-}" = "unix://$root/_output/kind/docker/docker.sock" ] && ! hack/kind/dockerd.sh status; then
   started_dockerd=true
 fi
+eval "$(hack/kind/dockerd.sh env | grep PATH || true)"
+tests_failed=false
 
 cleanup() {
   local status=$?
+  if $tests_failed; then
+    local logs="$root/_output/kind/logs/$name"
+    rm -rf "$logs"
+    if _output/bin/kind export logs "$logs" --name "$name" >/dev/null 2>&1; then
+      echo "[kind-test] the tests failed: the cluster's logs are in $logs" >&2
+    else
+      echo "[kind-test] the tests failed; kind export logs into $logs failed too" >&2
+    fi
+  fi
   hack/kind/up.sh down "$name" >/dev/null 2>&1 || true
   hack/kind/up.sh down "$name-bench" >/dev/null 2>&1 || true
   if $started_dockerd; then hack/kind/dockerd.sh down >/dev/null 2>&1 || true; fi
   # Silent when unchanged: go test's summary stays the last line.
-  if $started_dockerd; then
-    local after
-    after=$(snapshot)
-    if [ "$before" != "$after" ]; then
-      echo "[kind-test] FAIL: the host's network setup changed (iptables, ip_forward, links):" >&2
-      diff <(echo "$before") <(echo "$after") >&2 || true
-      status=1
-    fi
+  hack/host-state.sh snapshot "$state/after"
+  if ! hack/host-state.sh compare "$state/before" "$state/after" >&2; then
+    echo "[kind-test] FAIL: the host state changed (snapshots in $state)" >&2
+    status=1
   fi
   exit $status
 }
@@ -61,4 +73,4 @@ case ${KIND_NODE_IMAGE:-auto} in offline) ;; *)
   ;;
 esac
 KIND_CLUSTER=$name KIND_KUBECONFIG=$kubeconfig KIND_IMAGE=$image KIND_PAUSE_IMAGE=$pause \
-  go test -tags kind -count=1 -timeout 40m -v ./test/kind/ "$@"
+  go test -tags kind -count=1 -timeout 40m -v ./test/kind/ "$@" || { tests_failed=true; exit 1; }

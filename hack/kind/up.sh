@@ -27,12 +27,24 @@
 #               registry but Debian's and the Go module proxy. It does not probe
 #               any registry.
 #   other       any image name: used as it is
+#
+# The kubelet of a kind node writes host sysctls (KUBELET_SYSCTLS of
+# hack/host-state.sh: its /proc/sys is the host's): `up` records them in
+# _output/kind/sysctl.saved before it creates a cluster, and they are written
+# back when a failed `up` leaves no cluster of this checkout, at `down` (the
+# file is removed when the last one is gone) and at `stop`.
+#
+# kubectl (deploy): KUBECTL, else _output/bin/kubectl (the offline build's, or
+# hack/build-tools.sh's), else the one in PATH.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
+# shellcheck source=../host-state.sh
+. hack/host-state.sh
 bin="$root/_output/bin"
 KIND=${KIND:-$bin/kind}
 OFFLINE_IMAGE=podjanitor.local/kind-node:v1.37.2
+SYSCTLS_SAVED="$root/_output/kind/sysctl.saved"
 
 say() { echo "[kind] $*" >&2; }
 die() {
@@ -47,7 +59,7 @@ choose() {
   if [ "$want" = auto ]; then
     want=offline
     local ours
-    ours=$(hack/kind/dockerd.sh env)
+    ours=$(hack/kind/dockerd.sh env | head -1)
     if [ "export DOCKER_HOST=${DOCKER_HOST:-}" = "$ours" ]; then
       : # the project's own dockerd
     elif [ -n "${DOCKER_HOST:-}" ] || [ -S /var/run/docker.sock ]; then
@@ -68,6 +80,44 @@ choose() {
 
 exists() { "$KIND" get clusters 2>/dev/null | grep -qx "$1"; }
 
+# our_clusters: the kind clusters of this checkout (a kubeconfig of
+# _output/kind) that exist.
+our_clusters() {
+  local c
+  for c in $("$KIND" get clusters 2>/dev/null); do
+    [ ! -f "$root/_output/kind/$c.kubeconfig" ] || echo "$c"
+  done
+}
+
+# sysctls_back writes the saved sysctls back; the file goes with the last
+# cluster of this checkout.
+sysctls_back() {
+  if [ -n "$(our_clusters)" ]; then
+    [ ! -s "$SYSCTLS_SAVED" ] || sysctl -q -w $(cat "$SYSCTLS_SAVED") >/dev/null 2>&1
+  else
+    sysctls_restore "$SYSCTLS_SAVED"
+  fi || say "WARNING: could not restore the sysctls of $SYSCTLS_SAVED"
+}
+
+# kubectl_path: KUBECTL, ours, or PATH's.
+kubectl_path() {
+  if [ -n "${KUBECTL:-}" ]; then
+    echo "$KUBECTL"
+  elif [ -x "$bin/kubectl" ]; then
+    echo "$bin/kubectl"
+  elif command -v kubectl >/dev/null 2>&1; then
+    command -v kubectl
+  else
+    die "no kubectl: not in $bin (hack/build-tools.sh kind-node builds it) nor in PATH"
+  fi
+}
+
+# plan prints the path choose takes, for the docs and hack/kind/test-choose.sh.
+plan() {
+  choose
+  echo "image=${IMAGE:-stock} offline=$OFFLINE docker_host=${DOCKER_HOST:-/var/run/docker.sock} kubectl=$(kubectl_path)"
+}
+
 up() {
   local name=$1 start=$SECONDS
   choose
@@ -76,9 +126,18 @@ up() {
   fi
   local kubeconfig="$root/_output/kind/$name.kubeconfig"
   mkdir -p "$root/_output/kind"
+  if exists "$name" && [ "$(docker inspect -f '{{.State.Running}}' "$name-control-plane" 2>/dev/null)" != true ]; then
+    say "kind cluster $name exists but its node does not run (a crash?): deleting it"
+    "$KIND" delete cluster --name "$name" --kubeconfig "$kubeconfig" >/dev/null 2>&1 || true
+  fi
   if exists "$name"; then
     say "kind cluster $name exists"
   else
+    sysctls_save "$SYSCTLS_SAVED"
+    # A failed or interrupted create: no cluster, the sysctls back.
+    touch "$kubeconfig"
+    UP_NAME=$name UP_KUBECONFIG=$kubeconfig
+    trap 'st=$?; [ $st = 0 ] || { exists "$UP_NAME" || rm -f "$UP_KUBECONFIG"; sysctls_back; }; exit $st' EXIT
     local config="$root/_output/kind/$name.cluster.yaml"
     if $OFFLINE; then
       cp hack/kind/cluster.yaml "$config"
@@ -92,6 +151,7 @@ up() {
     say "kind cluster $name created in $((SECONDS - start))s"
   fi
   "$KIND" get kubeconfig --name "$name" >"$kubeconfig"
+  trap - EXIT
   echo "$kubeconfig"
 }
 
@@ -111,7 +171,7 @@ images:
     newName: ${image%:*}
     newTag: ${image##*:}
 EOF
-  local kubectl=(env KUBECONFIG="$root/_output/kind/$name.kubeconfig" "${KUBECTL:-$bin/kubectl}")
+  local kubectl=(env KUBECONFIG="$root/_output/kind/$name.kubeconfig" "$(kubectl_path)")
   "${kubectl[@]}" apply -k "$dir"
   "${kubectl[@]}" -n podjanitor rollout status deployment/podjanitor --timeout=180s
 }
@@ -142,10 +202,17 @@ case ${1:-} in
   down)
     [ $# = 2 ] || die "usage: $0 down NAME"
     choose
-    if exists "$2"; then "$KIND" delete cluster --name "$2"; fi
+    # After a crash of our dockerd its stopped containers are still in its
+    # data root: start it to delete them (`stop` stops it again).
+    if $OFFLINE && ! hack/kind/dockerd.sh status && [ -n "$(ls -A "$root/_output/kind/docker/data/containers" 2>/dev/null)" ]; then
+      hack/kind/dockerd.sh up
+    fi
+    if exists "$2"; then "$KIND" delete cluster --name "$2" --kubeconfig "$root/_output/kind/$2.kubeconfig"; fi
     rm -f "$root/_output/kind/$2.kubeconfig" "$root/_output/kind/$2.cluster.yaml"
+    sysctls_back
     ;;
   stop) hack/kind/dockerd.sh down ;;
+  plan) plan ;;
   env)
     choose
     [ -z "${DOCKER_HOST:-}" ] || echo "export DOCKER_HOST=$DOCKER_HOST"

@@ -30,9 +30,11 @@ REAL_NODE_TAINT=local-cluster.podjanitor.io/real-node
 KWOK_TAINT_KEY=kwok.x-k8s.io/node
 PAUSE_IMAGE=local/pause:1
 CNI_BIN_DIR=${CNI_BIN_DIR:-/usr/lib/cni}
-# The kubelet sets these host sysctls at start (as on every Kubernetes node);
-# `up` saves them first and `down` restores them.
-KUBELET_SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes"
+# The kubelet sets host sysctls at start (KUBELET_SYSCTLS, as on every
+# Kubernetes node); `up` saves them first and `down` restores them
+# (hack/host-state.sh, which the kind path shares).
+# shellcheck source=../host-state.sh
+. "$root/hack/host-state.sh"
 
 # node_vars sets the real node's paths and addresses from REAL_NODE,
 # POD_SUBNET, PORT_BASE and CLUSTER_DIR (after load_ports).
@@ -210,11 +212,7 @@ evictionHard:
   imagefs.available: 1%
 imageGCHighThresholdPercent: 100
 EOF
-  local s
-  : >"$NODE_DIR/sysctl.saved"
-  for s in $KUBELET_SYSCTLS; do
-    printf '%s=%s\n' "$s" "$(sysctl -n "$s")" >>"$NODE_DIR/sysctl.saved"
-  done
+  sysctls_save "$NODE_DIR/sysctl.saved"
   say "starting kubelet (node $REAL_NODE_NAME at $NODE_ADDRESS, port $KUBELET_PORT)"
   start_proc kubelet -- \
     --config="$NODE_DIR/kubelet.yaml" \
@@ -329,12 +327,7 @@ node_stop() {
   done < <(cgroup_hierarchies)
   find /var/log/containers -maxdepth 1 -type l -lname "$NODE_DIR/*" -delete 2>/dev/null || true
   rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
-  if [ -s "$NODE_DIR/sysctl.saved" ]; then
-    local saved
-    mapfile -t saved <"$NODE_DIR/sysctl.saved"
-    sysctl -q -w "${saved[@]}" >/dev/null 2>&1 || warn "could not restore sysctls ${saved[*]}"
-    rm -f "$NODE_DIR/sysctl.saved"
-  fi
+  sysctls_restore "$NODE_DIR/sysctl.saved" || warn "could not restore the sysctls of $NODE_DIR/sysctl.saved"
 }
 
 node_network_down() {
