@@ -24,6 +24,9 @@ image=docker.io/local/podjanitor:dev
 archive=_output/images/podjanitor.tar
 [ -f "$archive" ] || { echo "[kind-test] $archive not found: make image-archive" >&2; exit 1; }
 
+# The path choice and bench-kind's defaults, without Docker (seconds).
+hack/kind/test-choose.sh >/dev/null || { hack/kind/test-choose.sh >&2 || true; echo "[kind-test] FAIL: hack/kind/test-choose.sh" >&2; exit 1; }
+
 state="$root/_output/kind/host-state"
 rm -rf "$state"
 export HOST_STATE_SCOPE="$root/_output"

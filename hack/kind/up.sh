@@ -41,7 +41,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 # shellcheck source=../host-state.sh
 . hack/host-state.sh
-bin="$root/_output/bin"
+bin=${KIND_BIN_DIR:-$root/_output/bin}
 KIND=${KIND:-$bin/kind}
 OFFLINE_IMAGE=podjanitor.local/kind-node:v1.37.2
 SYSCTLS_SAVED="$root/_output/kind/sysctl.saved"
