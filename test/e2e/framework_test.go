@@ -10,11 +10,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,13 +21,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/podjanitor/podjanitor/test/framework"
 )
 
 const (
@@ -62,39 +61,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func ctxFor(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-var nonDNS = regexp.MustCompile(`[^a-z0-9]+`)
+func ctxFor(t *testing.T) context.Context { return framework.Ctx(t, 5*time.Minute) }
 
 // newNamespace creates a namespace for one test and waits for its default
 // ServiceAccount, which pod admission needs.
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	ctx := ctxFor(t)
-	base := strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
-	if len(base) > 40 {
-		base = base[:40]
-	}
-	name := fmt.Sprintf("e2e-%s-%04d", base, rand.IntN(10000))
-	_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("namespace %s: default ServiceAccount never appeared: %v", name, err)
-	}
-	return name
+	return framework.NewNamespace(t, client, "e2e")
 }
 
 // podOpt shapes a test pod.
@@ -152,7 +125,8 @@ func createPod(t *testing.T, ns, name string, opts ...podOpt) *corev1.Pod {
 }
 
 // removals records, per pod UID, when the pod was first seen being removed
-// (a deletionTimestamp or a DELETED event), and every version of it seen.
+// (a deletionTimestamp or a DELETED event), and every version of it seen. Its
+// checks are test/framework's, shared with test/kind.
 type removals struct {
 	mu      sync.Mutex
 	at      map[types.UID]time.Time
@@ -168,34 +142,18 @@ var (
 // watchRemovals starts watching the namespace; start it before the pods exist.
 func watchRemovals(t *testing.T, ns string) *removals {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := &removals{at: map[types.UID]time.Time{}, history: map[types.UID][]*corev1.Pod{}}
 	watchersMu.Lock()
 	watchers[ns] = r
 	watchersMu.Unlock()
-	go func() {
-		defer w.Stop()
-		for ev := range w.ResultChan() {
-			now := time.Now()
-			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			r.mu.Lock()
-			r.history[pod.UID] = append(r.history[pod.UID], pod)
-			if ev.Type == watch.Deleted || pod.DeletionTimestamp != nil {
-				if _, seen := r.at[pod.UID]; !seen {
-					r.at[pod.UID] = now
-				}
-			}
-			r.mu.Unlock()
+	framework.WatchPods(t, client, ns, func(ev watch.EventType, pod *corev1.Pod, now time.Time) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.history[pod.UID] = append(r.history[pod.UID], pod)
+		if _, seen := r.at[pod.UID]; !seen && framework.Removal(ev, pod) {
+			r.at[pod.UID] = now
 		}
-	}()
+	})
 	return r
 }
 
@@ -209,49 +167,19 @@ func (r *removals) get(uid types.UID) (time.Time, bool) {
 // waitRemoved waits until the pod is removed and returns when that was seen.
 func (r *removals) waitRemoved(t *testing.T, pod *corev1.Pod, timeout time.Duration) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if at, ok := r.get(pod.UID); ok {
-			return at
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("pod %s/%s was not removed within %v", pod.Namespace, pod.Name, timeout)
-	return time.Time{}
+	return framework.WaitRemoved(t, r.get, pod, timeout)
 }
 
 // checkOnTime asserts the pod was removed at or after its deadline and promptly.
 func (r *removals) checkOnTime(t *testing.T, pod *corev1.Pod, deadline time.Time) {
 	t.Helper()
-	at := r.waitRemoved(t, pod, time.Until(deadline)+latenessOK+5*time.Second)
-	lateness := at.Sub(deadline)
-	t.Logf("pod %s: deadline %s, removed %s, lateness %v", pod.Name, deadline.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano), lateness)
-	if lateness < 0 {
-		t.Errorf("pod %s removed %v BEFORE its deadline", pod.Name, -lateness)
-	}
-	if lateness > latenessOK {
-		t.Errorf("pod %s removed %v after its deadline, want within %v", pod.Name, lateness, latenessOK)
-	}
+	framework.CheckRemoved(t, r.get, pod, deadline, latenessOK)
 }
 
 // checkNotRemoved asserts the pod is still there and was never marked for removal.
 func (r *removals) checkNotRemoved(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
-	if at, ok := r.get(pod.UID); ok {
-		t.Errorf("pod %s/%s was removed at %s; it must not be", pod.Namespace, pod.Name, at.Format(time.RFC3339Nano))
-		return
-	}
-	got, err := client.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		t.Errorf("pod %s/%s is gone; it must not be", pod.Namespace, pod.Name)
-	case err != nil:
-		t.Errorf("getting pod %s/%s: %v", pod.Namespace, pod.Name, err)
-	case got.UID != pod.UID:
-		t.Errorf("pod %s/%s was replaced", pod.Namespace, pod.Name)
-	case got.DeletionTimestamp != nil:
-		t.Errorf("pod %s/%s is terminating; it must not be", pod.Namespace, pod.Name)
-	}
+	framework.CheckNotRemoved(t, client, r.get, pod)
 }
 
 // seen returns the first version of the pod that the namespace's watch saw
@@ -276,22 +204,7 @@ func seen(pod *corev1.Pod, cond func(*corev1.Pod) bool) *corev1.Pod {
 // waitPod waits until a version of the pod satisfies cond and returns it.
 func waitPod(t *testing.T, pod *corev1.Pod, what string, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
-	var got *corev1.Pod
-	err := wait.PollUntilContextTimeout(ctxFor(t), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		if got = seen(pod, cond); got != nil {
-			return true, nil
-		}
-		p, err := client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil || p.UID != pod.UID {
-			return false, nil
-		}
-		got = p
-		return cond(p), nil
-	})
-	if err != nil {
-		t.Fatalf("pod %s/%s never became %s: %v", pod.Namespace, pod.Name, what, err)
-	}
-	return got
+	return framework.WaitPod(t, client, seen, pod, what, 30*time.Second, cond)
 }
 
 // waitEvent waits for an event with reason on the pod and returns it.

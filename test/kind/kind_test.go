@@ -27,13 +27,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/podjanitor/podjanitor/test/framework"
 )
 
 const (
@@ -80,11 +81,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func ctxFor(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxFor(t *testing.T) context.Context { return framework.Ctx(t, 10*time.Minute) }
 
 // run runs a command in the repository and returns its combined output.
 func run(t *testing.T, timeout time.Duration, name string, args ...string) string {
@@ -108,25 +105,7 @@ func onNode(t *testing.T, args ...string) string {
 
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	ns, err := client.CoreV1().Namespaces().Create(ctxFor(t), &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "kind-test-"},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
-	})
-	// The ServiceAccount controller must have made the default account
-	// before pods can be created.
-	err = wait.PollUntilContextTimeout(ctxFor(t), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("namespace %s has no default ServiceAccount: %v", ns.Name, err)
-	}
-	return ns.Name
+	return framework.NewNamespace(t, client, "kind")
 }
 
 // createPod creates a pause pod that the kind node's kubelet runs, with the
@@ -156,7 +135,8 @@ func createPod(t *testing.T, ns, name string, kv ...string) *corev1.Pod {
 func ttl(d time.Duration) []string { return []string{"ttl", d.String()} }
 
 // removals records, per pod UID, when the pod was first seen being removed
-// (a deletionTimestamp or a DELETED event), and the pods seen Running.
+// (a deletionTimestamp or a DELETED event), and the pods seen Running. Its
+// checks are test/framework's, shared with test/e2e.
 type removals struct {
 	mu      sync.Mutex
 	at      map[types.UID]time.Time
@@ -165,33 +145,17 @@ type removals struct {
 
 func watchRemovals(t *testing.T, ns string) *removals {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := &removals{at: map[types.UID]time.Time{}, running: map[types.UID]bool{}}
-	go func() {
-		defer w.Stop()
-		for ev := range w.ResultChan() {
-			now := time.Now()
-			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			r.mu.Lock()
-			if pod.Status.Phase == corev1.PodRunning {
-				r.running[pod.UID] = true
-			}
-			if ev.Type == watch.Deleted || pod.DeletionTimestamp != nil {
-				if _, seen := r.at[pod.UID]; !seen {
-					r.at[pod.UID] = now
-				}
-			}
-			r.mu.Unlock()
+	framework.WatchPods(t, client, ns, func(ev watch.EventType, pod *corev1.Pod, now time.Time) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if pod.Status.Phase == corev1.PodRunning {
+			r.running[pod.UID] = true
 		}
-	}()
+		if _, seen := r.at[pod.UID]; !seen && framework.Removal(ev, pod) {
+			r.at[pod.UID] = now
+		}
+	})
 	return r
 }
 
@@ -210,48 +174,20 @@ func (r *removals) wasRunning(uid types.UID) bool {
 
 func (r *removals) waitRemoved(t *testing.T, pod *corev1.Pod, timeout time.Duration) time.Time {
 	t.Helper()
-	end := time.Now().Add(timeout)
-	for time.Now().Before(end) {
-		if at, ok := r.get(pod.UID); ok {
-			return at
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("pod %s/%s was not removed within %v", pod.Namespace, pod.Name, timeout)
-	return time.Time{}
+	return framework.WaitRemoved(t, r.get, pod, timeout)
 }
 
 // checkRemoved asserts the pod was removed at or after its deadline, and
 // within late of it.
 func (r *removals) checkRemoved(t *testing.T, pod *corev1.Pod, deadline time.Time, late time.Duration) {
 	t.Helper()
-	at := r.waitRemoved(t, pod, time.Until(deadline)+late+5*time.Second)
-	lateness := at.Sub(deadline)
-	t.Logf("pod %s: deadline %s, removed %s, lateness %v", pod.Name, deadline.Format(time.RFC3339), at.Format(time.RFC3339Nano), lateness.Round(time.Millisecond))
-	if lateness < 0 {
-		t.Errorf("pod %s removed %v BEFORE its deadline", pod.Name, -lateness)
-	}
-	if lateness > late {
-		t.Errorf("pod %s removed %v after its deadline, want within %v", pod.Name, lateness, late)
-	}
+	framework.CheckRemoved(t, r.get, pod, deadline, late)
 }
 
 // checkNotRemoved asserts the pod is still there and was never marked for removal.
 func (r *removals) checkNotRemoved(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
-	if at, ok := r.get(pod.UID); ok {
-		t.Errorf("pod %s/%s was removed at %s; it must not be", pod.Namespace, pod.Name, at.Format(time.RFC3339Nano))
-		return
-	}
-	got, err := client.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		t.Errorf("pod %s/%s is gone; it must not be", pod.Namespace, pod.Name)
-	case err != nil:
-		t.Errorf("getting pod %s/%s: %v", pod.Namespace, pod.Name, err)
-	case got.UID != pod.UID || got.DeletionTimestamp != nil:
-		t.Errorf("pod %s/%s was replaced or is terminating; it must not be", pod.Namespace, pod.Name)
-	}
+	framework.CheckNotRemoved(t, client, r.get, pod)
 }
 
 // deadline is the pod's creation (the API server's clock, which is this
