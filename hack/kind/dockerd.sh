@@ -130,7 +130,12 @@ network() {
   if [ -s "$NETENV" ]; then
     # shellcheck disable=SC1090
     . "$NETENV"
-  else
+    if used_elsewhere "${POOL%/*}" 19; then
+      say "the address block ${POOL%/*}/19 of $NETENV is in use on this machine now: choosing another"
+      rm -f "$NETENV"
+    fi
+  fi
+  if [ ! -s "$NETENV" ]; then
     local n=320 i start base
     start=$((16#$KIND_ID % n))
     for ((i = 0; i < n; i++)); do
@@ -145,7 +150,6 @@ network() {
     mkdir -p "$KIND_DOCKER_DIR"
     printf 'POOL=%s\nDOCKER_BIP=%s\nKIND_SUBNET=%s\n' "$POOL" "$DOCKER_BIP" "$KIND_SUBNET" >"$NETENV"
   fi
-  ! used_elsewhere "${POOL%/*}" 19 || die "dockerd's address block ${POOL%/*}/19 ($NETENV) is now in use on this machine: hack/kind/dockerd.sh down, remove $NETENV and start again"
 }
 
 dockerd_pid() { owned_pid_in "$PIDFILE" dockerd "$KIND_DOCKER_DIR"; }
@@ -190,7 +194,6 @@ up() {
   [ ${#CONTAINERD_SOCK} -lt 100 ] || die "KIND_DOCKER_DIR is too long for a unix socket path: $CONTAINERD_SOCK"
   unpack
   [ -z "$PATH_ADD" ] || export PATH="$PATH_ADD:$PATH"
-  network
   printf '%s\n' "$DOCKER_BRIDGE" "$KIND_BRIDGE" >"$SCOPE_DIR/kind/links"
   printf '%s\n' "$CGROUP_PARENT" >"$SCOPE_DIR/kind/cgroup"
   if dockerd_pid >/dev/null; then
@@ -207,12 +210,23 @@ up() {
   # their command line, even when dockerd is gone.
   mkdir -p "$KIND_DOCKER_DIR/bin"
   [ -z "$DOCKER_PROXY" ] || ln -sfn "$DOCKER_PROXY" "$KIND_DOCKER_DIR/bin/docker-proxy"
-  # dockerd's own bridge: created here so that it is ours to remove at down.
-  if ! ip link show "$DOCKER_BRIDGE" >/dev/null 2>&1; then
+  # The address block, and dockerd's own bridge with its first address on it
+  # (ours to remove at down), under a machine-wide lock: another checkout
+  # choosing at the same time sees the block taken. The lock is on the
+  # directory /run/lock (or /tmp): no file is left.
+  local lockdir=/run/lock
+  [ -d "$lockdir" ] || lockdir=/tmp
+  exec 9<"$lockdir"
+  flock 9
+  network
+  if ! ip -o -4 addr show dev "$DOCKER_BRIDGE" 2>/dev/null | grep -q " $DOCKER_BIP "; then
+    ip link del "$DOCKER_BRIDGE" 2>/dev/null || true
     ip link add name "$DOCKER_BRIDGE" type bridge
     ip addr add "$DOCKER_BIP" dev "$DOCKER_BRIDGE"
-    ip link set "$DOCKER_BRIDGE" up
   fi
+  ip link set "$DOCKER_BRIDGE" up
+  flock -u 9
+  exec 9<&-
   # The host directories dockerd and containerd make for themselves (plugin
   # sockets, shim sockets): those missing now are removed at down when empty.
   local d

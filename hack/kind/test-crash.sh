@@ -12,6 +12,9 @@
 #                                    process's pid in both pid files, then
 #                                    `dockerd.sh down`: the dummy lives, nothing
 #                                    of ours is left, the sysctl is back (~1 min)
+#   hack/kind/test-crash.sh daemons  this checkout's and a second one's dockerd
+#                                    started at once: no name, link, address
+#                                    block or kind network in common (~1 min)
 #   hack/kind/test-crash.sh kill     `make kind-up` three times, each SIGKILLed
 #                                    with everything of ours at a random point
 #                                    (KIND_CRASH_MAX seconds, default 90), then
@@ -21,7 +24,7 @@
 #                                    one run `make kind-up` at once: two daemons,
 #                                    two bridges, two pools, two kind networks,
 #                                    both clusters answer (~3 min)
-#   hack/kind/test-crash.sh          all three
+#   hack/kind/test-crash.sh          all four
 #
 # Needs root and the offline path's inputs (`make kind-image` builds them;
 # cached after). The clusters are named pj-crash and pj-crash-2.
@@ -136,16 +139,51 @@ part_kill() {
   compare kill
 }
 
-part_two() {
-  local other="$work/checkout-2"
-  say "two: a second checkout in $other"
+# second_checkout DIR: a copy of this checkout's files (tracked and new), its
+# build output hard-linked; its own _output/kind otherwise.
+second_checkout() {
+  local other=$1
   rm -rf "$other"
   mkdir -p "$other/_output/kind"
   git ls-files -z -co --exclude-standard | xargs -0 cp --parents -a -t "$other" 2>/dev/null || true
-  # The same build output and image inputs, hard-linked; its own dockerd.
   cp -al _output/bin "$other/_output/bin"
-  [ ! -d _output/kind/cache ] || cp -al _output/kind/cache "$other/_output/kind/cache"
   [ ! -d _output/kind/pkg ] || cp -al _output/kind/pkg "$other/_output/kind/pkg"
+}
+
+# daemons: the two checkouts' dockerds started at once share no name, link,
+# address block or kind network.
+part_daemons() {
+  local other="$work/checkout-d"
+  say "daemons: this checkout's and a second one's dockerd started at once"
+  second_checkout "$other"
+  hack/kind/dockerd.sh up >"$work/daemons.1.log" 2>&1 &
+  local a=$!
+  (cd "$other" && hack/kind/dockerd.sh up) >"$work/daemons.2.log" 2>&1 &
+  local b=$!
+  wait $a || { cat "$work/daemons.1.log" >&2; fail "daemons: dockerd up failed"; }
+  wait $b || { cat "$work/daemons.2.log" >&2; fail "daemons: the second checkout's dockerd up failed"; }
+  local n1 n2 k1 k2
+  n1=$(cat _output/kind/docker/net.env _output/kind/links 2>/dev/null)
+  n2=$(cat "$other/_output/kind/docker/net.env" "$other/_output/kind/links" 2>/dev/null)
+  k1=$(eval "$(hack/kind/dockerd.sh env)" && docker network inspect kind -f '{{(index .IPAM.Config 0).Subnet}} {{index .Options "com.docker.network.bridge.name"}}' 2>&1 || true)
+  k2=$(cd "$other" && eval "$(hack/kind/dockerd.sh env)" && docker network inspect kind -f '{{(index .IPAM.Config 0).Subnet}} {{index .Options "com.docker.network.bridge.name"}}' 2>&1 || true)
+  say "daemons: $(echo $n1) kind: $k1"
+  say "daemons: $(echo $n2) kind: $k2"
+  [ -n "$n1" ] && [ -n "$n2" ] || fail "daemons: no addresses chosen"
+  [ -z "$(comm -12 <(echo "$n1" | sort) <(echo "$n2" | sort))" ] || fail "daemons: the checkouts share an address block or a link: $(comm -12 <(echo "$n1" | sort) <(echo "$n2" | sort))"
+  [ "$k1" != "$k2" ] || fail "daemons: the kind networks are the same: $k1"
+  (cd "$other" && hack/kind/dockerd.sh down) >>"$work/daemons.2.log" 2>&1 || fail "daemons: the second checkout's dockerd down failed"
+  hack/kind/dockerd.sh down >>"$work/daemons.1.log" 2>&1 || fail "daemons: dockerd down failed"
+  rm -rf "$other"
+  compare daemons
+}
+
+part_two() {
+  local other="$work/checkout-2"
+  say "two: a second checkout in $other"
+  second_checkout "$other"
+  # The same image inputs, hard-linked; its own dockerd.
+  [ ! -d _output/kind/cache ] || cp -al _output/kind/cache "$other/_output/kind/cache"
   [ ! -d _output/kind/node-ctx ] || cp -al _output/kind/node-ctx "$other/_output/kind/node-ctx"
   [ ! -d _output/kind/pause ] || cp -al _output/kind/pause "$other/_output/kind/pause"
   make --no-print-directory kind-up KIND_CLUSTER=pj-crash >"$work/two.1.log" 2>&1 &
@@ -181,11 +219,11 @@ part_two() {
 make --no-print-directory kind-down KIND_CLUSTER=pj-crash >/dev/null 2>&1 || true
 snapshot before
 parts=${1:-all}
-[ "$parts" != all ] || parts="dockerd kill two"
+[ "$parts" != all ] || parts="dockerd daemons kill two"
 start=$SECONDS
 for p in $parts; do
   case $p in
-    dockerd | kill | two) "part_$p" ;;
+    dockerd | daemons | kill | two) "part_$p" ;;
     *) say "unknown part $p"; exit 2 ;;
   esac
 done
