@@ -24,8 +24,11 @@ image=docker.io/local/podjanitor:dev
 archive=_output/images/podjanitor.tar
 [ -f "$archive" ] || { echo "[kind-test] $archive not found: make image-archive" >&2; exit 1; }
 
-# The path choice and bench-kind's defaults, without Docker (seconds).
-hack/kind/test-choose.sh >/dev/null || { hack/kind/test-choose.sh >&2 || true; echo "[kind-test] FAIL: hack/kind/test-choose.sh" >&2; exit 1; }
+# The path choice and bench-kind's defaults, and the kubelet's sysctls back
+# after success, failure, interrupt and crash, without Docker (seconds).
+for t in hack/kind/test-choose.sh hack/kind/test-sysctls.sh; do
+  out=$("$t" 2>&1) || { printf '%s\n' "$out" >&2; echo "[kind-test] FAIL: $t" >&2; exit 1; }
+done
 
 state="$root/_output/kind/host-state"
 rm -rf "$state"

@@ -138,6 +138,8 @@ up() {
     touch "$kubeconfig"
     UP_NAME=$name UP_KUBECONFIG=$kubeconfig
     trap 'st=$?; [ $st = 0 ] || { exists "$UP_NAME" || rm -f "$UP_KUBECONFIG"; sysctls_back; }; exit $st' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM HUP
     local config="$root/_output/kind/$name.cluster.yaml"
     if $OFFLINE; then
       cp hack/kind/cluster.yaml "$config"
@@ -151,7 +153,7 @@ up() {
     say "kind cluster $name created in $((SECONDS - start))s"
   fi
   "$KIND" get kubeconfig --name "$name" >"$kubeconfig"
-  trap - EXIT
+  trap - EXIT INT TERM HUP
   echo "$kubeconfig"
 }
 

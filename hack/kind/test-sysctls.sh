@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The kubelet's sysctls come back (hack/kind/up.sh, hack/host-state.sh) after
+# a kind cluster's success, failure, interrupt and crash, shown in seconds
+# without Docker: a stub kind whose `create cluster` writes a sysctl as a kind
+# node's kubelet does (kernel.keys.root_maxbytes, one more), then succeeds,
+# fails, or hangs until it is interrupted or SIGKILLed. hack/kind/test.sh runs
+# it first. Needs root (it writes that sysctl, and puts it back).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+[ "$(id -u)" = 0 ] || { echo "hack/kind/test-sysctls.sh: needs root" >&2; exit 1; }
+tmp=$(mktemp -d)
+key=kernel.keys.root_maxbytes
+was=$(sysctl -n $key)
+saved="$root/_output/kind/sysctl.saved"
+trap 'sysctl -q -w "$key=$was"; rm -rf "$tmp" "$root/_output/kind/pj-sysctl-test.kubeconfig" "$root/_output/kind/pj-sysctl-test.cluster.yaml"' EXIT
+[ ! -e "$saved" ] || { echo "hack/kind/test-sysctls.sh: $saved exists (a cluster of this checkout runs?)" >&2; exit 1; }
+mkdir -p "$tmp/bin" "$tmp/state"
+cat >"$tmp/bin/kind" <<STUB
+#!/usr/bin/env bash
+state=$tmp/state
+case "\$1 \$2" in
+  "get clusters") cat "\$state/clusters" 2>/dev/null || true ;;
+  "get kubeconfig") echo "apiVersion: v1" ;;
+  "create cluster")
+    sysctl -q -w "$key=\$(( \$(sysctl -n $key) + 1 ))"
+    case \$(cat "\$state/mode") in
+      fail) exit 1 ;;
+      hang) sleep 120 ;;
+    esac
+    echo pj-sysctl-test >>"\$state/clusters" ;;
+  "delete cluster") : >"\$state/clusters" ;;
+esac
+STUB
+chmod +x "$tmp/bin/kind"
+failed=0
+up() { KIND_BIN_DIR="$tmp/bin" KIND_NODE_IMAGE=stock hack/kind/up.sh "$@"; }
+check() {
+  local name=$1 now
+  now=$(sysctl -n $key)
+  if [ "$now" = "$was" ] && [ ! -e "$saved" ]; then
+    echo "ok   $name"
+  else
+    echo "FAIL $name: $key=$now (want $was), $saved $( [ -e "$saved" ] && echo left || echo gone)"
+    failed=1
+    sysctl -q -w "$key=$was"
+    rm -f "$saved"
+  fi
+}
+echo ok >"$tmp/state/mode"
+up up pj-sysctl-test >/dev/null 2>&1
+[ "$(sysctl -n $key)" != "$was" ] || { echo "FAIL success: the stub's write did not happen"; failed=1; }
+up down pj-sysctl-test >/dev/null 2>&1
+check "success: back at down"
+echo fail >"$tmp/state/mode"
+! up up pj-sysctl-test >/dev/null 2>&1 || { echo "FAIL failure: up succeeded"; failed=1; }
+check "failure: back when create fails"
+echo hang >"$tmp/state/mode"
+setsid bash -c 'KIND_BIN_DIR="$0/bin" KIND_NODE_IMAGE=stock exec hack/kind/up.sh up pj-sysctl-test' "$tmp" >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 50); do [ "$(sysctl -n $key)" != "$was" ] && break; sleep 0.1; done
+# SIGTERM to the process group, as a CI timeout or a closed terminal (HUP)
+# sends it; a Ctrl-C's SIGINT takes the same trap.
+kill -TERM -- -"$pid"
+wait "$pid" 2>/dev/null || true
+check "interrupt: back after a SIGTERM to the group"
+setsid bash -c 'KIND_BIN_DIR="$0/bin" KIND_NODE_IMAGE=stock exec hack/kind/up.sh up pj-sysctl-test' "$tmp" >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 50); do [ "$(sysctl -n $key)" != "$was" ] && break; sleep 0.1; done
+kill -KILL -- -"$pid"
+wait "$pid" 2>/dev/null || true
+up down pj-sysctl-test >/dev/null 2>&1
+check "crash: back at the next down after a SIGKILL"
+exit $failed
