@@ -14,7 +14,8 @@
 #                                    of ours is left, the sysctl is back (~1 min)
 #   hack/kind/test-crash.sh daemons  this checkout's and a second one's dockerd
 #                                    started at once: no name, link, address
-#                                    block or kind network in common (~1 min)
+#                                    block or kind network in common; `make clean`
+#                                    in the second stops its dockerd first (~1 min)
 #   hack/kind/test-crash.sh kill     `make kind-up` three times, each SIGKILLed
 #                                    with everything of ours at a random point
 #                                    (KIND_CRASH_MAX seconds, default 90), then
@@ -172,7 +173,12 @@ part_daemons() {
   [ -n "$n1" ] && [ -n "$n2" ] || fail "daemons: no addresses chosen"
   [ -z "$(comm -12 <(echo "$n1" | sort) <(echo "$n2" | sort))" ] || fail "daemons: the checkouts share an address block or a link: $(comm -12 <(echo "$n1" | sort) <(echo "$n2" | sort))"
   [ "$k1" != "$k2" ] || fail "daemons: the kind networks are the same: $k1"
-  (cd "$other" && hack/kind/dockerd.sh down) >>"$work/daemons.2.log" 2>&1 || fail "daemons: the second checkout's dockerd down failed"
+  # `make clean` in the second checkout stops its dockerd before it removes _output.
+  local links2
+  links2=$(cat "$other/_output/kind/links")
+  (cd "$other" && make --no-print-directory clean) >>"$work/daemons.2.log" 2>&1 || fail "daemons: make clean in the second checkout failed"
+  [ -z "$(pgrep -f "$other/_output/" || true)" ] || fail "daemons: make clean left the second checkout's processes: $(pgrep -af "$other/_output/")"
+  for l in $links2; do ! ip link show "$l" >/dev/null 2>&1 || fail "daemons: make clean left the second checkout's link $l"; done
   hack/kind/dockerd.sh down >>"$work/daemons.1.log" 2>&1 || fail "daemons: dockerd down failed"
   rm -rf "$other"
   compare daemons
