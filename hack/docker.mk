@@ -65,10 +65,11 @@ kind-down: ## Delete the kind cluster KIND_CLUSTER and stop the project's docker
 test-kind: build image-archive helm ## The kind tests (test/kind): artifacts/deploy and the chart on kind, a container kill, bench-kind.
 	hack/kind/test.sh
 
-KIND_CRASH_MAX ?= 90
+KIND_CRASH_MAX   ?= 90
+KIND_CRASH_PARTS ?= dockerd daemons kill two
 
 test-kind-crash: ## The kind path after SIGKILLs and beside a second checkout (hack/kind/test-crash.sh; root).
-	KIND_CRASH_MAX=$(KIND_CRASH_MAX) hack/kind/test-crash.sh
+	KIND_CRASH_MAX=$(KIND_CRASH_MAX) hack/kind/test-crash.sh "$(KIND_CRASH_PARTS)"
 
 deploy: ## kubectl apply -k artifacts/deploy to the current context, wait for the rollout.
 	$(KUBECTL) apply -k artifacts/deploy

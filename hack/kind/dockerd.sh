@@ -159,6 +159,8 @@ answers() { docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 start_containerd() {
   containerd_pid >/dev/null && return 0
   local bin
+  # Debian's containerd and runc, as the real node's (no service started).
+  command -v containerd >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 || "$root/hack/install-node-packages.sh" >&2
   bin=$(command -v containerd) || die "containerd not found: hack/install-node-packages.sh installs Debian's"
   mkdir -p "$KIND_DOCKER_DIR/containerd"
   cat >"$KIND_DOCKER_DIR/containerd/config.toml" <<EOF
