@@ -15,8 +15,10 @@
 #   mounts      /proc/mounts
 #   processes   the command lines of the processes that are ours: the
 #               programs our scripts start (dockerd, containerd, kubelet, kind,
-#               the control plane, podjanitor, ...) and any whose command line
-#               names the checkout; not kernel threads, not this script's callers
+#               the control plane, podjanitor, ...), any whose command line
+#               names the checkout, and those in our cgroups (podjanitor-*: the
+#               containers of kind nodes and the real node); not kernel threads,
+#               not this script's callers
 #   files       what lies in the host paths our scripts or their daemons write
 #               outside the checkout (/etc/docker, /run/docker, the Docker
 #               socket, policy-rc.d; and, shared with other checkouts' real
@@ -182,6 +184,8 @@ host_processes() {
       [ -z "$cgroup" ] || ! grep -q ":/$cgroup/" "$f/cgroup" 2>/dev/null || printf '%s (in cgroup %s)\n' "$cl" "$cgroup"
     elif [[ $comm =~ ^($OUR_PROGRAMS)$ ]] || [[ $cl == *"${HOST_STATE_ROOT:-/nonexistent}/"* ]]; then
       printf '%s\n' "$cl"
+    elif grep -q ':/podjanitor-' "$f/cgroup" 2>/dev/null; then
+      printf '%s (in a podjanitor-* cgroup)\n' "$cl" # a kind node's or the real node's containers
     fi
   done | sort
 }
