@@ -35,6 +35,7 @@ type endpointsConfig struct {
 	metricsHTTP2             bool
 	tokenAudiences           string // comma-separated
 	readTimeout, idleTimeout time.Duration
+	maxConnections           int // of each endpoint
 	// reviews is the configuration of the API server that reviews the
 	// metrics callers' tokens and access (with metricsSecure).
 	reviews *rest.Config
@@ -102,7 +103,8 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 				return fmt.Errorf("metrics endpoint: %w", err)
 			}
 		}
-		if err := serve(ctx, "metrics", cfg.metricsAddr, secureserving.NewServer(ctx, handler, cfg.limits()), tlsConfig, errs); err != nil {
+		srv := secureserving.NewServer(ctx, handler, cfg.limits())
+		if err := serve(ctx, metrics, cfg.maxConnections, "metrics", cfg.metricsAddr, srv, tlsConfig, errs); err != nil {
 			return err
 		}
 	}
@@ -128,19 +130,26 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 			}
 			fmt.Fprintln(w, "ok")
 		})
-		if err := serve(ctx, "health", cfg.healthAddr, secureserving.NewServer(ctx, mux, cfg.limits()), nil, errs); err != nil {
+		srv := secureserving.NewServer(ctx, mux, cfg.limits())
+		if err := serve(ctx, metrics, cfg.maxConnections, "health", cfg.healthAddr, srv, nil, errs); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// serve serves srv on addr, over TLS with a non-nil tlsConfig.
-func serve(ctx context.Context, name, addr string, srv *http.Server, tlsConfig *tls.Config, errs chan<- error) error {
+// serve serves srv on addr, over TLS with a non-nil tlsConfig, at most
+// maxConnections at once (0: secureserving.DefaultMaxConnections), name
+// (metrics.EndpointMetrics or EndpointHealth) counting those past it.
+func serve(ctx context.Context, meters *metrics.Metrics, maxConnections int, name, addr string, srv *http.Server, tlsConfig *tls.Config, errs chan<- error) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s endpoint: %w", name, err)
 	}
+	if maxConnections <= 0 {
+		maxConnections = secureserving.DefaultMaxConnections
+	}
+	ln = secureserving.LimitConnections(ln, maxConnections, func() { meters.CountConnectionRefused(name) })
 	scheme := "http"
 	if tlsConfig != nil {
 		scheme = "https"

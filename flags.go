@@ -152,6 +152,8 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 		"How long the metrics and health endpoints wait for a whole request (its headers within 10 s, at most 32 KiB of them) before they close its connection.")
 	fs.DurationVar(&o.endpoints.idleTimeout, "http-idle-timeout", secureserving.DefaultIdleTimeout,
 		"How long the metrics and health endpoints keep a keep-alive connection open without a request.")
+	fs.IntVar(&o.endpoints.maxConnections, "http-max-connections", secureserving.DefaultMaxConnections,
+		"The most connections the metrics endpoint, and the health endpoint, each have open at once; one more is closed at once (podjanitor_http_connections_refused_total).")
 	fs.BoolVar(&o.endpoints.profiling, "profiling", false, "Serve Go's pprof profiles under /debug/pprof/ on the metrics address.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "On SIGTERM, how long to wait for removals in flight.")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", 15*time.Second, "Timeout of each removal call to the API server, its retries included; a call that times out is retried with backoff.")
@@ -265,6 +267,9 @@ func (o *flagValues) validate(cmd command) error {
 	}
 	if o.endpoints.tokenAudiences != "" && len(splitList(o.endpoints.tokenAudiences)) == 0 {
 		return bad("metrics-token-audiences", "%q has no audience", o.endpoints.tokenAudiences)
+	}
+	if o.endpoints.maxConnections < 1 {
+		return bad("http-max-connections", "%d: must be at least 1", o.endpoints.maxConnections)
 	}
 	for flag, d := range map[string]time.Duration{"http-read-timeout": o.endpoints.readTimeout, "http-idle-timeout": o.endpoints.idleTimeout} {
 		if d <= 0 {

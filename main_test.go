@@ -44,6 +44,7 @@ func TestFlagValidation(t *testing.T) {
 		"no audience":               {args: []string{"--metrics-secure", "--metrics-token-audiences", " , "}, wantErr: "--metrics-token-audiences"},
 		"zero idle timeout":         {args: []string{"--http-idle-timeout", "0s"}, wantErr: "--http-idle-timeout"},
 		"zero read timeout":         {args: []string{"--http-read-timeout", "0s"}, wantErr: "--http-read-timeout"},
+		"no connections":            {args: []string{"--http-max-connections", "0"}, wantErr: "--http-max-connections"},
 		"short idle timeout":        {args: []string{"--http-idle-timeout", "5s", "--http-read-timeout", "5s"}},
 		"stray argument":            {args: []string{"extra"}, wantErr: "unexpected argument"},
 		"unparsable duration":       {args: []string{"--shutdown-timeout", "soon"}, wantErr: "shutdown-timeout"},

@@ -11,11 +11,12 @@ import (
 // endpointMetrics are the series of the HTTPS metrics endpoint
 // (--metrics-secure): the requests it refused and why, the answers its
 // review caches dropped to make room, and when its serving certificate
-// expires.
+// expires; and the connections either endpoint refused.
 type endpointMetrics struct {
-	refused    *prometheus.CounterVec
-	evicted    *prometheus.CounterVec
-	certExpiry prometheus.Gauge
+	refused      *prometheus.CounterVec
+	evicted      *prometheus.CounterVec
+	certExpiry   prometheus.Gauge
+	connsRefused *prometheus.CounterVec
 }
 
 func newEndpointMetrics(reg *prometheus.Registry) endpointMetrics {
@@ -33,14 +34,34 @@ func newEndpointMetrics(reg *prometheus.Registry) endpointMetrics {
 			Name: "podjanitor_metrics_certificate_expiry_timestamp_seconds",
 			Help: "When the certificate the HTTPS metrics endpoint serves expires, in Unix seconds; 0 without --metrics-secure.",
 		}),
+		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "podjanitor_http_connections_refused_total",
+			Help: "Connections the metrics or health endpoint closed at once because it had --http-max-connections open, by endpoint (metrics, health).",
+		}, []string{"endpoint"}),
 	}
-	reg.MustRegister(e.refused, e.evicted, e.certExpiry)
+	reg.MustRegister(e.refused, e.evicted, e.certExpiry, e.connsRefused)
+	e.connsRefused.WithLabelValues(EndpointMetrics)
+	e.connsRefused.WithLabelValues(EndpointHealth)
 	for _, r := range secureserving.RefusalReasons {
 		e.refused.WithLabelValues(r)
 	}
 	e.evicted.WithLabelValues(secureserving.CacheTokens)
 	e.evicted.WithLabelValues(secureserving.CacheAccess)
 	return e
+}
+
+// The endpoints, as podjanitor_http_connections_refused_total labels them.
+const (
+	EndpointMetrics = "metrics"
+	EndpointHealth  = "health"
+)
+
+// CountConnectionRefused counts a connection an endpoint (EndpointMetrics,
+// EndpointHealth) closed at once for having its most open.
+func (m *Metrics) CountConnectionRefused(endpoint string) {
+	if m != nil {
+		m.endpoint.connsRefused.WithLabelValues(endpoint).Inc()
+	}
 }
 
 // CountMetricsRefusal counts a request the metrics endpoint refused (a

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -480,4 +481,56 @@ func TestCertificateExpiryServed(t *testing.T) {
 		t.Errorf("from files: told %v, want [%v]", got, first)
 	}
 	mu.Unlock()
+}
+
+// TestLimitConnections: past max open connections, one more is closed at
+// once (and told); a closed one gives its place back.
+func TestLimitConnections(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Int64
+	ln := LimitConnections(inner, 2, func() { refused.Add(1) })
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	// open makes a request on a new keep-alive connection; nil when the
+	// connection was closed instead.
+	open := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", inner.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != http.StatusOK {
+			c.Close()
+			return nil
+		}
+		return c
+	}
+	first, second := open(), open()
+	if first == nil || second == nil {
+		t.Fatal("the first two connections were refused")
+	}
+	if third := open(); third != nil {
+		t.Error("a third connection was served, want it closed at once")
+	}
+	if refused.Load() != 1 {
+		t.Errorf("told of %d refused connections, want 1", refused.Load())
+	}
+	first.Close()
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		c := open()
+		if c != nil {
+			c.Close()
+		}
+		return c != nil, nil
+	})
+	if err != nil {
+		t.Error("a closed connection did not give its place back")
+	}
+	second.Close()
 }
