@@ -26,6 +26,7 @@ import (
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/events"
+	"github.com/podjanitor/podjanitor/internal/secureserving"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -798,6 +799,36 @@ func TestChartSecureMetrics(t *testing.T) {
 	eps, _, _ = unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
 	if ep := eps[0].(map[string]any); ep["scheme"] != "http" || ep["authorization"] != nil || ep["tlsConfig"] != nil {
 		t.Errorf("metrics.secure=false: PodMonitor endpoint %v, want plain http", ep)
+	}
+}
+
+// TestChartMetricsEndpointBounds: HTTP/2, the tokens' audiences and the
+// endpoints' timeouts reach the flags; HTTP/2 stays off and the timeouts are
+// the daemon's defaults unless set.
+func TestChartMetricsEndpointBounds(t *testing.T) {
+	o := checkDeployment(t, one(t, "Deployment", renderChart(t).deployments), nil)
+	if o.endpoints.metricsHTTP2 || o.endpoints.tokenAudiences != "" ||
+		o.endpoints.readTimeout != secureserving.DefaultReadTimeout || o.endpoints.idleTimeout != secureserving.DefaultIdleTimeout ||
+		o.endpoints.maxConnections != secureserving.DefaultMaxConnections {
+		t.Errorf("defaults: HTTP/2 %v, audiences %q, timeouts %v %v; want off, none, %v %v", o.endpoints.metricsHTTP2, o.endpoints.tokenAudiences,
+			o.endpoints.readTimeout, o.endpoints.idleTimeout, secureserving.DefaultReadTimeout, secureserving.DefaultIdleTimeout)
+	}
+	r := renderChart(t, "metrics.enableHTTP2=true", "metrics.tokenAudiences={podjanitor,https://kubernetes.default.svc}",
+		"http.readTimeout=20s", "http.idleTimeout=2m", "http.maxConnections=200")
+	o = checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
+	if !o.endpoints.metricsHTTP2 || o.endpoints.tokenAudiences != "podjanitor,https://kubernetes.default.svc" ||
+		o.endpoints.readTimeout != 20*time.Second || o.endpoints.idleTimeout != 2*time.Minute || o.endpoints.maxConnections != 200 {
+		t.Errorf("set: HTTP/2 %v, audiences %q, timeouts %v %v", o.endpoints.metricsHTTP2, o.endpoints.tokenAudiences, o.endpoints.readTimeout, o.endpoints.idleTimeout)
+	}
+	// Plain HTTP has neither (the daemon would refuse them).
+	r = renderChart(t, "metrics.secure=false", "metrics.enableHTTP2=true", "metrics.tokenAudiences={podjanitor}")
+	if o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap()); o.endpoints.metricsHTTP2 || o.endpoints.tokenAudiences != "" {
+		t.Errorf("metrics.secure=false: HTTP/2 %v, audiences %q; want neither", o.endpoints.metricsHTTP2, o.endpoints.tokenAudiences)
+	}
+	for _, set := range []string{"metrics.enableHTTP2=yes", "http.idleTimeout=soon", "http.readTimeout=1d", "http.maxConnections=0", "metrics.tokenAudiences={a\\,b}"} {
+		if _, err := helmTemplate(t, set); err == nil {
+			t.Errorf("helm template --set %s succeeded, want values.schema.json to refuse it", set)
+		}
 	}
 }
 

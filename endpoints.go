@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/internal/metrics"
@@ -23,12 +24,18 @@ import (
 // endpointsConfig are the addresses of podjanitor's HTTP endpoints ("0"
 // disables one), whether the metrics address serves pprof, and whether it
 // serves HTTPS to authorized callers only, with the certificate of
-// metricsCertDir (else self-signed).
+// metricsCertDir (else self-signed), HTTP/2 or not, and the audiences of
+// the callers' tokens; readTimeout and idleTimeout bound the connections of
+// both endpoints.
 type endpointsConfig struct {
-	metricsAddr, healthAddr string
-	profiling               bool
-	metricsSecure           bool
-	metricsCertDir          string
+	metricsAddr, healthAddr  string
+	profiling                bool
+	metricsSecure            bool
+	metricsCertDir           string
+	metricsHTTP2             bool
+	tokenAudiences           string // comma-separated
+	readTimeout, idleTimeout time.Duration
+	maxConnections           int // of each endpoint
 	// reviews is the configuration of the API server that reviews the
 	// metrics callers' tokens and access (with metricsSecure).
 	reviews *rest.Config
@@ -40,18 +47,19 @@ func (cfg endpointsConfig) reviewedBy(config *rest.Config) endpointsConfig {
 	return cfg
 }
 
-// Client-side limits of the reviews: a scraper costs about one a minute (they
-// are cached), and callers with made-up tokens (each one a TokenReview) wait
-// on this limiter of their own, not on the removals'.
-const (
-	reviewQPS   = 5
-	reviewBurst = 10
-)
+// limits are the bounds of each connection to the endpoints.
+func (cfg endpointsConfig) limits() secureserving.Limits {
+	return secureserving.Limits{ReadHeaderTimeout: secureserving.DefaultReadHeaderTimeout, ReadTimeout: cfg.readTimeout,
+		IdleTimeout: cfg.idleTimeout, MaxHeaderBytes: secureserving.DefaultMaxHeaderBytes}
+}
 
-// reviewClient is a clientset of config with a rate limiter of its own.
+// reviewClient is a clientset of config for the reviews, without the
+// removals' rate limiter: secureserving limits the reviews of callers it
+// does not know (refusing those past the limit at once, never queueing
+// them), and a known scraper costs a review a minute.
 func reviewClient(config *rest.Config) (kubernetes.Interface, error) {
 	c := rest.CopyConfig(config)
-	c.QPS, c.Burst, c.RateLimiter = reviewQPS, reviewBurst, nil
+	c.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
 	return kubernetes.NewForConfig(c)
 }
 
@@ -60,8 +68,8 @@ func reviewClient(config *rest.Config) (kubernetes.Interface, error) {
 // does, /readyz until synced and while namespaceWatch returns an error.
 // With cfg.metricsSecure, /metrics (and pprof) are served over HTTPS to
 // callers whose reviews (a TokenReview and a SubjectAccessReview to
-// cfg.reviews) allow it; the health endpoints stay plain HTTP, for the
-// kubelet. An endpoint that stops serving sends its error to errs.
+// cfg.reviews) allow it, other paths answered 404 before any review; the
+// health endpoints stay plain HTTP, for the kubelet. An endpoint that stops serving sends its error to errs.
 func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.Metrics, watchdog *leaderelection.HealthzAdaptor,
 	synced func() bool, namespaceWatch func() error, errs chan<- error) error {
 	if cfg.metricsAddr != "0" {
@@ -81,14 +89,22 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 			if err != nil {
 				return fmt.Errorf("metrics endpoint: %w", err)
 			}
-			if handler, err = secureserving.WithAuth(mux, reviews.AuthenticationV1(), reviews.AuthorizationV1()); err != nil {
+			handler, err = secureserving.WithAuth(mux, reviews.AuthenticationV1(), reviews.AuthorizationV1(), secureserving.Options{
+				Audiences: splitList(cfg.tokenAudiences),
+				Refused:   metrics.CountMetricsRefusal,
+				Evicted:   metrics.CountReviewCacheEviction,
+			})
+			if err != nil {
 				return fmt.Errorf("metrics endpoint: %w", err)
 			}
-			if tlsConfig, err = secureserving.TLSConfig(ctx, cfg.metricsCertDir, secureserving.Hosts()...); err != nil {
+			tlsConfig, err = secureserving.TLSConfig(ctx, secureserving.TLSOptions{CertDir: cfg.metricsCertDir, Hosts: secureserving.Hosts(),
+				HTTP2: cfg.metricsHTTP2, Served: metrics.SetMetricsCertificateExpiry})
+			if err != nil {
 				return fmt.Errorf("metrics endpoint: %w", err)
 			}
 		}
-		if err := serve(ctx, "metrics", cfg.metricsAddr, handler, tlsConfig, errs); err != nil {
+		srv := secureserving.NewServer(ctx, handler, cfg.limits())
+		if err := serve(ctx, metrics, cfg.maxConnections, "metrics", cfg.metricsAddr, srv, tlsConfig, errs); err != nil {
 			return err
 		}
 	}
@@ -114,20 +130,26 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 			}
 			fmt.Fprintln(w, "ok")
 		})
-		if err := serve(ctx, "health", cfg.healthAddr, mux, nil, errs); err != nil {
+		srv := secureserving.NewServer(ctx, mux, cfg.limits())
+		if err := serve(ctx, metrics, cfg.maxConnections, "health", cfg.healthAddr, srv, nil, errs); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// serve serves handler on addr, over TLS with a non-nil tlsConfig.
-func serve(ctx context.Context, name, addr string, handler http.Handler, tlsConfig *tls.Config, errs chan<- error) error {
+// serve serves srv on addr, over TLS with a non-nil tlsConfig, at most
+// maxConnections at once (0: secureserving.DefaultMaxConnections), name
+// (metrics.EndpointMetrics or EndpointHealth) counting those past it.
+func serve(ctx context.Context, meters *metrics.Metrics, maxConnections int, name, addr string, srv *http.Server, tlsConfig *tls.Config, errs chan<- error) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s endpoint: %w", name, err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	if maxConnections <= 0 {
+		maxConnections = secureserving.DefaultMaxConnections
+	}
+	ln = secureserving.LimitConnections(ln, maxConnections, func() { meters.CountConnectionRefused(name) })
 	scheme := "http"
 	if tlsConfig != nil {
 		scheme = "https"

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
+	"github.com/podjanitor/podjanitor/internal/secureserving"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -31,7 +32,7 @@ type flagValues struct {
 	removalBurst         int     // --deletion-burst
 	leaderElect          bool
 	lease                leaseConfig     // --leader-elect-*
-	endpoints            endpointsConfig // --metrics-bind-address, --metrics-secure, --metrics-cert-dir, --health-probe-bind-address, --profiling
+	endpoints            endpointsConfig // --metrics-*, --health-probe-bind-address, --profiling, --http-*-timeout
 	shutdownTimeout      time.Duration
 	writeTimeout         time.Duration
 	showVersion          bool
@@ -142,7 +143,17 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 			"false serves plain HTTP to anyone, for local runs. The health endpoints are plain HTTP either way.")
 	fs.StringVar(&o.endpoints.metricsCertDir, "metrics-cert-dir", "",
 		"Directory with the metrics endpoint's serving certificate and key, tls.crt and tls.key (a kubernetes.io/tls Secret's mount); they are read again every 10 s and a changed pair is served. Default: a self-signed certificate made at start. Needs --metrics-secure.")
+	fs.BoolVar(&o.endpoints.metricsHTTP2, "metrics-enable-http2", false,
+		"Offer HTTP/2 on the HTTPS metrics endpoint. Off by default, as kubebuilder's scaffold has it since the HTTP/2 rapid-reset and stream-cancellation advisories; scrapers use HTTP/1.1. Needs --metrics-secure.")
+	fs.StringVar(&o.endpoints.tokenAudiences, "metrics-token-audiences", "",
+		"Comma-separated audiences a metrics caller's token must be valid for (one of them), asked for in its TokenReview, e.g. a projected token's audience. Default: the API server's own. Needs --metrics-secure.")
 	fs.StringVar(&o.endpoints.healthAddr, "health-probe-bind-address", ":8081", "Address of /healthz and /readyz; 0 disables them.")
+	fs.DurationVar(&o.endpoints.readTimeout, "http-read-timeout", secureserving.DefaultReadTimeout,
+		"How long the metrics and health endpoints wait for a whole request (its headers within 10 s, at most 32 KiB of them) before they close its connection.")
+	fs.DurationVar(&o.endpoints.idleTimeout, "http-idle-timeout", secureserving.DefaultIdleTimeout,
+		"How long the metrics and health endpoints keep a keep-alive connection open without a request.")
+	fs.IntVar(&o.endpoints.maxConnections, "http-max-connections", secureserving.DefaultMaxConnections,
+		"The most connections the metrics endpoint, and the health endpoint, each have open at once; one more is closed at once (podjanitor_http_connections_refused_total).")
 	fs.BoolVar(&o.endpoints.profiling, "profiling", false, "Serve Go's pprof profiles under /debug/pprof/ on the metrics address.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "On SIGTERM, how long to wait for removals in flight.")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", 15*time.Second, "Timeout of each removal call to the API server, its retries included; a call that times out is retried with backoff.")
@@ -247,6 +258,23 @@ func (o *flagValues) validate(cmd command) error {
 	}
 	if o.endpoints.metricsCertDir != "" && !o.endpoints.metricsSecure {
 		return bad("metrics-cert-dir", "%q needs --metrics-secure", o.endpoints.metricsCertDir)
+	}
+	if o.endpoints.metricsHTTP2 && !o.endpoints.metricsSecure {
+		return bad("metrics-enable-http2", "needs --metrics-secure (plain HTTP is HTTP/1.1)")
+	}
+	if o.endpoints.tokenAudiences != "" && !o.endpoints.metricsSecure {
+		return bad("metrics-token-audiences", "%q needs --metrics-secure", o.endpoints.tokenAudiences)
+	}
+	if o.endpoints.tokenAudiences != "" && len(splitList(o.endpoints.tokenAudiences)) == 0 {
+		return bad("metrics-token-audiences", "%q has no audience", o.endpoints.tokenAudiences)
+	}
+	if o.endpoints.maxConnections < 1 {
+		return bad("http-max-connections", "%d: must be at least 1", o.endpoints.maxConnections)
+	}
+	for flag, d := range map[string]time.Duration{"http-read-timeout": o.endpoints.readTimeout, "http-idle-timeout": o.endpoints.idleTimeout} {
+		if d <= 0 {
+			return bad(flag, "%v: must be positive", d)
+		}
 	}
 	for flag, addr := range map[string]string{"metrics-bind-address": o.endpoints.metricsAddr, "health-probe-bind-address": o.endpoints.healthAddr} {
 		if addr != "0" {

@@ -1,7 +1,8 @@
 // Package metrics owns every series podjanitor exports, in one Prometheus
 // registry: controller-runtime's reconcile series (under the controller's
 // name), podjanitor's own (removals, removal errors by kind, parked pods, the
-// clock offset, the namespace watch, the leader, policy reloads), and
+// clock offset, the namespace watch, the leader, policy reloads, the HTTPS
+// metrics endpoint's refusals and certificate), and
 // client-go's REST client, workqueue and leader-election series.
 //
 // It promises that no label takes a pod name or another unbounded value, that
@@ -63,6 +64,7 @@ type Metrics struct {
 	restLatency        *prometheus.HistogramVec
 	leaderStatus       *prometheus.GaugeVec
 	leaderSlowpath     *prometheus.CounterVec
+	endpoint           endpointMetrics
 }
 
 // New creates all series in a new registry, each present at 0; controller
@@ -171,6 +173,7 @@ func New(controller, version, commit string) *Metrics {
 		m.leaderStatus, m.leaderSlowpath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
+	m.endpoint = newEndpointMetrics(reg)
 
 	for _, r := range []string{ResultSuccess, ResultError, ResultRequeue, ResultRequeueAfter} {
 		m.reconcileTotal.WithLabelValues(r)

@@ -7,6 +7,14 @@
 // cached, so that a scraper costs the API server a TokenReview per TokenTTL
 // and a SubjectAccessReview per AllowTTL, not a request per scrape.
 //
+// It holds against hostile callers: a path no handler serves is answered 404
+// before any review; the caches keep hashes, not what callers sent, and are
+// bounded in entries and bytes; the reviews of callers not allowed lately
+// never queue (past the rate limit they are refused at once, 429), while a
+// token allowed lately has a lane of its own and is reviewed again ahead of
+// its expiry; one review runs per token (or request) at a time. NewServer
+// bounds each connection (timeouts, header bytes) and logs through klog.
+//
 // It is written on client-go alone: k8s.io/apiserver's delegating
 // authenticator and authorizer would do the same, and cost the binary 38 MB
 // and every podjanitor ~25 MiB of RSS for the API server they bring along.
@@ -15,14 +23,13 @@ package secureserving
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"math"
 	"net/http"
-	"os"
-	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,7 +41,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	authenticationv1 "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authorizationv1 "k8s.io/client-go/kubernetes/typed/authorization/v1"
-	"k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 )
 
@@ -43,26 +50,47 @@ import (
 // RoleBinding is honoured within these times; the values are
 // controller-runtime's. A token the API server does not authenticate is
 // remembered for DenyTTL, so that a caller with a bad token does not cost a
-// TokenReview per request.
+// TokenReview per request. A token allowed a request within RecentTTL has
+// reviews of its own lane, and its cached answers are reviewed again in the
+// last quarter of their time.
 const (
-	TokenTTL = time.Minute      // a TokenReview that authenticated the token
-	AllowTTL = 5 * time.Minute  // a SubjectAccessReview that allowed the request
-	DenyTTL  = 30 * time.Second // one that did not, or a TokenReview that did not authenticate
+	TokenTTL  = time.Minute      // a TokenReview that authenticated the token
+	AllowTTL  = 5 * time.Minute  // a SubjectAccessReview that allowed the request
+	DenyTTL   = 30 * time.Second // one that did not, or a TokenReview that did not authenticate
+	RecentTTL = 10 * time.Minute // a token allowed a request
 )
 
-// maxCached bounds each cache (tokens, access answers): past it, the expired
-// entries go, and then any.
-const maxCached = 4096
-
-// Cert and key file names in the certificate directory: those of a
-// kubernetes.io/tls Secret (cert-manager's among them).
+// The bounds of each cache (tokens, access answers, tokens allowed lately):
+// past one, the entries closest to expiry go (Options.Evicted).
 const (
-	CertFile = "tls.crt"
-	KeyFile  = "tls.key"
+	maxCached      = 4096
+	maxCachedBytes = 4 << 20
+	maxRecent      = 1024
 )
 
-// CertPoll is how often the certificate files are read again.
-const CertPoll = 10 * time.Second
+// Defaults of Options: the rate of the reviews of callers not allowed lately.
+const (
+	DefaultReviewQPS   = 5
+	DefaultReviewBurst = 10
+)
+
+// Why a request was refused: the values Options.Refused is given.
+const (
+	RefusedUnknownPath     = "unknown_path"     // 404: no handler serves the path; nothing reviewed
+	RefusedUnauthenticated = "unauthenticated"  // 401: no bearer token, or one the API server does not authenticate
+	RefusedThrottled       = "review_throttled" // 429: the review it needs is past the reviews' rate limit
+	RefusedForbidden       = "forbidden"        // 403: the user may not use the verb on the path
+	RefusedReviewFailed    = "review_failed"    // 401 or 500: the API server did not answer the review
+)
+
+// RefusalReasons are the Refused* values.
+var RefusalReasons = []string{RefusedUnknownPath, RefusedUnauthenticated, RefusedThrottled, RefusedForbidden, RefusedReviewFailed}
+
+// The caches, as Options.Evicted names them.
+const (
+	CacheTokens = "tokens"
+	CacheAccess = "access"
+)
 
 // reviewTimeout bounds each TokenReview and SubjectAccessReview call.
 const reviewTimeout = 10 * time.Second
@@ -72,61 +100,163 @@ const reviewTimeout = 10 * time.Second
 // k8s.io/apiserver's DefaultAuthWebhookRetryBackoff.
 var reviewBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
 
-// WithAuth returns handler behind authentication and authorization: a request
+// failureLogEvery is how often a failed review is logged at most; the
+// failures between are counted in the next line.
+const failureLogEvery = 10 * time.Second
+
+// Options of WithAuth; a zero field is its default.
+type Options struct {
+	// Audiences the TokenReview asks the token to be valid for (one of
+	// them); none: the API server's own.
+	Audiences []string
+	// ReviewQPS and ReviewBurst limit the reviews of tokens not allowed a
+	// request within RecentTTL (DefaultReviewQPS, DefaultReviewBurst); a
+	// request whose review is past the limit is refused at once (429).
+	ReviewQPS   float32
+	ReviewBurst int
+	// Refused is told why each refused request was refused (a Refused*).
+	Refused func(reason string)
+	// Evicted is told of each live answer dropped from a full cache (a Cache*).
+	Evicted func(cache string)
+}
+
+// WithAuth returns mux behind authentication and authorization: a request
+// for a path mux has no handler for is answered 404 (nothing reviewed); one
 // without a bearer token, or with one that the TokenReview does not
-// authenticate (or that could not be reviewed), is answered 401; one whose
-// user may not use its verb on its path (a SubjectAccessReview of the
-// non-resource URL) 403; one the API server could not authorize for 500.
-// Anonymous requests are never allowed. The handler never sees the token.
-func WithAuth(handler http.Handler, authn authenticationv1.AuthenticationV1Interface, authz authorizationv1.AuthorizationV1Interface) (http.Handler, error) {
-	if authn == nil || authz == nil {
-		return nil, errors.New("secure serving needs TokenReview and SubjectAccessReview clients")
+// authenticate (or that could not be reviewed), 401; one whose user may not
+// use its verb on its path (a SubjectAccessReview of the non-resource URL)
+// 403; one the API server could not authorize for 500; one whose review is
+// past the rate limit 429, with Retry-After. Anonymous requests are never
+// allowed. The handler never sees the token.
+func WithAuth(mux *http.ServeMux, authn authenticationv1.AuthenticationV1Interface, authz authorizationv1.AuthorizationV1Interface, opts Options) (http.Handler, error) {
+	return newAuth(mux, authn, authz, opts)
+}
+
+func newAuth(mux *http.ServeMux, authn authenticationv1.AuthenticationV1Interface, authz authorizationv1.AuthorizationV1Interface, opts Options) (*auth, error) {
+	if mux == nil || authn == nil || authz == nil {
+		return nil, errors.New("secure serving needs a handler and TokenReview and SubjectAccessReview clients")
 	}
-	a := &auth{authn: authn, authz: authz, now: time.Now,
-		tokens: newTTLCache[*authnv1.UserInfo](), access: newTTLCache[bool]()}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { a.serve(handler, w, r) }), nil
+	qps, burst := opts.ReviewQPS, opts.ReviewBurst
+	if qps <= 0 {
+		qps = DefaultReviewQPS
+	}
+	if burst <= 0 {
+		burst = DefaultReviewBurst
+	}
+	evicted := func(cache string) func() {
+		if opts.Evicted == nil {
+			return nil
+		}
+		return func() { opts.Evicted(cache) }
+	}
+	refused := opts.Refused
+	if refused == nil {
+		refused = func(string) {}
+	}
+	return &auth{mux: mux, authn: authn, authz: authz, audiences: slices.Clone(opts.Audiences), now: time.Now,
+		tokens:     newTTLCache(maxCached, maxCachedBytes, userBytes, evicted(CacheTokens)),
+		access:     newTTLCache(maxCached, maxCachedBytes, func(bool) int { return 0 }, evicted(CacheAccess)),
+		recent:     newTTLCache(maxRecent, maxRecent*entryOverhead, func(struct{}) int { return 0 }, nil),
+		newcomers:  flowcontrol.NewTokenBucketRateLimiter(qps, burst),
+		retryAfter: strconv.Itoa(int(math.Ceil(1 / float64(qps)))),
+		refused:    refused,
+	}, nil
 }
 
 type auth struct {
-	authn  authenticationv1.AuthenticationV1Interface
-	authz  authorizationv1.AuthorizationV1Interface
-	now    func() time.Time
-	tokens *ttlCache[*authnv1.UserInfo] // nil: not authenticated
-	access *ttlCache[bool]
+	mux          *http.ServeMux
+	authn        authenticationv1.AuthenticationV1Interface
+	authz        authorizationv1.AuthorizationV1Interface
+	audiences    []string
+	now          func() time.Time
+	tokens       *ttlCache[*authnv1.UserInfo] // nil: not authenticated
+	access       *ttlCache[bool]
+	recent       *ttlCache[struct{}] // tokens allowed a request lately
+	newcomers    flowcontrol.RateLimiter
+	retryAfter   string // seconds, of a 429
+	tokenFlight  flight[*authnv1.UserInfo]
+	accessFlight flight[bool]
+	refused      func(reason string)
+	failures     failureLog
 }
 
-func (a *auth) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
-	logger := klog.FromContext(r.Context())
-	token, ok := bearerToken(r.Header)
-	if !ok {
-		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
+// errThrottled: the review is past the rate limit of reviews.
+var errThrottled = errors.New("past the rate limit of reviews")
+
+func (a *auth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, pattern := a.mux.Handler(r)
+	if pattern == "" {
+		a.refuse(w, RefusedUnknownPath, http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource")
 		return
 	}
-	user, err := a.authenticate(r.Context(), token)
-	if err != nil {
-		logger.Error(err, "Unable to authenticate the request", "path", r.URL.Path)
+	token, ok := bearerToken(r.Header)
+	if !ok {
+		a.refuse(w, RefusedUnauthenticated, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
+		return
 	}
-	if user == nil {
-		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
+	tokenKey := a.tokenKey(token)
+	_, expires, known := a.recent.get(tokenKey, a.now())
+	user, err := a.authenticate(r.Context(), tokenKey, token, known)
+	switch {
+	case errors.Is(err, errThrottled):
+		a.throttled(w)
+		return
+	case err != nil:
+		a.failures.log(r.Context(), err, "Unable to authenticate the request", "pattern", pattern)
+		a.refuse(w, RefusedReviewFailed, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
+		return
+	case user == nil:
+		a.refuse(w, RefusedUnauthenticated, http.StatusUnauthorized, metav1.StatusReasonUnauthorized, "Unauthorized")
 		return
 	}
 	r.Header.Del("Authorization")
 	// A non-resource request's verb is its method, lower-cased, as the API
 	// server's RequestInfo makes it.
 	verb, path := strings.ToLower(r.Method), r.URL.Path
-	allowed, err := a.authorize(r.Context(), user, verb, path)
-	if err != nil {
-		logger.Error(err, "Unable to authorize the request", "user", user.Username, "verb", verb, "path", path)
-		writeStatus(w, http.StatusInternalServerError, metav1.StatusReasonInternalError,
+	allowed, err := a.authorize(r.Context(), tokenKey, known, user, verb, path)
+	switch {
+	case errors.Is(err, errThrottled):
+		a.throttled(w)
+		return
+	case err != nil:
+		a.failures.log(r.Context(), err, "Unable to authorize the request", "user", user.Username, "verb", verb, "pattern", pattern)
+		a.refuse(w, RefusedReviewFailed, http.StatusInternalServerError, metav1.StatusReasonInternalError,
 			"Internal error: the API server could not authorize the request")
 		return
-	}
-	if !allowed {
-		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
-			fmt.Sprintf("forbidden: User %q cannot %s path %q", user.Username, verb, path))
+	case !allowed:
+		a.refuse(w, RefusedForbidden, http.StatusForbidden, metav1.StatusReasonForbidden,
+			fmt.Sprintf("forbidden: User %q cannot %s path %q", user.Username, verb, cut(path, 256)))
 		return
 	}
-	next.ServeHTTP(w, r)
+	if now := a.now(); !known || expires.Sub(now) < RecentTTL/2 {
+		a.recent.put(tokenKey, struct{}{}, now.Add(RecentTTL), now)
+	}
+	a.mux.ServeHTTP(w, r)
+}
+
+func (a *auth) refuse(w http.ResponseWriter, reason string, code int, status metav1.StatusReason, message string) {
+	a.refused(reason)
+	writeStatus(w, code, status, message)
+}
+
+func (a *auth) throttled(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", a.retryAfter)
+	a.refuse(w, RefusedThrottled, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests,
+		"Too many requests: the reviews of new callers are past their rate limit, please try again later")
+}
+
+// tokenKey is the cache key of a token, with the audiences it is reviewed for.
+func (a *auth) tokenKey(token string) cacheKey {
+	h := sha256.New()
+	for _, aud := range a.audiences {
+		h.Write([]byte(aud))
+		h.Write([]byte{0})
+	}
+	h.Write([]byte{0})
+	h.Write([]byte(token))
+	var key cacheKey
+	h.Sum(key[:0])
+	return key
 }
 
 // bearerToken is the token of an "Authorization: Bearer <token>" header, as
@@ -140,15 +270,51 @@ func bearerToken(h http.Header) (string, bool) {
 }
 
 // authenticate returns the user the API server says token is, nil when it
-// does not authenticate it; an error when it could not be asked.
-func (a *auth) authenticate(ctx context.Context, token string) (*authnv1.UserInfo, error) {
-	key := sha256.Sum256([]byte(token))
-	if user, ok := a.tokens.get(string(key[:]), a.now()); ok {
+// does not authenticate it; an error when it could not be asked (or,
+// errThrottled, not now). A known token (allowed lately) whose answer
+// expires soon is reviewed again in the background.
+func (a *auth) authenticate(ctx context.Context, key cacheKey, token string, known bool) (*authnv1.UserInfo, error) {
+	now := a.now()
+	if user, expires, ok := a.tokens.get(key, now); ok {
+		if user != nil && known && expires.Sub(now) < TokenTTL/4 {
+			go once(context.WithoutCancel(ctx), &a.tokenFlight, key, func(ctx context.Context) (*authnv1.UserInfo, error) {
+				return a.reviewToken(ctx, key, token, known)
+			})
+		}
 		return user, nil
+	}
+	return once(ctx, &a.tokenFlight, key, func(ctx context.Context) (*authnv1.UserInfo, error) {
+		return a.reviewToken(ctx, key, token, known)
+	})
+}
+
+// once runs f for key unless a call for key is in flight, and returns the
+// answer of the call (or ctx's error). f runs without ctx's cancellation: its
+// answer is every waiter's.
+func once[V any](ctx context.Context, f *flight[V], key cacheKey, review func(context.Context) (V, error)) (V, error) {
+	c, leader := f.join(key)
+	if leader {
+		v, err := review(context.WithoutCancel(ctx))
+		f.finish(key, c, v, err)
+	}
+	select {
+	case <-c.done:
+		return c.value, c.err
+	case <-ctx.Done():
+		var zero V
+		return zero, ctx.Err()
+	}
+}
+
+// reviewToken asks the API server who token is and caches the answer.
+func (a *auth) reviewToken(ctx context.Context, key cacheKey, token string, known bool) (*authnv1.UserInfo, error) {
+	if !known && !a.newcomers.TryAccept() {
+		return nil, errThrottled
 	}
 	var status authnv1.TokenReviewStatus
 	err := review(ctx, func(ctx context.Context) error {
-		tr, err := a.authn.TokenReviews().Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+		tr, err := a.authn.TokenReviews().Create(ctx, &authnv1.TokenReview{
+			Spec: authnv1.TokenReviewSpec{Token: token, Audiences: a.audiences}}, metav1.CreateOptions{})
 		if err == nil {
 			status = tr.Status
 		}
@@ -157,16 +323,33 @@ func (a *auth) authenticate(ctx context.Context, token string) (*authnv1.UserInf
 	if err != nil {
 		return nil, fmt.Errorf("TokenReview: %w", err)
 	}
-	if !status.Authenticated {
-		a.tokens.put(string(key[:]), nil, a.now().Add(DenyTTL))
+	now := a.now()
+	if !status.Authenticated || !a.audienceMatches(status.Audiences) {
+		a.tokens.put(key, nil, now.Add(DenyTTL), now)
 		return nil, nil
 	}
-	a.tokens.put(string(key[:]), &status.User, a.now().Add(TokenTTL))
+	a.tokens.put(key, &status.User, now.Add(TokenTTL), now)
 	return &status.User, nil
 }
 
-// authorize says whether the API server allows user verb on the non-resource path.
-func (a *auth) authorize(ctx context.Context, user *authnv1.UserInfo, verb, path string) (bool, error) {
+// audienceMatches says whether a TokenReview's audiences include one asked
+// for, as the API server's webhook token authenticator requires.
+func (a *auth) audienceMatches(got []string) bool {
+	if len(a.audiences) == 0 {
+		return true
+	}
+	for _, aud := range got {
+		if slices.Contains(a.audiences, aud) {
+			return true
+		}
+	}
+	return false
+}
+
+// authorize says whether the API server allows user verb on the
+// non-resource path. A known token's allowed answer that expires soon is
+// reviewed again in the background.
+func (a *auth) authorize(ctx context.Context, tokenKey cacheKey, known bool, user *authnv1.UserInfo, verb, path string) (bool, error) {
 	spec := authzv1.SubjectAccessReviewSpec{
 		User: user.Username, UID: user.UID, Groups: user.Groups,
 		NonResourceAttributes: &authzv1.NonResourceAttributes{Path: path, Verb: verb},
@@ -181,12 +364,25 @@ func (a *auth) authorize(ctx context.Context, user *authnv1.UserInfo, verb, path
 	if err != nil {
 		return false, err
 	}
-	key := string(k)
-	if allowed, ok := a.access.get(key, a.now()); ok {
+	key := cacheKey(sha256.Sum256(k))
+	review := func(ctx context.Context) (bool, error) { return a.reviewAccess(ctx, key, spec, known) }
+	now := a.now()
+	if allowed, expires, ok := a.access.get(key, now); ok {
+		if allowed && known && expires.Sub(now) < AllowTTL/4 {
+			go once(context.WithoutCancel(ctx), &a.accessFlight, key, review)
+		}
 		return allowed, nil
 	}
+	return once(ctx, &a.accessFlight, key, review)
+}
+
+// reviewAccess asks the API server whether spec is allowed and caches the answer.
+func (a *auth) reviewAccess(ctx context.Context, key cacheKey, spec authzv1.SubjectAccessReviewSpec, known bool) (bool, error) {
+	if !known && !a.newcomers.TryAccept() {
+		return false, errThrottled
+	}
 	var status authzv1.SubjectAccessReviewStatus
-	err = review(ctx, func(ctx context.Context) error {
+	err := review(ctx, func(ctx context.Context) error {
 		sar, err := a.authz.SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{Spec: spec}, metav1.CreateOptions{})
 		if err == nil {
 			status = sar.Status
@@ -200,7 +396,8 @@ func (a *auth) authorize(ctx context.Context, user *authnv1.UserInfo, verb, path
 	if status.Allowed {
 		ttl = AllowTTL
 	}
-	a.access.put(key, status.Allowed, a.now().Add(ttl))
+	now := a.now()
+	a.access.put(key, status.Allowed, now.Add(ttl), now)
 	return status.Allowed, nil
 }
 
@@ -229,6 +426,54 @@ func review(ctx context.Context, f func(context.Context) error) error {
 	return err
 }
 
+// userBytes is about what a cached user holds.
+func userBytes(u *authnv1.UserInfo) int {
+	if u == nil {
+		return 0
+	}
+	n := len(u.Username) + len(u.UID) + 64
+	for _, g := range u.Groups {
+		n += len(g) + 16
+	}
+	for k, vs := range u.Extra {
+		n += len(k) + 48
+		for _, v := range vs {
+			n += len(v) + 16
+		}
+	}
+	return n
+}
+
+// failureLog logs failed reviews at most once per failureLogEvery, with the
+// number of failures not logged since.
+type failureLog struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+func (f *failureLog) log(ctx context.Context, err error, msg string, kv ...any) {
+	f.mu.Lock()
+	now := time.Now()
+	if !f.last.IsZero() && now.Sub(f.last) < failureLogEvery {
+		f.suppressed++
+		f.mu.Unlock()
+		return
+	}
+	suppressed := f.suppressed
+	f.last, f.suppressed = now, 0
+	f.mu.Unlock()
+	klog.FromContext(ctx).Error(err, msg, append(kv, "notLoggedSinceLast", suppressed)...)
+}
+
+// cut returns s, cut to at most n bytes with "..." after.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
 // writeStatus answers with a metav1.Status, as the API server does.
 func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, message string) {
 	body, _ := json.Marshal(&metav1.Status{
@@ -239,170 +484,4 @@ func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, me
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	w.Write(body)
-}
-
-// ttlCache is a map whose entries expire, bounded by maxCached.
-type ttlCache[V any] struct {
-	mu      sync.Mutex
-	entries map[string]ttlEntry[V]
-}
-
-type ttlEntry[V any] struct {
-	value   V
-	expires time.Time
-}
-
-func newTTLCache[V any]() *ttlCache[V] {
-	return &ttlCache[V]{entries: map[string]ttlEntry[V]{}}
-}
-
-func (c *ttlCache[V]) get(key string, now time.Time) (V, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[key]
-	if !ok || !now.Before(e.expires) {
-		var zero V
-		return zero, false
-	}
-	return e.value, true
-}
-
-func (c *ttlCache[V]) put(key string, value V, expires time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.entries[key]; !ok && len(c.entries) >= maxCached {
-		now := time.Now()
-		for k, e := range c.entries {
-			if !now.Before(e.expires) {
-				delete(c.entries, k)
-			}
-		}
-		for k := range c.entries {
-			if len(c.entries) < maxCached {
-				break
-			}
-			delete(c.entries, k)
-		}
-	}
-	c.entries[key] = ttlEntry[V]{value: value, expires: expires}
-}
-
-// TLSConfig is the serving configuration. With certDir, the certificate and
-// key are its tls.crt and tls.key, read again every CertPoll (a Secret's
-// mount updated by the kubelet, cert-manager renewing it) until ctx is done;
-// a pair that does not load (the key not matching the cert while one of them
-// is being replaced) leaves the current one served. Without certDir, a
-// self-signed certificate made at start, in memory, for hosts (and
-// localhost), valid for a year.
-func TLSConfig(ctx context.Context, certDir string, hosts ...string) (*tls.Config, error) {
-	logger := klog.FromContext(ctx)
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
-	if certDir == "" {
-		pem, key, err := selfSigned(hosts)
-		if err != nil {
-			return nil, err
-		}
-		pair, err := tls.X509KeyPair(pem, key)
-		if err != nil {
-			return nil, fmt.Errorf("self-signed certificate: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
-		logger.Info("Serving a self-signed certificate made at start", "hosts", hosts)
-		return cfg, nil
-	}
-	files := &certFiles{cert: filepath.Join(certDir, CertFile), key: filepath.Join(certDir, KeyFile)}
-	if _, err := files.load(); err != nil {
-		return nil, fmt.Errorf("serving certificate: %w", err)
-	}
-	go files.watch(ctx)
-	cfg.GetCertificate = files.get
-	logger.Info("Serving certificate from files, read again when they change", "dir", certDir, "every", CertPoll)
-	return cfg, nil
-}
-
-// certFiles serves the last pair of cert and key files that loaded.
-type certFiles struct {
-	cert, key string
-
-	mu      sync.Mutex
-	pair    *tls.Certificate
-	certPEM []byte
-	keyPEM  []byte
-}
-
-func (f *certFiles) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.pair, nil
-}
-
-// load reads the files and, when they changed and load as a pair, serves
-// them; changed says whether it took a new pair.
-func (f *certFiles) load() (changed bool, err error) {
-	certPEM, err := os.ReadFile(f.cert)
-	if err != nil {
-		return false, err
-	}
-	keyPEM, err := os.ReadFile(f.key)
-	if err != nil {
-		return false, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.pair != nil && string(certPEM) == string(f.certPEM) && string(keyPEM) == string(f.keyPEM) {
-		return false, nil
-	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return false, fmt.Errorf("%s and %s: %w", f.cert, f.key, err)
-	}
-	f.pair, f.certPEM, f.keyPEM = &pair, certPEM, keyPEM
-	return true, nil
-}
-
-func (f *certFiles) watch(ctx context.Context) {
-	logger := klog.FromContext(ctx)
-	lastErr := "" // logged once, not at every poll
-	wait.Until(func() {
-		changed, err := f.load()
-		switch {
-		case err != nil && err.Error() != lastErr:
-			lastErr = err.Error()
-			logger.Error(err, "Not taking the changed serving certificate; serving the previous one")
-		case err == nil:
-			lastErr = ""
-			if changed {
-				logger.Info("Serving the changed certificate", "file", f.cert)
-			}
-		}
-	}, CertPoll, ctx.Done())
-}
-
-// selfSigned makes a certificate (signed by a CA made for it and discarded)
-// for hosts, localhost, 127.0.0.1 and ::1; the first name is the subject.
-func selfSigned(hosts []string) (pem, key []byte, err error) {
-	var dns []string
-	ips := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
-	for _, h := range append(hosts, "localhost") {
-		if ip := net.ParseIP(h); ip != nil {
-			ips = append(ips, ip)
-		} else if h != "" {
-			dns = append(dns, h)
-		}
-	}
-	pem, key, err = cert.GenerateSelfSignedCertKey(dns[0], ips, dns[1:])
-	if err != nil {
-		return nil, nil, fmt.Errorf("self-signed certificate: %w", err)
-	}
-	return pem, key, nil
-}
-
-// Hosts are the names a self-signed certificate is made for: the host name
-// (in a pod, the pod's name).
-func Hosts() []string {
-	name, err := os.Hostname()
-	if err != nil || name == "" {
-		return nil
-	}
-	return []string{name}
 }

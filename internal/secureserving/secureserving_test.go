@@ -2,6 +2,7 @@ package secureserving
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 // reviews is an API server's answers to TokenReviews (tokens: token → user)
@@ -40,6 +43,11 @@ type reviews struct {
 	// fail, when set, is the HTTP status the API server answers the n-th
 	// (from 0) review of path with; 0 answers it.
 	fail func(path string, n int) int
+	// audiences, when set, are the audiences each token is valid for (none:
+	// any), as TokenRequests give them.
+	audiences map[string][]string
+	// hold, when set, holds each TokenReview until it is closed.
+	hold chan struct{}
 
 	mu           sync.Mutex
 	tokenReviews []authenticationv1.TokenReviewSpec
@@ -89,9 +97,26 @@ func (r *reviews) client(t *testing.T) kubernetes.Interface {
 			r.mu.Lock()
 			r.tokenReviews = append(r.tokenReviews, tr.Spec)
 			r.mu.Unlock()
+			if r.hold != nil {
+				<-r.hold
+			}
 			if name, ok := r.tokens[tr.Spec.Token]; ok {
-				tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true,
-					User: authenticationv1.UserInfo{Username: name, UID: "uid-" + name, Groups: r.groups, Extra: r.extra}}
+				// The API server's answer: the audiences asked for that the
+				// token is valid for; none of them, not authenticated.
+				auds, valid := tr.Spec.Audiences, true
+				if r.audiences != nil && len(tr.Spec.Audiences) > 0 {
+					auds = nil
+					for _, a := range tr.Spec.Audiences {
+						if slices.Contains(r.audiences[tr.Spec.Token], a) {
+							auds = append(auds, a)
+						}
+					}
+					valid = len(auds) > 0
+				}
+				if valid {
+					tr.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: auds,
+						User: authenticationv1.UserInfo{Username: name, UID: "uid-" + name, Groups: r.groups, Extra: r.extra}}
+				}
 			}
 			out = &tr
 		case accessReviewPath:
@@ -115,7 +140,8 @@ func (r *reviews) client(t *testing.T) kubernetes.Interface {
 		json.NewEncoder(w).Encode(out)
 	}))
 	t.Cleanup(srv.Close)
-	c, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}})
+	c, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"},
+		RateLimiter: flowcontrol.NewFakeAlwaysRateLimiter()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,16 +154,28 @@ func (r *reviews) counts() (tokenReviews, accessReviews int) {
 	return len(r.tokenReviews), len(r.accessReview)
 }
 
-// serveAuth serves "secret metrics" behind WithAuth on a local address.
+// serveAuth serves "secret metrics" on /metrics and /debug/pprof/ behind
+// WithAuth on a local address.
 func serveAuth(t *testing.T, r *reviews) string {
 	t.Helper()
+	url, _ := serveAuthWith(t, r, Options{})
+	return url
+}
+
+// serveAuthWith is serveAuth with opts; it returns the auth too.
+func serveAuthWith(t *testing.T, r *reviews, opts Options) (string, *auth) {
+	t.Helper()
 	c := r.client(t)
-	h, err := WithAuth(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Header.Get("Authorization") != "" {
 			t.Error("the bearer token reached the handler")
 		}
 		fmt.Fprint(w, "secret metrics")
-	}), c.AuthenticationV1(), c.AuthorizationV1())
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics)
+	mux.Handle("/debug/pprof/", metrics)
+	a, err := newAuth(mux, c.AuthenticationV1(), c.AuthorizationV1(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,10 +183,10 @@ func serveAuth(t *testing.T, r *reviews) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: h}
+	srv := &http.Server{Handler: a, MaxHeaderBytes: 4 << 20}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String()
+	return "http://" + ln.Addr().String(), a
 }
 
 func get(t *testing.T, url, token string) (int, string) {
@@ -363,26 +401,44 @@ func pick(cond bool, code int) int {
 	return 0
 }
 
-// TestTTLCacheBounded: the caches hold at most maxCached entries, expired
-// ones going first.
+// TestTTLCacheBounded: the caches hold at most maxEntries entries and
+// maxBytes bytes; expired entries go at every insert, then those closest to
+// expiry, each one told.
 func TestTTLCacheBounded(t *testing.T) {
-	c := newTTLCache[bool]()
+	evicted := 0
+	c := newTTLCache(100, 100*entryOverhead+1000, func(s string) int { return len(s) }, func() { evicted++ })
 	now := time.Now()
-	for i := range maxCached {
-		c.put(fmt.Sprint("old", i), true, now.Add(-time.Second)) // expired
+	key := func(s string) cacheKey { return cacheKey(sha256.Sum256([]byte(s))) }
+	c.put(key("old"), "", now.Add(time.Second), now)
+	c.put(key("live"), "", now.Add(time.Hour), now.Add(2*time.Second)) // "old" has expired
+	if n, _ := c.held(); n != 1 || evicted != 0 {
+		t.Errorf("%d entries (%d evicted) once the first had expired, want 1 (0)", n, evicted)
 	}
-	c.put("live", true, now.Add(time.Hour))
-	if len(c.entries) != 1 {
-		t.Errorf("%d entries after the expired ones were due to go, want 1", len(c.entries))
+	for i := range 200 {
+		c.put(key(fmt.Sprint("new", i)), "", now.Add(time.Duration(i)*time.Minute), now)
 	}
-	for i := range 2 * maxCached {
-		c.put(fmt.Sprint("new", i), true, now.Add(time.Hour))
+	if n, _ := c.held(); n > 100 {
+		t.Errorf("%d entries, want at most 100", n)
 	}
-	if len(c.entries) > maxCached {
-		t.Errorf("%d entries, want at most %d", len(c.entries), maxCached)
+	if _, _, ok := c.get(key("new199"), now); !ok {
+		t.Error("the last entry put is not held")
 	}
-	if _, ok := c.get("old1", now); ok {
-		t.Error("an expired entry was returned")
+	if _, _, ok := c.get(key("new0"), now); ok {
+		t.Error("the entry closest to expiry was kept in a full cache")
+	}
+	// Bytes: ten values of 400 bytes leave at most two (1000 bytes of values).
+	for i := range 10 {
+		c.put(key(fmt.Sprint("big", i)), strings.Repeat("x", 400), now.Add(2*time.Hour), now)
+	}
+	if _, b := c.held(); b > 100*entryOverhead+1000 {
+		t.Errorf("%d bytes held, want at most %d", b, 100*entryOverhead+1000)
+	}
+	c.put(key("huge"), strings.Repeat("x", 1<<20), now.Add(2*time.Hour), now)
+	if _, _, ok := c.get(key("huge"), now); ok {
+		t.Error("a value larger than the cache was stored")
+	}
+	if evicted == 0 {
+		t.Error("no eviction was told")
 	}
 }
 
@@ -412,7 +468,7 @@ func serveTLS(t *testing.T, cfg *tls.Config) string {
 func TestTLSConfigSelfSigned(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg, err := TLSConfig(ctx, "", "podjanitor-7d9f-abcde")
+	cfg, err := TLSConfig(ctx, TLSOptions{Hosts: []string{"podjanitor-7d9f-abcde"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +484,7 @@ func TestTLSConfigSelfSigned(t *testing.T) {
 		t.Errorf("the self-signed certificate expires at %v", c.NotAfter)
 	}
 	// A second process makes a certificate of its own.
-	cfg2, err := TLSConfig(ctx, "", "podjanitor-7d9f-abcde")
+	cfg2, err := TLSConfig(ctx, TLSOptions{Hosts: []string{"podjanitor-7d9f-abcde"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +536,7 @@ func TestTLSConfigFromFilesReloads(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	writeCertDir(t, dir, "first.example")
-	cfg, err := TLSConfig(ctx, dir)
+	cfg, err := TLSConfig(ctx, TLSOptions{CertDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +568,7 @@ func TestTLSConfigFromFilesReloads(t *testing.T) {
 }
 
 func TestTLSConfigMissingFiles(t *testing.T) {
-	if _, err := TLSConfig(context.Background(), t.TempDir()); err == nil {
+	if _, err := TLSConfig(context.Background(), TLSOptions{CertDir: t.TempDir()}); err == nil {
 		t.Error("TLSConfig with an empty directory: no error")
 	}
 }
