@@ -49,6 +49,7 @@ type tenantFlags struct {
 	runningPods                       bool
 	minAfter                          string
 	maxAfter                          string
+	crdCheckInterval                  time.Duration       // --tenant-crd-check-interval
 	restrictions                      policy.Restrictions // parsed by validate
 }
 
@@ -106,7 +107,9 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 		"Ask the API server to gzip its responses, the pod watch included. Saves network bytes when podjanitor runs far from the API server; costs the API server CPU for every pod event.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 	fs.BoolVar(&o.tenants.enabled, "tenant-policies", false,
-		"Honour tenant policies: the rules namespace owners write in PodLifetimePolicy resources (podjanitor.io/v1alpha1) for the pods of their namespace, tried after the pods' annotations and before --config's rules. Needs the CRD installed.")
+		"Honour tenant policies: the rules namespace owners write in PodLifetimePolicy resources (podjanitor.io/v1alpha1) for the pods of their namespace, tried after the pods' annotations and before --config's rules. Needs the CRD installed: without it podjanitor runs without tenant policies (a logged error, podjanitor_tenant_policies_available 0) and takes them up once the API server serves the resource, checked every --tenant-crd-check-interval.")
+	fs.DurationVar(&o.tenants.crdCheckInterval, "tenant-crd-check-interval", 30*time.Second,
+		"With --tenant-policies, while the API server does not serve PodLifetimePolicy (its CRD not installed), how often to ask again (at least 1s).")
 	fs.StringVar(&o.tenants.forbiddenClocks, "tenant-forbidden-clocks", "",
 		"Comma-separated clocks (finished, pending, crashLooping, created) no tenant policy may use; a policy with such a rule is not used (Ready=False).")
 	fs.StringVar(&o.tenants.forbiddenActions, "tenant-forbidden-actions", "",
@@ -289,6 +292,9 @@ func (t *tenantFlags) validate(bad func(flag, why string, args ...any) error) er
 		return bad("tenant-max-after", "%s is less than --tenant-min-after=%s: no tenant rule could be used", t.maxAfter, t.minAfter)
 	}
 	r.MaxAfter = maxAfter
+	if t.crdCheckInterval < time.Second {
+		return bad("tenant-crd-check-interval", "%v: must be at least 1s", t.crdCheckInterval)
+	}
 	return nil
 }
 

@@ -65,7 +65,7 @@ func TestTenantFlags(t *testing.T) {
 		t.Errorf("by default tenant policies are honoured (%v, %v), want off", o.tenants.enabled, err)
 	}
 	for _, bad := range [][]string{{"--tenant-forbidden-clocks=sometime"}, {"--tenant-forbidden-actions=kill"}, {"--tenant-min-after=1x"},
-		{"--tenant-max-after=1x"}, {"--tenant-min-after=2d", "--tenant-max-after=1d"}} {
+		{"--tenant-max-after=1x"}, {"--tenant-min-after=2d", "--tenant-max-after=1d"}, {"--tenant-crd-check-interval=500ms"}, {"--tenant-crd-check-interval=0s"}} {
 		var usage usageError
 		if _, err := parseFlags(daemonCommand, bad); err == nil || !errors.As(err, &usage) {
 			t.Errorf("%q: %v, want a usage error", bad, err)
@@ -73,21 +73,16 @@ func TestTenantFlags(t *testing.T) {
 	}
 }
 
-// TestTenantPoliciesWithoutCRDFailFast: --tenant-policies without the CRD
-// (or without the right to list the resource) is an error at start-up, not
-// a controller that waits for ever for a cache that cannot sync.
-func TestTenantPoliciesWithoutCRDFailFast(t *testing.T) {
-	for name, answer := range map[string]error{
-		"no CRD":    apierrors.NewNotFound(v1alpha1.Resource("podlifetimepolicies"), ""),
-		"forbidden": apierrors.NewForbidden(v1alpha1.Resource("podlifetimepolicies"), "", errors.New("RBAC")),
-	} {
-		t.Run(name, func(t *testing.T) {
-			pj := pjfake.NewSimpleClientset()
-			pj.PrependReactor("list", "podlifetimepolicies", func(core.Action) (bool, runtime.Object, error) { return true, nil, answer })
-			o := &flagValues{tenants: tenantFlags{enabled: true}}
-			if _, err := startTenantPolicies(context.Background(), nil, &clients{podjanitor: pj}, o); err == nil || !strings.Contains(err.Error(), "--tenant-policies") {
-				t.Errorf("startTenantPolicies = %v, want an error about --tenant-policies", err)
-			}
-		})
+// TestTenantPoliciesWithoutListRightFailFast: --tenant-policies without the
+// right to list the resource is an error at start-up, not a controller that
+// waits for ever for a cache that cannot sync. (Without the CRD it runs
+// without them: TestTenantPoliciesWaitForTheirCRD.)
+func TestTenantPoliciesWithoutListRightFailFast(t *testing.T) {
+	pj := pjfake.NewSimpleClientset()
+	forbidden := apierrors.NewForbidden(v1alpha1.Resource("podlifetimepolicies"), "", errors.New("RBAC"))
+	pj.PrependReactor("list", "podlifetimepolicies", func(core.Action) (bool, runtime.Object, error) { return true, nil, forbidden })
+	o := &flagValues{tenants: tenantFlags{enabled: true, crdCheckInterval: time.Second}}
+	if _, err := startTenantPolicies(context.Background(), nil, &clients{podjanitor: pj}, o); err == nil || !strings.Contains(err.Error(), "--tenant-policies") {
+		t.Errorf("startTenantPolicies = %v, want an error about --tenant-policies", err)
 	}
 }
