@@ -15,23 +15,27 @@ func TestChartTenantPolicies(t *testing.T) {
 	r := renderChart(t)
 	o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
 	if !o.tenants.enabled || len(o.tenants.restrictions.ForbiddenClocks) > 0 || len(o.tenants.restrictions.ForbiddenActions) > 0 ||
-		o.tenants.restrictions.NoRunningPods || o.tenants.restrictions.MinAfter != 0 || o.tenants.restrictions.MaxAfter != 0 {
+		o.tenants.restrictions.NoRunningPods || o.tenants.restrictions.MinAfter != 0 || o.tenants.restrictions.MaxAfter != 0 || o.tenants.crdCheckInterval != 30*time.Second ||
+		len(o.tenants.restrictions.ProtectedNamespaces) > 0 || len(o.tenants.restrictions.ProtectedPriorityClasses) > 0 {
 		t.Errorf("default tenant flags %+v, want tenant policies on without restrictions", o.tenants)
 	}
 	r = renderChart(t, "tenantPolicies.forbiddenClocks={created,crashLooping}", "tenantPolicies.forbiddenActions={evict}",
-		"tenantPolicies.runningPods=false", "tenantPolicies.minAfter=1h", "tenantPolicies.maxAfter=7d")
+		"tenantPolicies.runningPods=false", "tenantPolicies.minAfter=1h", "tenantPolicies.maxAfter=7d", "tenantPolicies.crdCheckInterval=5s",
+		"tenantPolicies.protectedNamespaces={platform,monitoring}", "tenantPolicies.protectedPriorityClasses={tier-1}")
 	o = checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
 	got := o.tenants.restrictions
 	if !o.tenants.enabled || !slices.Equal(got.ForbiddenClocks, []policy.Clock{policy.ClockCreated, policy.ClockCrashLooping}) ||
-		!slices.Equal(got.ForbiddenActions, []policy.Action{policy.ActionEvict}) || !got.NoRunningPods || got.MinAfter != time.Hour || got.MaxAfter != 7*24*time.Hour {
-		t.Errorf("restrictions %+v did not carry the values", got)
+		!slices.Equal(got.ForbiddenActions, []policy.Action{policy.ActionEvict}) || !got.NoRunningPods || got.MinAfter != time.Hour || got.MaxAfter != 7*24*time.Hour || o.tenants.crdCheckInterval != 5*time.Second ||
+		!slices.Equal(got.ProtectedNamespaces, []string{"platform", "monitoring"}) || !slices.Equal(got.ProtectedPriorityClasses, []string{"tier-1"}) {
+		t.Errorf("restrictions %+v (CRD check every %v) did not carry the values", got, o.tenants.crdCheckInterval)
 	}
 	r = renderChart(t, "tenantPolicies.enabled=false")
 	if o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap()); o.tenants.enabled {
 		t.Error("tenantPolicies.enabled=false still renders --tenant-policies")
 	}
 	for _, set := range []string{"tenantPolicies.forbiddenClocks={sometime}", "tenantPolicies.forbiddenActions={kill}",
-		"tenantPolicies.minAfter=1x", "tenantPolicies.maxAfter=7 days", "tenantPolicies.enabled=yes", "tenantPolicies.minimumAfter=1h"} {
+		"tenantPolicies.minAfter=1x", "tenantPolicies.maxAfter=7 days", "tenantPolicies.enabled=yes", "tenantPolicies.minimumAfter=1h", "tenantPolicies.crdCheckInterval=1d",
+		"tenantPolicies.protectedNamespaces={Platform}", "tenantPolicies.protectedPriorityClasses={tier_1}"} {
 		if _, err := helmTemplate(t, set); err == nil {
 			t.Errorf("helm template --set %s succeeded, want values.schema.json to refuse it", set)
 		}

@@ -174,11 +174,15 @@ func (r *chartRender) policyConfigMap() *corev1.ConfigMap {
 }
 
 // crdFile is the PodLifetimePolicy CRD (hack/crdgen writes it, and the
-// same bytes into the chart's crds/).
+// same bytes into the chart's files/, which templates/crd.yaml renders).
 const crdFile = "artifacts/crd/podjanitor.io_podlifetimepolicies.yaml"
 
-// checkCRD: r has exactly the CRD of artifacts/crd.
-func checkCRD(t *testing.T, what string, r *chartRender) {
+// keepPolicy is the annotation that keeps the chart's CRD on helm uninstall.
+const keepPolicy = "helm.sh/resource-policy"
+
+// checkCRD: r has exactly the CRD of artifacts/crd, but for the annotations
+// it returns.
+func checkCRD(t *testing.T, what string, r *chartRender) map[string]string {
 	t.Helper()
 	data, err := os.ReadFile(crdFile)
 	if err != nil {
@@ -189,36 +193,52 @@ func checkCRD(t *testing.T, what string, r *chartRender) {
 	if len(crds) != 1 {
 		t.Fatalf("%s: %d CustomResourceDefinitions, want the one of %s", what, len(crds), crdFile)
 	}
-	if !reflect.DeepEqual(crds[0].Object, want.Object) {
-		t.Errorf("%s: the CRD %s is not the one of %s", what, crds[0].GetName(), crdFile)
+	got := crds[0].DeepCopy()
+	annotations := got.GetAnnotations()
+	got.SetAnnotations(nil)
+	if !reflect.DeepEqual(got.Object, want.Object) {
+		t.Errorf("%s: the CRD %s is not the one of %s", what, got.GetName(), crdFile)
 	}
+	return annotations
 }
 
-// TestChartInstallsTheCRD: the chart's crds/ is artifacts/crd's file, which
-// helm installs before the templates (and `helm template --include-crds`
-// shows); kustomize builds the same from artifacts/crd.
+// TestChartInstallsTheCRD: the chart renders artifacts/crd's CRD from its
+// templates (helm installs crds/ on a fresh install only, never on an
+// upgrade, so an upgrade from v0.1.0 would lack it; test/e2e
+// TestHelmUpgradeFromV010 upgrades), kept on uninstall; crds.install=false
+// renders none; crds/ is empty (a CRD there and in templates/ would make a
+// fresh install fail on an object that exists); kustomize builds the same
+// CRD from artifacts/crd.
 func TestChartInstallsTheCRD(t *testing.T) {
 	want, err := os.ReadFile(crdFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	chartCopy := filepath.Join(chartDir, "crds", filepath.Base(crdFile))
+	chartCopy := filepath.Join(chartDir, "files", filepath.Base(crdFile))
 	if got, err := os.ReadFile(chartCopy); err != nil || !bytes.Equal(got, want) {
 		t.Errorf("%s differs from %s (err %v): run hack/update-codegen.sh", chartCopy, crdFile, err)
 	}
-	entries, err := os.ReadDir(filepath.Join(chartDir, "crds"))
-	if err != nil || len(entries) != 1 {
-		t.Errorf("%s/crds: %d files (err %v), want the CRD alone", chartDir, len(entries), err)
+	if entries, err := os.ReadDir(filepath.Join(chartDir, "crds")); err == nil && len(entries) > 0 {
+		t.Errorf("%s/crds has %d files, want none: the CRD is a template", chartDir, len(entries))
+	}
+	annotations := checkCRD(t, "helm template", renderChart(t))
+	if !reflect.DeepEqual(annotations, map[string]string{keepPolicy: "keep"}) {
+		t.Errorf("the chart's CRD has annotations %v, want %s: keep alone", annotations, keepPolicy)
 	}
 	out, err := runHelm(t, "template", "podjanitor", chartDir, "--namespace", deployNamespace, "--include-crds")
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkCRD(t, "helm template --include-crds", decodeRender(t, out))
-	if r := renderChart(t); len(r.other("CustomResourceDefinition")) != 0 {
-		t.Error("the CRD is rendered as a template too; helm installs crds/ on its own")
+	if r := renderChart(t, "crds.install=false"); len(r.other("CustomResourceDefinition")) != 0 {
+		t.Error("crds.install=false still renders the CRD")
 	}
-	checkCRD(t, "kustomize build artifacts/crd", kustomizeBuild(t, "artifacts/crd"))
+	if _, err := helmTemplate(t, "crds.install=yes"); err == nil {
+		t.Error("helm template --set crds.install=yes succeeded, want values.schema.json to refuse it")
+	}
+	if annotations := checkCRD(t, "kustomize build artifacts/crd", kustomizeBuild(t, "artifacts/crd")); len(annotations) != 0 {
+		t.Errorf("artifacts/crd's CRD has annotations %v, want none", annotations)
+	}
 }
 
 func TestHelmLint(t *testing.T) {

@@ -47,9 +47,12 @@ type flagValues struct {
 type tenantFlags struct {
 	enabled                           bool
 	forbiddenClocks, forbiddenActions string
+	protectedNamespaces               string // --tenant-protected-namespaces
+	protectedClasses                  string // --tenant-protected-priority-classes
 	runningPods                       bool
 	minAfter                          string
 	maxAfter                          string
+	crdCheckInterval                  time.Duration       // --tenant-crd-check-interval
 	restrictions                      policy.Restrictions // parsed by validate
 }
 
@@ -107,7 +110,13 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 		"Ask the API server to gzip its responses, the pod watch included. Saves network bytes when podjanitor runs far from the API server; costs the API server CPU for every pod event.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 	fs.BoolVar(&o.tenants.enabled, "tenant-policies", false,
-		"Honour tenant policies: the rules namespace owners write in PodLifetimePolicy resources (podjanitor.io/v1alpha1) for the pods of their namespace, tried after the pods' annotations and before --config's rules. Needs the CRD installed.")
+		"Honour tenant policies: the rules namespace owners write in PodLifetimePolicy resources (podjanitor.io/v1alpha1) for the pods of their namespace, tried after the pods' annotations and before --config's rules. Needs the CRD installed: without it podjanitor runs without tenant policies (a logged error, podjanitor_tenant_policies_available 0) and takes them up once the API server serves the resource, checked every --tenant-crd-check-interval.")
+	fs.StringVar(&o.tenants.protectedNamespaces, "tenant-protected-namespaces", "",
+		"Comma-separated namespaces whose pods no tenant policy removes, besides kube-system (always); a policy in one is not used (Ready=False, ProtectedNamespace). The policy file's rules and the pods' own annotations still apply there.")
+	fs.StringVar(&o.tenants.protectedClasses, "tenant-protected-priority-classes", "",
+		"Comma-separated priority classes whose pods no tenant policy removes, besides system-node-critical and system-cluster-critical (always); a policy whose rule includes one is not used. The policy file's rules and the pods' own annotations still apply to them.")
+	fs.DurationVar(&o.tenants.crdCheckInterval, "tenant-crd-check-interval", 30*time.Second,
+		"With --tenant-policies, while the API server does not serve PodLifetimePolicy (its CRD not installed), how often to ask again (at least 1s).")
 	fs.StringVar(&o.tenants.forbiddenClocks, "tenant-forbidden-clocks", "",
 		"Comma-separated clocks (finished, pending, crashLooping, created) no tenant policy may use; a policy with such a rule is not used (Ready=False).")
 	fs.StringVar(&o.tenants.forbiddenActions, "tenant-forbidden-actions", "",
@@ -303,6 +312,18 @@ func (t *tenantFlags) validate(bad func(flag, why string, args ...any) error) er
 		}
 		r.ForbiddenActions = append(r.ForbiddenActions, action)
 	}
+	for _, name := range splitList(t.protectedNamespaces) {
+		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+			return bad("tenant-protected-namespaces", "%q is not a namespace name: %s", name, strings.Join(errs, "; "))
+		}
+		r.ProtectedNamespaces = append(r.ProtectedNamespaces, name)
+	}
+	for _, name := range splitList(t.protectedClasses) {
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			return bad("tenant-protected-priority-classes", "%q is not a priority class name: %s", name, strings.Join(errs, "; "))
+		}
+		r.ProtectedPriorityClasses = append(r.ProtectedPriorityClasses, name)
+	}
 	r.NoRunningPods = !t.runningPods
 	minAfter, err := policy.ParseDuration(t.minAfter)
 	if err != nil {
@@ -317,6 +338,9 @@ func (t *tenantFlags) validate(bad func(flag, why string, args ...any) error) er
 		return bad("tenant-max-after", "%s is less than --tenant-min-after=%s: no tenant rule could be used", t.maxAfter, t.minAfter)
 	}
 	r.MaxAfter = maxAfter
+	if t.crdCheckInterval < time.Second {
+		return bad("tenant-crd-check-interval", "%v: must be at least 1s", t.crdCheckInterval)
+	}
 	return nil
 }
 

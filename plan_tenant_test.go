@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,20 +53,23 @@ func TestPlanShowsTenantPolicies(t *testing.T) {
 // bad values are usage errors.
 func TestTenantFlags(t *testing.T) {
 	o, err := parseFlags(daemonCommand, []string{"--tenant-policies", "--tenant-forbidden-clocks=created, crashLooping",
-		"--tenant-forbidden-actions=evict", "--tenant-running-pods=false", "--tenant-min-after=1d", "--tenant-max-after=1w"})
+		"--tenant-forbidden-actions=evict", "--tenant-running-pods=false", "--tenant-min-after=1d", "--tenant-max-after=1w",
+		"--tenant-protected-namespaces=platform, monitoring", "--tenant-protected-priority-classes=tier-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := o.tenants.restrictions
 	if !o.tenants.enabled || len(r.ForbiddenClocks) != 2 || r.ForbiddenClocks[1] != policy.ClockCrashLooping ||
-		len(r.ForbiddenActions) != 1 || !r.NoRunningPods || r.MinAfter != 24*time.Hour || r.MaxAfter != 7*24*time.Hour {
+		len(r.ForbiddenActions) != 1 || !r.NoRunningPods || r.MinAfter != 24*time.Hour || r.MaxAfter != 7*24*time.Hour ||
+		!slices.Equal(r.ProtectedNamespaces, []string{"platform", "monitoring"}) || !slices.Equal(r.ProtectedPriorityClasses, []string{"tier-1"}) {
 		t.Errorf("tenant flags %+v", o.tenants)
 	}
 	if o, err := parseFlags(daemonCommand, nil); err != nil || o.tenants.enabled {
 		t.Errorf("by default tenant policies are honoured (%v, %v), want off", o.tenants.enabled, err)
 	}
 	for _, bad := range [][]string{{"--tenant-forbidden-clocks=sometime"}, {"--tenant-forbidden-actions=kill"}, {"--tenant-min-after=1x"},
-		{"--tenant-max-after=1x"}, {"--tenant-min-after=2d", "--tenant-max-after=1d"}} {
+		{"--tenant-max-after=1x"}, {"--tenant-min-after=2d", "--tenant-max-after=1d"}, {"--tenant-crd-check-interval=500ms"}, {"--tenant-crd-check-interval=0s"},
+		{"--tenant-protected-namespaces=Platform"}, {"--tenant-protected-namespaces=ok,a_b"}, {"--tenant-protected-priority-classes=Tier 1"}} {
 		var usage usageError
 		if _, err := parseFlags(daemonCommand, bad); err == nil || !errors.As(err, &usage) {
 			t.Errorf("%q: %v, want a usage error", bad, err)
@@ -73,21 +77,16 @@ func TestTenantFlags(t *testing.T) {
 	}
 }
 
-// TestTenantPoliciesWithoutCRDFailFast: --tenant-policies without the CRD
-// (or without the right to list the resource) is an error at start-up, not
-// a controller that waits for ever for a cache that cannot sync.
-func TestTenantPoliciesWithoutCRDFailFast(t *testing.T) {
-	for name, answer := range map[string]error{
-		"no CRD":    apierrors.NewNotFound(v1alpha1.Resource("podlifetimepolicies"), ""),
-		"forbidden": apierrors.NewForbidden(v1alpha1.Resource("podlifetimepolicies"), "", errors.New("RBAC")),
-	} {
-		t.Run(name, func(t *testing.T) {
-			pj := pjfake.NewSimpleClientset()
-			pj.PrependReactor("list", "podlifetimepolicies", func(core.Action) (bool, runtime.Object, error) { return true, nil, answer })
-			o := &flagValues{tenants: tenantFlags{enabled: true}}
-			if _, err := startTenantPolicies(context.Background(), nil, &clients{podjanitor: pj}, o); err == nil || !strings.Contains(err.Error(), "--tenant-policies") {
-				t.Errorf("startTenantPolicies = %v, want an error about --tenant-policies", err)
-			}
-		})
+// TestTenantPoliciesWithoutListRightFailFast: --tenant-policies without the
+// right to list the resource is an error at start-up, not a controller that
+// waits for ever for a cache that cannot sync. (Without the CRD it runs
+// without them: TestTenantPoliciesWaitForTheirCRD.)
+func TestTenantPoliciesWithoutListRightFailFast(t *testing.T) {
+	pj := pjfake.NewSimpleClientset()
+	forbidden := apierrors.NewForbidden(v1alpha1.Resource("podlifetimepolicies"), "", errors.New("RBAC"))
+	pj.PrependReactor("list", "podlifetimepolicies", func(core.Action) (bool, runtime.Object, error) { return true, nil, forbidden })
+	o := &flagValues{tenants: tenantFlags{enabled: true, crdCheckInterval: time.Second}}
+	if _, err := startTenantPolicies(context.Background(), nil, &clients{podjanitor: pj}, o); err == nil || !strings.Contains(err.Error(), "--tenant-policies") {
+		t.Errorf("startTenantPolicies = %v, want an error about --tenant-policies", err)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/podjanitor/podjanitor/internal/events"
+	"github.com/podjanitor/podjanitor/internal/served"
 	"github.com/podjanitor/podjanitor/internal/tenant"
 	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
 	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
@@ -331,13 +332,14 @@ func startTenantPolicies(ctx context.Context, c *Controller, clients *clients, o
 	if !o.tenants.enabled {
 		return func() bool { return true }, nil
 	}
-	// Without the CRD the informer would never sync, and the controller
-	// would never start: say so at once instead.
-	_, err = clients.podjanitor.PodjanitorV1alpha1().PodLifetimePolicies(o.scope.namespace).List(ctx, metav1.ListOptions{Limit: 1})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("--tenant-policies: the API server does not serve %s (install its CRD: kubectl apply -k artifacts/crd): %w", policy.TenantKind, err)
-	case apierrors.IsForbidden(err):
+	// Without the CRD the informer would never sync: the controller runs
+	// without tenant policies until the API server serves them.
+	probe := func(ctx context.Context) error {
+		_, err := clients.podjanitor.PodjanitorV1alpha1().PodLifetimePolicies(o.scope.namespace).List(ctx, metav1.ListOptions{Limit: 1})
+		return err
+	}
+	err = probe(ctx)
+	if apierrors.IsForbidden(err) {
 		return nil, fmt.Errorf("--tenant-policies: podjanitor may not list %s (see its RBAC): %w", policy.TenantKind, err)
 	}
 	informer := newTenantInformer(clients.podjanitor, o.scope)
@@ -349,6 +351,47 @@ func startTenantPolicies(ctx context.Context, c *Controller, clients *clients, o
 	r := o.tenants.restrictions
 	klog.FromContext(ctx).Info("Honouring tenant policies", "kind", policy.TenantKind,
 		"disallowedClocks", r.ForbiddenClocks, "disallowedActions", r.ForbiddenActions, "runningPods", !r.NoRunningPods, "minAfter", r.MinAfter, "maxAfter", r.MaxAfter)
+	if served.Absent(err) {
+		return c.awaitTenantAPI(ctx, informer, probe, o.tenants.crdCheckInterval, err), nil
+	}
+	c.metrics.SetTenantPoliciesAvailable(true)
 	go informer.RunWithContext(ctx)
 	return informer.HasSynced, nil
+}
+
+// awaitTenantAPI runs the controller without tenant policies while the API
+// server does not serve them (absent is the probe's answer: their CRD is not
+// installed, as after a `helm upgrade` from a chart without it): the
+// controller's caches and /readyz do not wait for them, and the probe is
+// made again every interval. Once it succeeds, the informer starts, and when
+// its handler has seen the initial list every pod is decided again with the
+// policies it found. Until then pods are decided as without --tenant-policies.
+func (c *Controller) awaitTenantAPI(ctx context.Context, informer cache.SharedIndexInformer, probe func(context.Context) error,
+	interval time.Duration, absent error) (synced func() bool) {
+	logger := klog.FromContext(ctx)
+	logger.Error(absent, "Tenant policies unavailable: the API server does not serve them; running without them until it does (install the CRD: kubectl apply -k artifacts/crd, or the chart's crds.install)",
+		"kind", policy.TenantKind, "checkEvery", interval)
+	c.metrics.SetTenantPoliciesAvailable(false)
+	handlerSynced := c.tenants.synced
+	c.tenants.synced = func() bool { return true }
+	go func() {
+		if !served.Await(ctx, c.clock, interval, probe, func(err error) {
+			logger.Error(err, "Checking whether the API server serves tenant policies", "kind", policy.TenantKind)
+		}) {
+			return
+		}
+		logger.Info("The API server serves tenant policies now: starting their informer", "kind", policy.TenantKind)
+		go informer.RunWithContext(ctx)
+		if !cache.WaitForNamedCacheSyncWithContext(ctx, handlerSynced) {
+			return
+		}
+		c.metrics.SetTenantPoliciesAvailable(true)
+		for _, key := range c.pods.ListKeys() {
+			if name, err := cache.ParseObjectName(key); err == nil {
+				c.queue.Add(name)
+			}
+		}
+		logger.Info("Honouring tenant policies from now on: every pod decided again", "kind", policy.TenantKind)
+	}()
+	return c.tenants.synced
 }

@@ -178,6 +178,76 @@ func TestDeletingTenantPolicyCancelsItsDeadlines(t *testing.T) {
 	checkActions(t, nil, f.podWrites())
 }
 
+// TestTenantPoliciesWaitForTheirCRD: with --tenant-policies and the CRD not
+// installed (a `helm upgrade` from a chart without it), podjanitor starts
+// without tenant policies: its caches count as synced at once,
+// podjanitor_tenant_policies_available is 0, and it asks the API server
+// again every --tenant-crd-check-interval. Once the resource is served it
+// starts the informer and decides every pod again with the policies it finds:
+// the pod team-a's policy makes due is removed, team-b's pod of the same age
+// stays.
+func TestTenantPoliciesWaitForTheirCRD(t *testing.T) {
+	a := tenantPod("old", "team-a", t0.Add(-2*time.Hour), nil)
+	b := tenantPod("old", "team-b", t0.Add(-2*time.Hour), nil)
+	f := &tenantFixture{fixture: newFixtureWithNamespaces(t, Options{}, nil, a, b)}
+	ctx, cancel := context.WithCancel(f.ctx)
+	t.Cleanup(cancel)
+	pj := pjfake.NewSimpleClientset(lifetimePolicy("team-a", "cleanup", maxAgeRule))
+	f.pj = pj
+	var absent atomic.Bool
+	var lists atomic.Int32
+	absent.Store(true)
+	pj.PrependReactor("list", "podlifetimepolicies", func(core.Action) (bool, runtime.Object, error) {
+		lists.Add(1)
+		if absent.Load() {
+			return true, nil, apierrors.NewNotFound(v1alpha1.Resource("podlifetimepolicies"), "")
+		}
+		return false, nil, nil
+	})
+	const interval = 30 * time.Second
+	o := &flagValues{tenants: tenantFlags{enabled: true, crdCheckInterval: interval}}
+	synced, err := startTenantPolicies(ctx, f.fixture.c, &clients{podjanitor: pj}, o)
+	if err != nil {
+		t.Fatalf("startTenantPolicies without the CRD: %v, want podjanitor to run without tenant policies", err)
+	}
+	if !synced() || !f.c.tenants.synced() {
+		t.Fatal("/readyz or the controller's start waits for tenant policies that the API server does not serve")
+	}
+	available := func() float64 { return metricValue(f.metrics, "podjanitor_tenant_policies_available") }
+	if got := available(); got != 0 {
+		t.Errorf("podjanitor_tenant_policies_available = %v without the CRD, want 0", got)
+	}
+	// probeAfterInterval steps the clock by the interval until the next probe.
+	probeAfterInterval := func() {
+		t.Helper()
+		n := lists.Load()
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			if lists.Load() > n {
+				return true, nil
+			}
+			f.clock.Step(interval)
+			return false, nil
+		}); err != nil {
+			t.Fatalf("no probe of the API server in 10s of clock steps of %v", interval)
+		}
+	}
+	probeAfterInterval()
+	time.Sleep(50 * time.Millisecond)
+	if got := f.c.queue.Len(); got != 0 {
+		t.Fatalf("%d keys queued while the CRD is still absent, want none", got)
+	}
+
+	absent.Store(false)
+	probeAfterInterval()
+	f.waitQueued(2)
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return available() == 1, nil }); err != nil {
+		t.Errorf("podjanitor_tenant_policies_available = %v once the CRD is served, want 1", available())
+	}
+	f.drain()
+	checkActions(t, []core.Action{deleteAction(a)}, f.podWrites())
+}
+
 // dueWithFreshReadFailing runs a pod due by a cached policy while the fresh
 // read of that policy before the removal answers fault, and checks that
 // nothing is removed and the pod is decided again with backoff; it returns

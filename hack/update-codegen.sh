@@ -6,7 +6,7 @@
 #   pkg/generated/{clientset,informers,listers}
 # and, from the same Go types, the CRD (hack/crdgen):
 #   artifacts/crd/podjanitor.io_podlifetimepolicies.yaml and its copy in
-#   charts/podjanitor/crds/.
+#   charts/podjanitor/files/ (the chart's templates/crd.yaml renders it).
 # The generators are built into _output/codegen/bin (kept between runs).
 # hack/verify-codegen.sh (in `make vet`) fails when any of it is stale.
 set -euo pipefail

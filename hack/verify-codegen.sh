@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Fails when the generated code of the podjanitor.io API is stale: runs
 # hack/update-codegen.sh and compares what it writes with what is checked in
-# (pkg/, artifacts/crd, charts/podjanitor/crds). The tree is left as it was.
+# (pkg/, artifacts/crd, charts/podjanitor/files). The tree is left as it was.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-generated=(pkg artifacts/crd charts/podjanitor/crds)
+generated=(pkg artifacts/crd charts/podjanitor/files)
 
 saved=$(mktemp -d)
 trap 'rm -rf "$saved"' EXIT

@@ -25,6 +25,18 @@ const TenantSourcePrefix = "podlifetimepolicy/"
 type TenantPolicy struct {
 	Namespace, Name string
 	Policy          *Policy
+	// protected are the Restrictions' protected namespaces and priority
+	// classes it was made under, which Decide holds on its own too.
+	protected protection
+}
+
+// protection is what the cluster admin protects from tenant policies,
+// besides kube-system and CriticalPriorityClasses.
+type protection struct{ namespaces, classes []string }
+
+// covers says whether pod is out of reach.
+func (p protection) covers(pod *corev1.Pod) bool {
+	return slices.Contains(p.namespaces, pod.Namespace) || slices.Contains(p.classes, pod.Spec.PriorityClassName)
 }
 
 // Key is "<namespace>/<name>", as Decision.Policy names it.
@@ -71,16 +83,31 @@ type Restrictions struct {
 	// rules come before the cluster's, so without it a tenant rule could
 	// keep pods longer than a cluster rule would.
 	MaxAfter time.Duration
+	// ProtectedNamespaces are namespaces (exact names) whose pods no tenant
+	// policy removes, besides kube-system: a policy in one is not used
+	// (TenantReasonProtected).
+	ProtectedNamespaces []string
+	// ProtectedPriorityClasses are priority classes whose pods no tenant
+	// policy removes, besides CriticalPriorityClasses: a rule that includes
+	// one is forbidden, and Decide passes their pods by whatever the rules say.
+	// Neither list changes what the policy file's rules or a pod's own
+	// annotations do.
+	ProtectedPriorityClasses []string
 }
 
 // NewTenantPolicy validates rules as the policy file's are, and then as a
 // tenant policy's: no namespace matchers (its namespace is its scope), no
-// critical priority class, nothing the restrictions forbid; and never in
-// kube-system. The error is a *TenantError.
+// critical or protected priority class, nothing the restrictions forbid;
+// and never in kube-system or a protected namespace. The error is a
+// *TenantError.
 func NewTenantPolicy(namespace, name string, rules []Rule, r Restrictions) (*TenantPolicy, error) {
 	if namespace == metav1.NamespaceSystem {
 		return nil, &TenantError{Reason: TenantReasonProtected,
 			Message: fmt.Sprintf("the pods of %s are never removed by a %s", metav1.NamespaceSystem, TenantKind)}
+	}
+	if slices.Contains(r.ProtectedNamespaces, namespace) {
+		return nil, &TenantError{Reason: TenantReasonProtected,
+			Message: fmt.Sprintf("the cluster admin protects namespace %s: its pods are never removed by a %s", namespace, TenantKind)}
 	}
 	for i, rule := range rules {
 		label := ruleLabel(i, rule.Name)
@@ -106,7 +133,8 @@ func NewTenantPolicy(namespace, name string, rules []Rule, r Restrictions) (*Ten
 			return nil, &TenantError{Reason: TenantReasonForbidden, Message: fmt.Sprintf("%s: %v", ruleLabel(i, rule.Name), err)}
 		}
 	}
-	return &TenantPolicy{Namespace: namespace, Name: name, Policy: p}, nil
+	return &TenantPolicy{Namespace: namespace, Name: name, Policy: p,
+		protected: protection{namespaces: slices.Clone(r.ProtectedNamespaces), classes: slices.Clone(r.ProtectedPriorityClasses)}}, nil
 }
 
 func invalidTenant(format string, args ...any) error {
@@ -117,6 +145,11 @@ func invalidTenant(format string, args ...any) error {
 func (r Restrictions) check(rule Rule) error {
 	if slices.Contains(r.ForbiddenClocks, rule.Clock) {
 		return fmt.Errorf("clock: the cluster admin forbids clock %q in a %s", rule.Clock, TenantKind)
+	}
+	for i, class := range rule.Match.PriorityClassNames.Include {
+		if slices.Contains(r.ProtectedPriorityClasses, class) {
+			return fmt.Errorf("match.priorityClassNames.include[%d]: the cluster admin protects the pods of priority class %s from every %s", i, class, TenantKind)
+		}
 	}
 	if rule.After < r.MinAfter {
 		return fmt.Errorf("after: %s is less than the %s the cluster admin allows at least", FormatDuration(rule.After), FormatDuration(r.MinAfter))
@@ -176,14 +209,15 @@ func mayMatchPhase(rule Rule, phase corev1.PodPhase) bool {
 
 // decideByTenants returns the decision of the namespace's tenant policies:
 // the first policy, by name, with a rule whose match and clock apply; the
-// zero Decision when none has. kube-system and the critical priority
-// classes are out of their reach whatever their rules say.
+// zero Decision when none has. kube-system, the critical priority classes
+// and the namespaces and priority classes the policy was made to protect are out of their
+// reach whatever their rules say.
 func (e *Evaluator) decideByTenants(pod *corev1.Pod, ns *Namespace, now time.Time) Decision {
 	if e.Tenants == nil || pod.Namespace == metav1.NamespaceSystem || slices.Contains(CriticalPriorityClasses, pod.Spec.PriorityClassName) {
 		return Decision{}
 	}
 	for _, t := range e.Tenants.For(pod.Namespace) {
-		if t == nil || t.Policy == nil || t.Namespace != pod.Namespace {
+		if t == nil || t.Policy == nil || t.Namespace != pod.Namespace || t.protected.covers(pod) {
 			continue
 		}
 		d := t.Policy.decide(pod, ns, now)

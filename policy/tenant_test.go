@@ -84,8 +84,9 @@ func (w wrongTenants) For(string) []*TenantPolicy { return w }
 
 // TestDecideTenantCannotRemoveProtected proves that no tenant policy can
 // take away a cluster protection: mirror and terminating pods, the pod's and
-// the namespace's keep, kube-system, the critical priority classes, and pods
-// of other namespaces.
+// the namespace's keep, kube-system, the critical priority classes, the
+// namespaces and priority classes the cluster admin protects, and pods of
+// other namespaces.
 func TestDecideTenantCannotRemoveProtected(t *testing.T) {
 	everything := Rule{Name: "everything", Clock: ClockCreated, After: 0}
 	// Built without NewTenantPolicy, which refuses these: Decide must hold on its own.
@@ -96,6 +97,7 @@ func TestDecideTenantCannotRemoveProtected(t *testing.T) {
 		}
 		return &TenantPolicy{Namespace: namespace, Name: "all", Policy: p}
 	}
+	protectedBy := func(p *TenantPolicy, by protection) *TenantPolicy { p.protected = by; return p }
 	critical := everything
 	critical.Match.PriorityClassNames.Include = []string{"system-node-critical", "system-cluster-critical"}
 	systemNS := everything
@@ -117,11 +119,60 @@ func TestDecideTenantCannotRemoveProtected(t *testing.T) {
 		{"system-node-critical", NewStaticTenants(raw("team-a", critical)), newPod(inNamespace("team-a"), withPriorityClass("system-node-critical")), anyNamespace, Decision{}},
 		{"system-cluster-critical", NewStaticTenants(raw("team-a", critical)), newPod(inNamespace("team-a"), withPriorityClass("system-cluster-critical")), anyNamespace, Decision{}},
 		{"another namespace's policy handed over by a broken index", wrongTenants{raw("team-a", everything)}, newPod(inNamespace("team-b")), anyNamespace, Decision{}},
+		{"a protected priority class", NewStaticTenants(protectedBy(raw("team-a", everything), protection{classes: []string{"tier-1"}})),
+			newPod(inNamespace("team-a"), withPriorityClass("tier-1")), anyNamespace, Decision{}},
+		{"a protected namespace", NewStaticTenants(protectedBy(raw("platform", everything), protection{namespaces: []string{"platform"}})),
+			newPod(inNamespace("platform")), anyNamespace, Decision{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := &Evaluator{Tenants: tt.tenants}
 			got, err := e.Decide(tt.pod, tt.ns, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Decide() mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestProtectionIsFromTenantPoliciesOnly: the namespaces and priority
+// classes the cluster admin protects (Restrictions.ProtectedNamespaces,
+// ProtectedPriorityClasses) are out of every tenant policy's reach, and only
+// of theirs: the policy file's rules and a pod's own annotations decide them
+// as before, and the policy still decides the pods of other classes.
+func TestProtectionIsFromTenantPoliciesOnly(t *testing.T) {
+	at := func(minutes int) time.Time { return created.Add(time.Duration(minutes) * time.Minute) }
+	cluster, err := NewPolicy(Rule{Name: "cluster-max-age", Clock: ClockCreated, After: 3 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewTenantPolicy("team-a", "all", []Rule{{Name: "max-age", Clock: ClockCreated, After: time.Hour}},
+		Restrictions{ProtectedNamespaces: []string{"platform"}, ProtectedPriorityClasses: []string{"tier-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Evaluator{Policy: cluster, Tenants: NewStaticTenants(p)}
+	tier1 := withPriorityClass("tier-1")
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		want Decision
+	}{
+		{"another class: the tenant's rule", newPod(inNamespace("team-a"), withPriorityClass("low")),
+			tenantDecision("team-a/all", "max-age", ClockCreated, ActionDelete, at(60))},
+		{"the protected class: the policy file's rule", newPod(inNamespace("team-a"), tier1),
+			Decision{Deadline: at(180), Action: ActionDelete, Source: "rule/cluster-max-age", Reason: string(ClockCreated), Rule: "cluster-max-age"}},
+		{"the protected class: its own ttl", newPod(inNamespace("team-a"), tier1, annotated("podjanitor.io/ttl", "30m")),
+			Decision{Deadline: at(30), Action: ActionDelete, Source: "podjanitor.io/ttl", Reason: ReasonTTL}},
+		{"the protected namespace: the policy file's rule", newPod(inNamespace("platform")),
+			Decision{Deadline: at(180), Action: ActionDelete, Source: "rule/cluster-max-age", Reason: string(ClockCreated), Rule: "cluster-max-age"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := e.Decide(tt.pod, anyNamespace, at(10))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,6 +236,14 @@ func TestNewTenantPolicyRefuses(t *testing.T) {
 			TenantReasonForbidden, `forbids action "delete", the default for the non-Running pods`},
 		{"second rule forbidden", "team-a", []Rule{finishedOnly, maxAge}, Restrictions{ForbiddenClocks: []Clock{ClockCreated}},
 			TenantReasonForbidden, `rule "max-age" (rules[1])`},
+		{"protected namespace", "platform", []Rule{finishedOnly}, Restrictions{ProtectedNamespaces: []string{"monitoring", "platform"}},
+			TenantReasonProtected, "the cluster admin protects namespace platform"},
+		{"other namespace than the protected ones", "team-a", []Rule{finishedOnly}, Restrictions{ProtectedNamespaces: []string{"platform"}}, "", ""},
+		{"protected class included", "team-a", []Rule{with(maxAge, func(r *Rule) { r.Match.PriorityClassNames.Include = []string{"low", "tier-1"} })},
+			Restrictions{ProtectedPriorityClasses: []string{"tier-1"}}, TenantReasonForbidden,
+			`rule "max-age" (rules[0]): match.priorityClassNames.include[1]: the cluster admin protects the pods of priority class tier-1`},
+		{"unprotected class included", "team-a", []Rule{with(maxAge, func(r *Rule) { r.Match.PriorityClassNames.Include = []string{"low"} })},
+			Restrictions{ProtectedPriorityClasses: []string{"tier-1"}}, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

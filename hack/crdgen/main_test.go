@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestCRDUpToDate: the CRD in artifacts/crd and in the chart's crds/ are
+// TestCRDUpToDate: the CRD in artifacts/crd and in the chart's files/ are
 // both what crdgen generates from the types now (hack/verify-codegen.sh
 // checks the rest of the generated code).
 func TestCRDUpToDate(t *testing.T) {

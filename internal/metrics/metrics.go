@@ -59,6 +59,7 @@ type Metrics struct {
 	leader             prometheus.Gauge
 	policyReloads      *prometheus.CounterVec
 	tenantPolicies     *prometheus.GaugeVec
+	tenantAPI          prometheus.Gauge
 	workqueue          workqueueMetrics
 	restRequestResults *prometheus.CounterVec
 	restLatency        *prometheus.HistogramVec
@@ -141,6 +142,10 @@ func New(controller, version, commit string) *Metrics {
 			Name: "podjanitor_tenant_policies",
 			Help: "Tenant policies (PodLifetimePolicy resources) podjanitor has read, by whether it uses their rules (ready=\"true\") or not (ready=\"false\": see their Ready condition). 0 with --tenant-policies=false.",
 		}, []string{"ready"}),
+		tenantAPI: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "podjanitor_tenant_policies_available",
+			Help: "1 while podjanitor honours tenant policies (--tenant-policies and the API server serves PodLifetimePolicy); 0 while the API server does not serve it (the CRD not installed: podjanitor runs without tenant policies and checks again every --tenant-crd-check-interval), and with --tenant-policies=false.",
+		}),
 		restRequestResults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rest_client_requests_total",
 			Help: "Number of HTTP requests to the API server, by status code, method and host.",
@@ -169,7 +174,7 @@ func New(controller, version, commit string) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics,
 		m.reconcileTime, m.activeWorkers, m.maxConcurrent, m.podsRemoved, m.removalErrors,
-		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, m.tenantPolicies, buildInfo, m.restRequestResults, m.restLatency,
+		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, m.tenantPolicies, m.tenantAPI, buildInfo, m.restRequestResults, m.restLatency,
 		m.leaderStatus, m.leaderSlowpath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
@@ -339,6 +344,18 @@ func (m *Metrics) SetTenantPolicies(ready, notReady int) {
 	if m != nil {
 		m.tenantPolicies.WithLabelValues("true").Set(float64(ready))
 		m.tenantPolicies.WithLabelValues("false").Set(float64(notReady))
+	}
+}
+
+// SetTenantPoliciesAvailable sets podjanitor_tenant_policies_available:
+// whether the tenant policies are honoured (their informer runs).
+func (m *Metrics) SetTenantPoliciesAvailable(available bool) {
+	if m != nil {
+		v := 0.0
+		if available {
+			v = 1
+		}
+		m.tenantAPI.Set(v)
 	}
 }
 
