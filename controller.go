@@ -116,6 +116,8 @@ type Controller struct {
 	clock    clock.WithTicker
 
 	// pods is the pod informer's store; see podcache.Pod for what it holds.
+	// podsSynced, namespacesSynced: the controller's handlers have taken
+	// the informers' initial lists.
 	pods       cache.Indexer
 	podsSynced cache.InformerSynced
 	// namespaces holds the labels and keep annotation of each namespace
@@ -177,11 +179,10 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 		burst = max(burst, 1)
 	}
 	c := &Controller{
-		client:     client,
-		reporter:   events.NewReporter(logger, recorder, clk, opts.DryRun, opts.NoRemovalEvents),
-		clock:      clk,
-		pods:       podInformer.Informer().GetIndexer(),
-		podsSynced: podInformer.Informer().HasSynced,
+		client:   client,
+		reporter: events.NewReporter(logger, recorder, clk, opts.DryRun, opts.NoRemovalEvents),
+		clock:    clk,
+		pods:     podInformer.Informer().GetIndexer(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](10*time.Millisecond, transientBackoffMax),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
@@ -194,11 +195,14 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 		opts:      opts,
 		metrics:   opts.Metrics,
 	}
-	c.namespaces, c.namespacesSynced = namespaceInformer.GetIndexer(), namespaceInformer.HasSynced
+	c.namespaces = namespaceInformer.GetIndexer()
 	c.nsReader = newNamespaceReader(client, clk, opts.WriteTimeout)
 	c.state = newPodStates(clk, c.now, opts.Metrics.SetPodsParked)
 	c.evaluator.Store(opts.Evaluator)
-	_, err := podInformer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+	// The workers wait for the handlers' registrations, not the informers:
+	// an informer has synced once its cache holds the initial list, its
+	// handlers may still be taking it (client-go's HasSynced says so).
+	podHandler, err := podInformer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
 		UpdateFunc: func(old, cur interface{}) {
 			oldMeta, err1 := meta.Accessor(old)
@@ -212,9 +216,11 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	if err != nil {
 		return nil, fmt.Errorf("adding pod event handler: %w", err)
 	}
-	if _, err := namespaceInformer.AddEventHandlerWithOptions(c.namespaceEventHandler(), cache.HandlerOptions{Logger: &logger}); err != nil {
+	namespaceHandler, err := namespaceInformer.AddEventHandlerWithOptions(c.namespaceEventHandler(), cache.HandlerOptions{Logger: &logger})
+	if err != nil {
 		return nil, fmt.Errorf("adding namespace event handler: %w", err)
 	}
+	c.podsSynced, c.namespacesSynced = podHandler.HasSynced, namespaceHandler.HasSynced
 	return c, nil
 }
 
@@ -313,7 +319,8 @@ func (c *Controller) SetEvaluator(e *policy.Evaluator) error {
 	return nil
 }
 
-// Run waits for the pod and namespace caches, then runs workers until ctx is cancelled. On
+// Run waits for the pod, namespace and tenant policy caches and for the
+// controller's handlers to have taken their initial lists, then runs workers until ctx is cancelled. On
 // cancellation workers stop taking keys and Run waits up to the shutdown timeout
 // for removals in flight; those keep a context of their own until then.
 func (c *Controller) Run(ctx context.Context, workers int) error {

@@ -34,12 +34,19 @@ import (
 )
 
 // Ready condition reasons besides policy.TenantReason*.
-const tenantReasonInUse = "RulesInUse"
+const (
+	tenantReasonInUse = "RulesInUse"
+	// tenantReasonDeleting: the policy has a deletion timestamp (a
+	// finalizer holds it): it gives no deadline, and no Warning says so.
+	tenantReasonDeleting = "Deleting"
+)
 
 // tenantPolicies is the controller's side of the tenant policies.
 type tenantPolicies struct {
-	client       versioned.Interface
-	lister       listers.PodLifetimePolicyLister
+	client versioned.Interface
+	lister listers.PodLifetimePolicyLister
+	// synced: the handler has taken the informer's initial list, so the
+	// store holds every policy (the informer's own HasSynced says less).
 	synced       cache.InformerSynced
 	restrictions policy.Restrictions
 
@@ -96,7 +103,6 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 	t := &tenantPolicies{
 		client:       client,
 		lister:       listers.NewPodLifetimePolicyLister(informer.GetIndexer()),
-		synced:       informer.HasSynced,
 		restrictions: r,
 		store:        tenant.NewStore(),
 		seen:         map[string]tenantSeen{},
@@ -111,13 +117,13 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 	e := *c.evaluator.Load()
 	e.Tenants = t.store
 	c.evaluator.Store(&e)
-	_, err := informer.AddEventHandlerWithOptions(cache.ResourceEventHandlerDetailedFuncs{
+	handler, err := informer.AddEventHandlerWithOptions(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj interface{}, isInInitialList bool) { c.tenantPolicyChanged(obj, !isInInitialList) },
 		UpdateFunc: func(old, cur interface{}) {
 			o, ok1 := old.(*v1alpha1.PodLifetimePolicy)
 			n, ok2 := cur.(*v1alpha1.PodLifetimePolicy)
-			// Status writes (ours) change neither: no work for them.
-			if !ok1 || !ok2 || o.Generation != n.Generation || o.UID != n.UID {
+			// Status writes (ours) change none of these: no work for them.
+			if !ok1 || !ok2 || o.Generation != n.Generation || o.UID != n.UID || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) {
 				c.tenantPolicyChanged(cur, true)
 			}
 		},
@@ -126,11 +132,13 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 	if err != nil {
 		return fmt.Errorf("adding tenant policy event handler: %w", err)
 	}
+	t.synced = handler.HasSynced
 	return nil
 }
 
 // tenantPolicyChanged converts a created or changed policy, puts it in the
-// store (or takes it out, when it cannot be used; writeTenantStatus warns), and
+// store (or takes it out, when it cannot be used or is being deleted;
+// writeTenantStatus warns about the former), and
 // decides its namespace's pods again (not for the initial list: every pod is
 // decided once the caches have synced).
 func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
@@ -142,6 +150,10 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 	t := c.tenants
 	key := p.Namespace + "/" + p.Name
 	converted, err := convertTenantPolicy(p, t.restrictions)
+	if p.DeletionTimestamp != nil { // deleted, held by a finalizer: its deadlines are gone
+		converted, err = nil, &policy.TenantError{Reason: tenantReasonDeleting,
+			Message: fmt.Sprintf("the policy is being deleted (since %s): its rules give no deadline", p.DeletionTimestamp.UTC().Format(time.RFC3339))}
+	}
 	seen := tenantSeen{uid: p.UID, generation: p.Generation, rules: len(p.Spec.Rules)}
 	if err != nil {
 		var te *policy.TenantError
@@ -274,7 +286,7 @@ func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
 	// One Warning per new reason or message, by the writer of the status
 	// (the leader), not by every replica's informer.
 	was := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
-	if seen.err != nil && (was == nil || was.Status != metav1.ConditionFalse || was.Reason != seen.err.Reason || was.Message != events.CutNote(seen.err.Message)) {
+	if seen.err != nil && seen.err.Reason != tenantReasonDeleting && (was == nil || was.Status != metav1.ConditionFalse || was.Reason != seen.err.Reason || was.Message != events.CutNote(seen.err.Message)) {
 		c.reporter.TenantPolicyNotUsed(tenantPolicyRef(p), seen.err.Reason, seen.err.Message)
 	}
 	return nil
@@ -289,7 +301,7 @@ var errTenantPolicyChanged = errors.New("the policy was deleted or changed since
 
 // confirm reads the policy of key from the API server (or takes a read of
 // the last tenantFreshness) and says whether it is the one the cache holds
-// and uses: same UID and generation. A pod it gave a deadline is removed only
+// and uses: same UID and generation, and no deletion timestamp. A pod it gave a deadline is removed only
 // then, so that a policy deleted a moment ago removes nothing even while its
 // watch lags behind.
 func (t *tenantPolicies) confirm(ctx context.Context, key string) error {
@@ -307,7 +319,7 @@ func (t *tenantPolicies) confirm(ctx context.Context, key string) error {
 	if !recent || t.clock.Since(fresh.at) > tenantFreshness {
 		got, err := t.client.PodjanitorV1alpha1().PodLifetimePolicies(namespace).Get(ctx, name, metav1.GetOptions{})
 		switch {
-		case apierrors.IsNotFound(err):
+		case apierrors.IsNotFound(err), err == nil && got.DeletionTimestamp != nil: // gone, or going
 			fresh = tenantRead{at: t.clock.Now()}
 		case err != nil:
 			return fmt.Errorf("reading the tenant policy: %w", err)
@@ -325,8 +337,9 @@ func (t *tenantPolicies) confirm(ctx context.Context, key string) error {
 }
 
 // startTenantPolicies makes the controller honour the tenant policies with
-// --tenant-policies and starts their informer; synced says when it has
-// synced (at once without --tenant-policies).
+// --tenant-policies and starts their informer; synced says when the
+// controller's handler has taken its initial list (at once without
+// --tenant-policies).
 func startTenantPolicies(ctx context.Context, c *Controller, clients *clients, o *flagValues) (synced func() bool, err error) {
 	if !o.tenants.enabled {
 		return func() bool { return true }, nil
@@ -350,5 +363,5 @@ func startTenantPolicies(ctx context.Context, c *Controller, clients *clients, o
 	klog.FromContext(ctx).Info("Honouring tenant policies", "kind", policy.TenantKind,
 		"disallowedClocks", r.ForbiddenClocks, "disallowedActions", r.ForbiddenActions, "runningPods", !r.NoRunningPods, "minAfter", r.MinAfter, "maxAfter", r.MaxAfter)
 	go informer.RunWithContext(ctx)
-	return informer.HasSynced, nil
+	return c.tenants.synced, nil
 }
