@@ -541,28 +541,36 @@ func (c *Controller) decideFresh(ctx context.Context, pod *corev1.Pod, now time.
 	}
 	d, err = c.evaluator.Load().Decide(pod, ns, now)
 	switch {
-	case err == nil && d.HasDeadline() && !d.Deadline.After(now) && d.Policy != "":
-		// A tenant policy's deadline: the policy must still be there, as
-		// cached, by a fresh read (tenantPolicies.confirm): deleting or
-		// changing it cancels its deadlines even while its watch lags.
-		switch err := c.tenants.confirm(ctx, d.Policy); {
-		case errors.Is(err, errTenantPolicyChanged):
-			klog.FromContext(ctx).V(2).Info("Not removing pod: its tenant policy as read now disagrees with the cache, deciding again",
-				"pod", klog.KObj(pod), "policy", d.Policy)
-			return d, false, Result{Requeue: true}, nil
-		case err != nil:
-			// As a failed namespace read: the removal waits, with backoff.
-			return d, false, Result{}, fmt.Errorf("pod %s/%s is due, reading its tenant policy %s before removing it: %w", pod.Namespace, pod.Name, d.Policy, err)
-		}
-		return d, true, Result{}, nil
 	case err == nil && d.HasDeadline() && !d.Deadline.After(now):
-		return d, true, Result{}, nil
+		result, err := c.confirmTenantPolicy(ctx, pod, d)
+		return d, err == nil && result == (Result{}), result, err
 	case err == nil && d.HasDeadline():
 		return d, false, Result{RequeueAfter: d.Deadline.Sub(now), parking: untilDeadline}, nil
 	}
 	klog.FromContext(ctx).V(2).Info("Not removing pod: its namespace as read now disagrees with the namespace cache, deciding again",
 		"pod", klog.KObj(pod), "kept", d.Kept, "err", err)
 	return d, false, Result{Requeue: true}, nil
+}
+
+// confirmTenantPolicy checks, for a due pod that a tenant policy's rule
+// decided, that the policy is still there as it was when it decided, by a
+// fresh read (tenantPolicies.confirm): deleting or changing it cancels its
+// deadlines even while its watch lags. The zero Result and a nil error: the
+// pod may go (as it may when no tenant policy decided).
+func (c *Controller) confirmTenantPolicy(ctx context.Context, pod *corev1.Pod, d policy.Decision) (Result, error) {
+	if d.Policy == "" {
+		return Result{}, nil
+	}
+	switch err := c.tenants.confirm(ctx, d); {
+	case errors.Is(err, errTenantPolicyChanged):
+		klog.FromContext(ctx).V(2).Info("Not removing pod: its tenant policy as read now is not the one that decided, deciding again",
+			"pod", klog.KObj(pod), "policy", d.Policy, "generation", d.PolicyGeneration)
+		return Result{Requeue: true}, nil
+	case err != nil:
+		// As a failed namespace read: the removal waits, with backoff.
+		return Result{}, fmt.Errorf("pod %s/%s is due, reading its tenant policy %s before removing it: %w", pod.Namespace, pod.Name, d.Policy, err)
+	}
+	return Result{}, nil
 }
 
 // removePod deletes or evicts a due pod, guarded by the cached UID and
@@ -647,6 +655,11 @@ func (c *Controller) freshDecision(ctx context.Context, cached *corev1.Pod, d po
 		logger.V(2).Info("Pod changed since the decision and is not due yet, not evicting", "pod", klog.KObj(cached),
 			"deadline", freshD.Deadline, "wait", wait, "by", freshD.Source)
 		return nil, d, Result{RequeueAfter: wait, parking: untilDeadline}, nil
+	}
+	// The fresh pod may be another tenant policy's, or the same one's at a
+	// newer generation: confirmed as the decision on the cached pod was.
+	if result, err := c.confirmTenantPolicy(ctx, fresh, freshD); err != nil || result != (Result{}) {
+		return nil, d, result, err
 	}
 	return fresh, freshD, Result{}, nil
 }

@@ -2,17 +2,22 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/podjanitor/podjanitor/internal/tenant"
 	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
 	pjfake "github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned/fake"
 	"github.com/podjanitor/podjanitor/policy"
@@ -137,5 +142,207 @@ func TestTenantPolicyBeingDeletedRemovesNothing(t *testing.T) {
 				t.Errorf("events = %q, want none (no Warning for a policy being deleted)", got)
 			}
 		})
+	}
+}
+
+// policyGets counts the fresh reads of tenant policies; while block is
+// open, each waits until it is closed.
+type policyGets struct {
+	n     atomic.Int32
+	block chan struct{}
+	fault error
+}
+
+func (g *policyGets) reactor(pj *pjfake.Clientset) {
+	pj.PrependReactor("get", "podlifetimepolicies", func(core.Action) (bool, runtime.Object, error) {
+		g.n.Add(1)
+		if g.block != nil {
+			<-g.block
+		}
+		if g.fault != nil {
+			return true, nil, g.fault
+		}
+		return false, nil, nil
+	})
+}
+
+func oldPods(n int) []*corev1.Pod {
+	var pods []*corev1.Pod
+	for i := range n {
+		pods = append(pods, tenantPod(fmt.Sprintf("old-%02d", i), "team-a", t0.Add(-2*time.Hour), nil))
+	}
+	return pods
+}
+
+// TestConcurrentRemovalsShareOneTenantPolicyRead proves that 50 workers
+// removing 50 pods of one policy at once make one fresh read of it, not
+// one each.
+func TestConcurrentRemovalsShareOneTenantPolicyRead(t *testing.T) {
+	pods := oldPods(50)
+	gets := &policyGets{block: make(chan struct{})}
+	f := newTenantFixture(t, policy.Restrictions{}, nil, pods, gets.reactor)
+	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitQueued(len(pods))
+	var workers sync.WaitGroup
+	for range pods {
+		workers.Go(func() { f.c.processNextWorkItem(f.ctx, f.ctx) })
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return gets.n.Load() > 0, nil }); err != nil {
+		t.Fatal("no fresh read of the policy")
+	}
+	time.Sleep(500 * time.Millisecond) // room for the reads that must not happen
+	close(gets.block)
+	workers.Wait()
+	if got := gets.n.Load(); got != 1 {
+		t.Errorf("%d fresh reads of the policy for 50 concurrent removals, want 1", got)
+	}
+	if got := len(f.podWrites()); got != len(pods) {
+		t.Errorf("%d pods removed, want %d", got, len(pods))
+	}
+}
+
+// TestFailingTenantPolicyReadIsShared proves that a failed fresh read is
+// shared by the removals of the next tenant.Freshness, as a good one is: 5
+// due pods while the API server answers 503 cost one read, not 5, and
+// remove nothing; after tenant.Freshness the policy is read again.
+func TestFailingTenantPolicyReadIsShared(t *testing.T) {
+	pods := oldPods(5)
+	gets := &policyGets{}
+	f := newTenantFixture(t, policy.Restrictions{}, nil, pods, gets.reactor)
+	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitQueued(len(pods))
+	gets.fault = apierrors.NewServiceUnavailable("the API server is shutting down")
+	f.drain()
+	if got := gets.n.Load(); got != 1 {
+		t.Errorf("%d fresh reads of the policy for %d removals within %v while reads fail, want 1", got, len(pods), tenant.Freshness)
+	}
+	checkActions(t, nil, f.podWrites())
+	if !f.stepAndCheckReady(tenant.Freshness) {
+		t.Fatal("no pod retried after the backoff")
+	}
+	f.drain()
+	if got := gets.n.Load(); got != 2 {
+		t.Errorf("%d fresh reads of the policy after %v, want 2", got, tenant.Freshness)
+	}
+	checkActions(t, nil, f.podWrites())
+}
+
+// TestTenantPolicyChangedSinceTheDecisionRemovesNothing proves that a
+// policy changed (keeping the pod longer) between the decision and the
+// removal, with the watch bringing the change while the fresh read is on its
+// way, removes nothing (TestTenantConfirmComparesTheDecisionsGeneration has
+// the change before the fresh read).
+func TestTenantPolicyChangedSinceTheDecisionRemovesNothing(t *testing.T) {
+	pod := tenantPod("old", "team-a", t0.Add(-2*time.Hour), nil)
+	longer := lifetimePolicy("team-a", "cleanup", v1alpha1.PodLifetimeRule{Name: "max-age", Clock: "created", After: "3h"})
+	longer.Generation = 2
+	var f *tenantFixture
+	var changed atomic.Bool
+	f = newTenantFixture(t, policy.Restrictions{}, nil, []*corev1.Pod{pod}, func(pj *pjfake.Clientset) {
+		pj.PrependReactor("get", "podlifetimepolicies", func(core.Action) (bool, runtime.Object, error) {
+			if changed.Swap(true) {
+				return false, nil, nil
+			}
+			// The tenant's change, written and watched while the read is on its way.
+			if err := pj.Tracker().Update(v1alpha1.SchemeGroupVersion.WithResource("podlifetimepolicies"), longer.DeepCopy(), "team-a"); err != nil {
+				return true, nil, err
+			}
+			err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				f.c.tenants.mu.Lock()
+				defer f.c.tenants.mu.Unlock()
+				return f.c.tenants.seen["team-a/cleanup"].generation == 2, nil
+			})
+			return err != nil, nil, err
+		})
+	})
+	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitQueued(1)
+	f.next()
+	if !changed.Load() {
+		t.Fatal("the policy was not read before the removal")
+	}
+	checkActions(t, nil, f.podWrites())
+}
+
+// TestEvictionConfirmsItsTenantPolicy proves that the eviction path's fresh
+// decision confirms its tenant policy too: a running pod due by policy
+// "a" on the cache, whose fresh read shows labels that policy "b" decides,
+// is not evicted when "b" is gone from the API server (its deletion not yet
+// watched).
+func TestEvictionConfirmsItsTenantPolicy(t *testing.T) {
+	pod := tenantPod("web", "team-a", t0.Add(-2*time.Hour), map[string]string{"app": "x"})
+	pod.Status.Phase = corev1.PodRunning
+	f := newTenantFixture(t, policy.Restrictions{}, nil, []*corev1.Pod{pod}, func(pj *pjfake.Clientset) {
+		pj.PrependReactor("get", "podlifetimepolicies", func(a core.Action) (bool, runtime.Object, error) {
+			if a.(core.GetAction).GetName() == "b" {
+				return true, nil, apierrors.NewNotFound(v1alpha1.Resource("podlifetimepolicies"), "b")
+			}
+			return false, nil, nil
+		})
+	})
+	relabelled := pod.DeepCopy()
+	relabelled.Labels = map[string]string{"app": "y"}
+	f.client.PrependReactor("get", "pods", func(core.Action) (bool, runtime.Object, error) { return true, relabelled.DeepCopy(), nil })
+	for name, app := range map[string]string{"a": "x", "b": "y"} {
+		rule := maxAgeRule
+		rule.Match.LabelSelector = "app=" + app
+		if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", name, rule), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return len(f.c.tenants.store.For("team-a")) == 2, nil }); err != nil {
+		t.Fatal("the two policies are not in the store")
+	}
+	f.waitQueued(1)
+	f.drain()
+	for _, a := range f.podWrites() {
+		if a.GetVerb() == "create" && a.GetSubresource() == "eviction" {
+			t.Errorf("pod evicted on the word of policy b, gone from the API server: %v", a)
+		}
+	}
+}
+
+// TestTenantConfirmComparesTheDecisionsGeneration proves that confirm
+// compares the fresh read with the generation the decision was made with,
+// not the cache's: a decision of generation 1, confirmed once the cache (and
+// the API server) hold generation 2, is not confirmed.
+func TestTenantConfirmComparesTheDecisionsGeneration(t *testing.T) {
+	pod := tenantPod("old", "team-a", t0.Add(-2*time.Hour), nil)
+	f := newTenantFixture(t, policy.Restrictions{}, nil, []*corev1.Pod{pod})
+	policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a")
+	created, err := policies.Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitQueued(1)
+	d, err := f.c.evaluator.Load().Decide(pod, &policy.Namespace{}, t0)
+	if err != nil || d.Policy != "team-a/cleanup" || d.PolicyGeneration != 1 {
+		t.Fatalf("decision %+v, %v; want one of team-a/cleanup at generation 1", d, err)
+	}
+	if err := f.c.tenants.confirm(f.ctx, d); err != nil {
+		t.Fatalf("confirm of the current generation: %v, want nil", err)
+	}
+	changed := created.DeepCopy()
+	changed.Generation, changed.Spec.Rules[0].After = 2, "3h"
+	if _, err := policies.Update(f.ctx, changed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		f.c.tenants.mu.Lock()
+		defer f.c.tenants.mu.Unlock()
+		return f.c.tenants.seen["team-a/cleanup"].generation == 2, nil
+	}); err != nil {
+		t.Fatal("the cache never took generation 2")
+	}
+	if err := f.c.tenants.confirm(f.ctx, d); !errors.Is(err, errTenantPolicyChanged) {
+		t.Errorf("confirm of a decision of generation 1 with generation 2 cached and read: %v, want errTenantPolicyChanged", err)
 	}
 }

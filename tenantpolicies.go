@@ -23,7 +23,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 
 	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/tenant"
@@ -57,16 +56,8 @@ type tenantPolicies struct {
 	mu sync.Mutex
 	// seen is what the controller made of each policy it read, by key.
 	seen map[string]tenantSeen
-	// reads are confirm's last reads from the API server, by key.
-	reads map[string]tenantRead
-	clock clock.PassiveClock
-}
-
-// tenantRead is a read of a policy from the API server; zero uid: not found.
-type tenantRead struct {
-	at         time.Time
-	uid        types.UID
-	generation int64
+	// reader is confirm's reads from the API server.
+	reader *tenant.Reader
 }
 
 // tenantSeen is what the controller made of one generation of a policy:
@@ -106,8 +97,7 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 		restrictions: r,
 		store:        tenant.NewStore(),
 		seen:         map[string]tenantSeen{},
-		reads:        map[string]tenantRead{},
-		clock:        c.clock,
+		reader:       tenant.NewReader(c.clock, c.opts.WriteTimeout, readTenantPolicy(client)),
 	}
 	t.status = tenant.NewStatusWriter(c.clock, statusInterval, func(ctx context.Context, key string) error {
 		return c.writeTenantStatus(ctx, key)
@@ -163,11 +153,12 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 		seen.err = te
 		t.store.Delete(p.Namespace, p.Name)
 	} else {
+		converted.UID, converted.Generation = p.UID, p.Generation
 		t.store.Set(converted)
 	}
+	t.reader.Forget(p.Namespace, p.Name)
 	t.mu.Lock()
 	t.seen[key] = seen
-	delete(t.reads, key)
 	c.setTenantMetrics()
 	t.mu.Unlock()
 	if seen.err != nil {
@@ -195,9 +186,9 @@ func (c *Controller) tenantPolicyDeleted(obj interface{}) {
 	t := c.tenants
 	key := m.GetNamespace() + "/" + m.GetName()
 	t.store.Delete(m.GetNamespace(), m.GetName())
+	t.reader.Forget(m.GetNamespace(), m.GetName())
 	t.mu.Lock()
 	delete(t.seen, key)
-	delete(t.reads, key)
 	c.setTenantMetrics()
 	t.mu.Unlock()
 	t.status.Forget(key)
@@ -292,48 +283,48 @@ func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
 	return nil
 }
 
-// tenantFreshness is how old a read of a tenant policy may be for the last
-// check before a removal it decided (confirm).
-const tenantFreshness = time.Second
+// errTenantPolicyChanged: the policy as read now is not the one that decided.
+var errTenantPolicyChanged = errors.New("the policy was deleted or changed since it decided")
 
-// errTenantPolicyChanged: the policy as read now is not the one cached.
-var errTenantPolicyChanged = errors.New("the policy was deleted or changed since it was cached")
-
-// confirm reads the policy of key from the API server (or takes a read of
-// the last tenantFreshness) and says whether it is the one the cache holds
-// and uses: same UID and generation, and no deletion timestamp. A pod it gave a deadline is removed only
-// then, so that a policy deleted a moment ago removes nothing even while its
-// watch lags behind.
-func (t *tenantPolicies) confirm(ctx context.Context, key string) error {
-	namespace, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return err
-	}
-	t.mu.Lock()
-	seen, ok := t.seen[key]
-	fresh, recent := t.reads[key]
-	t.mu.Unlock()
-	if !ok || seen.err != nil {
+// confirm reads the tenant policy that made decision d (from the API
+// server, or a read shared with other removals: tenant.Reader) and says
+// whether it is still the one that decided: same UID and generation, no
+// deletion timestamp, and usable in the cache. A pod it gave a deadline is
+// removed only then, so that a policy deleted or changed a moment ago removes
+// nothing even while its watch lags behind.
+func (t *tenantPolicies) confirm(ctx context.Context, d policy.Decision) error {
+	namespace, name, ok := policy.TenantPolicyOf(d)
+	if !ok {
 		return errTenantPolicyChanged
 	}
-	if !recent || t.clock.Since(fresh.at) > tenantFreshness {
-		got, err := t.client.PodjanitorV1alpha1().PodLifetimePolicies(namespace).Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err), err == nil && got.DeletionTimestamp != nil: // gone, or going
-			fresh = tenantRead{at: t.clock.Now()}
-		case err != nil:
-			return fmt.Errorf("reading the tenant policy: %w", err)
-		default:
-			fresh = tenantRead{at: t.clock.Now(), uid: got.UID, generation: got.Generation}
-		}
-		t.mu.Lock()
-		t.reads[key] = fresh
-		t.mu.Unlock()
+	t.mu.Lock()
+	seen, cached := t.seen[d.Policy]
+	t.mu.Unlock()
+	if !cached || seen.err != nil {
+		return errTenantPolicyChanged
 	}
-	if fresh.uid != seen.uid || fresh.generation != seen.generation {
+	fresh, err := t.reader.Read(ctx, namespace, name)
+	if err != nil {
+		return fmt.Errorf("reading the tenant policy: %w", err)
+	}
+	if fresh.Deleting || fresh.UID != d.PolicyUID || fresh.Generation != d.PolicyGeneration {
 		return errTenantPolicyChanged
 	}
 	return nil
+}
+
+// readTenantPolicy is the tenant.Reader's read of a policy.
+func readTenantPolicy(client versioned.Interface) func(ctx context.Context, namespace, name string) (tenant.Identity, error) {
+	return func(ctx context.Context, namespace, name string) (tenant.Identity, error) {
+		got, err := client.PodjanitorV1alpha1().PodLifetimePolicies(namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return tenant.Identity{}, nil
+		case err != nil:
+			return tenant.Identity{}, err
+		}
+		return tenant.Identity{UID: got.UID, Generation: got.Generation, Deleting: got.DeletionTimestamp != nil}, nil
+	}
 }
 
 // startTenantPolicies makes the controller honour the tenant policies with
