@@ -354,7 +354,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}
 	wg.Go(func() { c.state.run(ctx, c.queue.Add) })
 	if c.tenants != nil {
-		wg.Go(func() { c.tenants.status.Run(ctx) })
+		// The first status writes wait for the pods they count.
+		decided := c.tenants.tracker.Expect(c.tenants.podsOfPolicyNamespaces(c.pods.ListKeys()))
+		wg.Go(func() { c.tenants.status.Run(ctx, decided) })
 	}
 	c.metrics.SetMaxConcurrency(workers)
 	for range workers {

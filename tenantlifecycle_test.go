@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -344,5 +345,113 @@ func TestTenantConfirmComparesTheDecisionsGeneration(t *testing.T) {
 	}
 	if err := f.c.tenants.confirm(f.ctx, d); !errors.Is(err, errTenantPolicyChanged) {
 		t.Errorf("confirm of a decision of generation 1 with generation 2 cached and read: %v, want errTenantPolicyChanged", err)
+	}
+}
+
+// TestTenantStatusPatchSurvivesMetadataChurn proves that the status is
+// written by a patch of the status subresource, so that a tenant writing
+// the policy's metadata between podjanitor's read and its write (every
+// time, here) cannot make the write conflict: an update carrying the
+// resourceVersion read is refused, as the API server refuses it.
+func TestTenantStatusPatchSurvivesMetadataChurn(t *testing.T) {
+	gvr := v1alpha1.SchemeGroupVersion.WithResource("podlifetimepolicies")
+	var churns atomic.Int32
+	f := newTenantFixture(t, policy.Restrictions{}, nil, nil, func(pj *pjfake.Clientset) {
+		churn := func(a core.Action) (*v1alpha1.PodLifetimePolicy, error) {
+			obj, err := pj.Tracker().Get(gvr, a.GetNamespace(), "cleanup")
+			if err != nil {
+				return nil, err
+			}
+			touched := obj.(*v1alpha1.PodLifetimePolicy).DeepCopy()
+			n := churns.Add(1)
+			touched.Labels = map[string]string{"touched": fmt.Sprint(n)}
+			touched.ResourceVersion = fmt.Sprint(100 + n)
+			return touched, pj.Tracker().Update(gvr, touched, a.GetNamespace())
+		}
+		for _, verb := range []string{"update", "patch"} {
+			pj.PrependReactor(verb, "podlifetimepolicies", func(a core.Action) (bool, runtime.Object, error) {
+				if a.GetSubresource() != "status" {
+					return false, nil, nil
+				}
+				touched, err := churn(a)
+				if err != nil {
+					return true, nil, err
+				}
+				if u, ok := a.(core.UpdateAction); ok && u.GetObject().(*v1alpha1.PodLifetimePolicy).ResourceVersion != touched.ResourceVersion {
+					return true, nil, apierrors.NewConflict(v1alpha1.Resource("podlifetimepolicies"), "cleanup", errors.New("the object has been modified"))
+				}
+				return false, nil, nil
+			})
+		}
+	})
+	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		obj, err := f.pj.Tracker().Get(gvr, "team-a", "cleanup")
+		if err != nil {
+			return false, err
+		}
+		p := obj.(*v1alpha1.PodLifetimePolicy)
+		return p.Status.ObservedGeneration == 1 && meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionReady), nil
+	}); err != nil {
+		t.Errorf("no status written while the tenant touches the metadata (%d writes tried)", churns.Load())
+	}
+}
+
+// TestTenantStatusForgetsDeletedPolicies proves that the status writer
+// keeps no entry for a deleted policy, though the deletion decides the
+// policy's pods again (which marks it), and that a standby (whose writer
+// never runs) keeps none either.
+func TestTenantStatusForgetsDeletedPolicies(t *testing.T) {
+	pods := oldPods(3)
+	for _, p := range pods {
+		p.CreationTimestamp = metav1.NewTime(t0.Add(-10 * time.Minute))
+	}
+	f := newTenantFixture(t, policy.Restrictions{}, nil, pods)
+	policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a")
+	for i := range 20 {
+		name := fmt.Sprintf("cleanup-%02d", i)
+		if _, err := policies.Create(f.ctx, lifetimePolicy("team-a", name, maxAgeRule), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.waitQueued(len(pods))
+		f.drain()
+		if err := policies.Delete(f.ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.waitQueued(len(pods))
+		f.drain()
+	}
+	if n := f.c.tenants.status.Len(); n != 0 {
+		t.Errorf("the status writer keeps state for %d policies after 20 created and deleted, want 0", n)
+	}
+}
+
+// TestFirstTenantStatusHasTheRealFigures proves that the first status
+// written after a start (or a failover) counts the pods the policy gives a
+// deadline, not 0 before the workers have decided them.
+func TestFirstTenantStatusHasTheRealFigures(t *testing.T) {
+	var pods []*corev1.Pod
+	for i := range 200 {
+		pods = append(pods, tenantPod(fmt.Sprintf("young-%03d", i), "team-a", t0.Add(-time.Duration(i)*time.Second), nil))
+	}
+	pj := pjfake.NewSimpleClientset(lifetimePolicy("team-a", "cleanup", maxAgeRule))
+	f := &tenantFixture{fixture: newFixtureWithNamespaces(t, Options{}, nil, pods...), pj: pj}
+	informer := newTenantInformer(pj, scopeFlags{})
+	if err := f.c.SetTenantPolicies(f.ctx, informer, pj, policy.Restrictions{}, tenantStatusInterval); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	ran := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-ran })
+	go informer.RunWithContext(ctx)
+	for _, p := range pods { // as the pod handler's initial list does
+		f.c.queue.Add(keyOf(p))
+	}
+	go func() { defer close(ran); _ = f.c.Run(ctx, 1) }()
+	first := f.waitStatusWrites(1)[0].Status
+	if first.PodsWithDeadline != int32(len(pods)) {
+		t.Errorf("first status after the start: podsWithDeadline %d, want %d", first.PodsWithDeadline, len(pods))
 	}
 }

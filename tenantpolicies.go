@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -166,7 +167,7 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 	} else {
 		klog.Background().V(2).Info("Tenant policy read", "policy", key, "generation", p.Generation, "rules", seen.rules)
 	}
-	t.status.Mark(key)
+	t.status.Add(key)
 	if enqueue {
 		c.enqueueNamespace(p.Namespace)
 	}
@@ -264,11 +265,19 @@ func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
 	if apiequality.Semantic.DeepEqual(status, p.Status) {
 		return nil
 	}
-	updated := p.DeepCopy()
-	updated.Status = status
+	// A merge patch of the status subresource, without resourceVersion: a
+	// tenant writing the policy's metadata cannot make it conflict. Every
+	// field is named, null clearing nextDeadline.
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{
+		"observedGeneration": status.ObservedGeneration, "conditions": status.Conditions,
+		"podsWithDeadline": status.PodsWithDeadline, "nextDeadline": status.NextDeadline,
+	}})
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.WriteTimeout)
 	defer cancel()
-	_, err = t.client.PodjanitorV1alpha1().PodLifetimePolicies(namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	_, err = t.client.PodjanitorV1alpha1().PodLifetimePolicies(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		return nil
 	} else if err != nil {
@@ -355,4 +364,16 @@ func startTenantPolicies(ctx context.Context, c *Controller, clients *clients, o
 		"disallowedClocks", r.ForbiddenClocks, "disallowedActions", r.ForbiddenActions, "runningPods", !r.NoRunningPods, "minAfter", r.MinAfter, "maxAfter", r.MaxAfter)
 	go informer.RunWithContext(ctx)
 	return c.tenants.synced, nil
+}
+
+// podsOfPolicyNamespaces are those of podKeys whose namespace has a usable
+// tenant policy.
+func (t *tenantPolicies) podsOfPolicyNamespaces(podKeys []string) []string {
+	var out []string
+	for _, key := range podKeys {
+		if namespace, _, ok := strings.Cut(key, "/"); ok && len(t.store.For(namespace)) > 0 {
+			out = append(out, key)
+		}
+	}
+	return out
 }
