@@ -196,6 +196,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 		metrics:   opts.Metrics,
 	}
 	c.namespaces = namespaceInformer.GetIndexer()
+	c.reporter.OnWarningDropped(opts.Metrics.CountWarningDropped)
 	c.nsReader = newNamespaceReader(client, clk, opts.WriteTimeout)
 	c.state = newPodStates(clk, c.now, opts.Metrics.SetPodsParked)
 	c.evaluator.Store(opts.Evaluator)

@@ -455,3 +455,14 @@ func TestFirstTenantStatusHasTheRealFigures(t *testing.T) {
 		t.Errorf("first status after the start: podsWithDeadline %d, want %d", first.PodsWithDeadline, len(pods))
 	}
 }
+
+// TestTenantPolicyRefHasNoResourceVersion: the Warnings' regarding
+// reference carries no resourceVersion, so that the events library merges a
+// policy's Warnings into a series instead of one event per write.
+func TestTenantPolicyRefHasNoResourceVersion(t *testing.T) {
+	p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
+	p.ResourceVersion = "42"
+	if ref := tenantPolicyRef(p); ref.ResourceVersion != "" || ref.Name != "cleanup" || ref.UID != p.UID {
+		t.Errorf("reference %+v, want the policy's name and UID without resourceVersion", ref)
+	}
+}

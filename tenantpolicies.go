@@ -213,7 +213,9 @@ func (c *Controller) setTenantMetrics() {
 func tenantPolicyRef(p *v1alpha1.PodLifetimePolicy) *corev1.ObjectReference {
 	return &corev1.ObjectReference{
 		APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: policy.TenantKind,
-		Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion,
+		// No resourceVersion: the events library merges the Warnings of one
+		// policy into a series only when their references are equal.
+		Namespace: p.Namespace, Name: p.Name, UID: p.UID,
 	}
 }
 

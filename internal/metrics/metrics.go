@@ -58,6 +58,7 @@ type Metrics struct {
 	leader             prometheus.Gauge
 	policyReloads      *prometheus.CounterVec
 	tenantPolicies     *prometheus.GaugeVec
+	warningsDropped    *prometheus.CounterVec
 	workqueue          workqueueMetrics
 	restRequestResults *prometheus.CounterVec
 	restLatency        *prometheus.HistogramVec
@@ -135,6 +136,10 @@ func New(controller, version, commit string) *Metrics {
 			Name: "podjanitor_policy_reloads_total",
 			Help: "Policy file reloads, by result (success, or error when the new file was rejected).",
 		}, []string{"result"}),
+		warningsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "podjanitor_warnings_dropped_total",
+			Help: "Warnings left out over their budget, by reason (PolicyNotUsed: a tenant policy's, whose Ready condition still says why it is not used).",
+		}, []string{"reason"}),
 		tenantPolicies: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "podjanitor_tenant_policies",
 			Help: "Tenant policies (PodLifetimePolicy resources) podjanitor has read, by whether it uses their rules (ready=\"true\") or not (ready=\"false\": see their Ready condition). 0 with --tenant-policies=false.",
@@ -167,7 +172,7 @@ func New(controller, version, commit string) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics,
 		m.reconcileTime, m.activeWorkers, m.maxConcurrent, m.podsRemoved, m.removalErrors,
-		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, m.tenantPolicies, buildInfo, m.restRequestResults, m.restLatency,
+		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, m.tenantPolicies, m.warningsDropped, buildInfo, m.restRequestResults, m.restLatency,
 		m.leaderStatus, m.leaderSlowpath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
@@ -183,6 +188,7 @@ func New(controller, version, commit string) *Metrics {
 	m.policyReloads.WithLabelValues(ResultSuccess)
 	m.policyReloads.WithLabelValues(ResultError)
 	m.tenantPolicies.WithLabelValues("true")
+	m.warningsDropped.WithLabelValues("PolicyNotUsed")
 	m.tenantPolicies.WithLabelValues("false")
 	return m
 }
@@ -336,6 +342,13 @@ func (m *Metrics) SetTenantPolicies(ready, notReady int) {
 	if m != nil {
 		m.tenantPolicies.WithLabelValues("true").Set(float64(ready))
 		m.tenantPolicies.WithLabelValues("false").Set(float64(notReady))
+	}
+}
+
+// CountWarningDropped counts a Warning left out over its budget.
+func (m *Metrics) CountWarningDropped(reason string) {
+	if m != nil {
+		m.warningsDropped.WithLabelValues(reason).Inc()
 	}
 }
 
