@@ -116,6 +116,8 @@ type Controller struct {
 	clock    clock.WithTicker
 
 	// pods is the pod informer's store; see podcache.Pod for what it holds.
+	// podsSynced, namespacesSynced: the controller's handlers have taken
+	// the informers' initial lists.
 	pods       cache.Indexer
 	podsSynced cache.InformerSynced
 	// namespaces holds the labels and keep annotation of each namespace
@@ -177,11 +179,10 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 		burst = max(burst, 1)
 	}
 	c := &Controller{
-		client:     client,
-		reporter:   events.NewReporter(logger, recorder, clk, opts.DryRun, opts.NoRemovalEvents),
-		clock:      clk,
-		pods:       podInformer.Informer().GetIndexer(),
-		podsSynced: podInformer.Informer().HasSynced,
+		client:   client,
+		reporter: events.NewReporter(logger, recorder, clk, opts.DryRun, opts.NoRemovalEvents),
+		clock:    clk,
+		pods:     podInformer.Informer().GetIndexer(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[cache.ObjectName](10*time.Millisecond, transientBackoffMax),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
@@ -194,11 +195,15 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 		opts:      opts,
 		metrics:   opts.Metrics,
 	}
-	c.namespaces, c.namespacesSynced = namespaceInformer.GetIndexer(), namespaceInformer.HasSynced
+	c.namespaces = namespaceInformer.GetIndexer()
+	c.reporter.OnWarningDropped(opts.Metrics.CountWarningDropped)
 	c.nsReader = newNamespaceReader(client, clk, opts.WriteTimeout)
 	c.state = newPodStates(clk, c.now, opts.Metrics.SetPodsParked)
 	c.evaluator.Store(opts.Evaluator)
-	_, err := podInformer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+	// The workers wait for the handlers' registrations, not the informers:
+	// an informer has synced once its cache holds the initial list, its
+	// handlers may still be taking it (client-go's HasSynced says so).
+	podHandler, err := podInformer.Informer().AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
 		UpdateFunc: func(old, cur interface{}) {
 			oldMeta, err1 := meta.Accessor(old)
@@ -212,9 +217,11 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	if err != nil {
 		return nil, fmt.Errorf("adding pod event handler: %w", err)
 	}
-	if _, err := namespaceInformer.AddEventHandlerWithOptions(c.namespaceEventHandler(), cache.HandlerOptions{Logger: &logger}); err != nil {
+	namespaceHandler, err := namespaceInformer.AddEventHandlerWithOptions(c.namespaceEventHandler(), cache.HandlerOptions{Logger: &logger})
+	if err != nil {
 		return nil, fmt.Errorf("adding namespace event handler: %w", err)
 	}
+	c.podsSynced, c.namespacesSynced = podHandler.HasSynced, namespaceHandler.HasSynced
 	return c, nil
 }
 
@@ -313,7 +320,8 @@ func (c *Controller) SetEvaluator(e *policy.Evaluator) error {
 	return nil
 }
 
-// Run waits for the pod and namespace caches, then runs workers until ctx is cancelled. On
+// Run waits for the pod, namespace and tenant policy caches and for the
+// controller's handlers to have taken their initial lists, then runs workers until ctx is cancelled. On
 // cancellation workers stop taking keys and Run waits up to the shutdown timeout
 // for removals in flight; those keep a context of their own until then.
 func (c *Controller) Run(ctx context.Context, workers int) error {
@@ -347,7 +355,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}
 	wg.Go(func() { c.state.run(ctx, c.queue.Add) })
 	if c.tenants != nil {
-		wg.Go(func() { c.tenants.status.Run(ctx) })
+		// The first status writes wait for the pods they count.
+		decided := c.tenants.tracker.Expect(c.tenants.podsOfPolicyNamespaces(c.pods.ListKeys()))
+		wg.Go(func() { c.tenants.status.Run(ctx, decided) })
 	}
 	c.metrics.SetMaxConcurrency(workers)
 	for range workers {
@@ -534,28 +544,36 @@ func (c *Controller) decideFresh(ctx context.Context, pod *corev1.Pod, now time.
 	}
 	d, err = c.evaluator.Load().Decide(pod, ns, now)
 	switch {
-	case err == nil && d.HasDeadline() && !d.Deadline.After(now) && d.Policy != "":
-		// A tenant policy's deadline: the policy must still be there, as
-		// cached, by a fresh read (tenantPolicies.confirm): deleting or
-		// changing it cancels its deadlines even while its watch lags.
-		switch err := c.tenants.confirm(ctx, d.Policy); {
-		case errors.Is(err, errTenantPolicyChanged):
-			klog.FromContext(ctx).V(2).Info("Not removing pod: its tenant policy as read now disagrees with the cache, deciding again",
-				"pod", klog.KObj(pod), "policy", d.Policy)
-			return d, false, Result{Requeue: true}, nil
-		case err != nil:
-			// As a failed namespace read: the removal waits, with backoff.
-			return d, false, Result{}, fmt.Errorf("pod %s/%s is due, reading its tenant policy %s before removing it: %w", pod.Namespace, pod.Name, d.Policy, err)
-		}
-		return d, true, Result{}, nil
 	case err == nil && d.HasDeadline() && !d.Deadline.After(now):
-		return d, true, Result{}, nil
+		result, err := c.confirmTenantPolicy(ctx, pod, d)
+		return d, err == nil && result == (Result{}), result, err
 	case err == nil && d.HasDeadline():
 		return d, false, Result{RequeueAfter: d.Deadline.Sub(now), parking: untilDeadline}, nil
 	}
 	klog.FromContext(ctx).V(2).Info("Not removing pod: its namespace as read now disagrees with the namespace cache, deciding again",
 		"pod", klog.KObj(pod), "kept", d.Kept, "err", err)
 	return d, false, Result{Requeue: true}, nil
+}
+
+// confirmTenantPolicy checks, for a due pod that a tenant policy's rule
+// decided, that the policy is still there as it was when it decided, by a
+// fresh read (tenantPolicies.confirm): deleting or changing it cancels its
+// deadlines even while its watch lags. The zero Result and a nil error: the
+// pod may go (as it may when no tenant policy decided).
+func (c *Controller) confirmTenantPolicy(ctx context.Context, pod *corev1.Pod, d policy.Decision) (Result, error) {
+	if d.Policy == "" {
+		return Result{}, nil
+	}
+	switch err := c.tenants.confirm(ctx, d); {
+	case errors.Is(err, errTenantPolicyChanged):
+		klog.FromContext(ctx).V(2).Info("Not removing pod: its tenant policy as read now is not the one that decided, deciding again",
+			"pod", klog.KObj(pod), "policy", d.Policy, "generation", d.PolicyGeneration)
+		return Result{Requeue: true}, nil
+	case err != nil:
+		// As a failed namespace read: the removal waits, with backoff.
+		return Result{}, fmt.Errorf("pod %s/%s is due, reading its tenant policy %s before removing it: %w", pod.Namespace, pod.Name, d.Policy, err)
+	}
+	return Result{}, nil
 }
 
 // removePod deletes or evicts a due pod, guarded by the cached UID and
@@ -640,6 +658,11 @@ func (c *Controller) freshDecision(ctx context.Context, cached *corev1.Pod, d po
 		logger.V(2).Info("Pod changed since the decision and is not due yet, not evicting", "pod", klog.KObj(cached),
 			"deadline", freshD.Deadline, "wait", wait, "by", freshD.Source)
 		return nil, d, Result{RequeueAfter: wait, parking: untilDeadline}, nil
+	}
+	// The fresh pod may be another tenant policy's, or the same one's at a
+	// newer generation: confirmed as the decision on the cached pod was.
+	if result, err := c.confirmTenantPolicy(ctx, fresh, freshD); err != nil || result != (Result{}) {
+		return nil, d, result, err
 	}
 	return fresh, freshD, Result{}, nil
 }

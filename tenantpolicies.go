@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,7 +24,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 
 	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/served"
@@ -35,12 +35,19 @@ import (
 )
 
 // Ready condition reasons besides policy.TenantReason*.
-const tenantReasonInUse = "RulesInUse"
+const (
+	tenantReasonInUse = "RulesInUse"
+	// tenantReasonDeleting: the policy has a deletion timestamp (a
+	// finalizer holds it): it gives no deadline, and no Warning says so.
+	tenantReasonDeleting = "Deleting"
+)
 
 // tenantPolicies is the controller's side of the tenant policies.
 type tenantPolicies struct {
-	client       versioned.Interface
-	lister       listers.PodLifetimePolicyLister
+	client versioned.Interface
+	lister listers.PodLifetimePolicyLister
+	// synced: the handler has taken the informer's initial list, so the
+	// store holds every policy (the informer's own HasSynced says less).
 	synced       cache.InformerSynced
 	restrictions policy.Restrictions
 
@@ -51,16 +58,8 @@ type tenantPolicies struct {
 	mu sync.Mutex
 	// seen is what the controller made of each policy it read, by key.
 	seen map[string]tenantSeen
-	// reads are confirm's last reads from the API server, by key.
-	reads map[string]tenantRead
-	clock clock.PassiveClock
-}
-
-// tenantRead is a read of a policy from the API server; zero uid: not found.
-type tenantRead struct {
-	at         time.Time
-	uid        types.UID
-	generation int64
+	// reader is confirm's reads from the API server.
+	reader *tenant.Reader
 }
 
 // tenantSeen is what the controller made of one generation of a policy:
@@ -97,12 +96,10 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 	t := &tenantPolicies{
 		client:       client,
 		lister:       listers.NewPodLifetimePolicyLister(informer.GetIndexer()),
-		synced:       informer.HasSynced,
 		restrictions: r,
 		store:        tenant.NewStore(),
 		seen:         map[string]tenantSeen{},
-		reads:        map[string]tenantRead{},
-		clock:        c.clock,
+		reader:       tenant.NewReader(c.clock, c.opts.WriteTimeout, readTenantPolicy(client)),
 	}
 	t.status = tenant.NewStatusWriter(c.clock, statusInterval, func(ctx context.Context, key string) error {
 		return c.writeTenantStatus(ctx, key)
@@ -112,13 +109,13 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 	e := *c.evaluator.Load()
 	e.Tenants = t.store
 	c.evaluator.Store(&e)
-	_, err := informer.AddEventHandlerWithOptions(cache.ResourceEventHandlerDetailedFuncs{
+	handler, err := informer.AddEventHandlerWithOptions(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj interface{}, isInInitialList bool) { c.tenantPolicyChanged(obj, !isInInitialList) },
 		UpdateFunc: func(old, cur interface{}) {
 			o, ok1 := old.(*v1alpha1.PodLifetimePolicy)
 			n, ok2 := cur.(*v1alpha1.PodLifetimePolicy)
-			// Status writes (ours) change neither: no work for them.
-			if !ok1 || !ok2 || o.Generation != n.Generation || o.UID != n.UID {
+			// Status writes (ours) change none of these: no work for them.
+			if !ok1 || !ok2 || o.Generation != n.Generation || o.UID != n.UID || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) {
 				c.tenantPolicyChanged(cur, true)
 			}
 		},
@@ -127,11 +124,13 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 	if err != nil {
 		return fmt.Errorf("adding tenant policy event handler: %w", err)
 	}
+	t.synced = handler.HasSynced
 	return nil
 }
 
 // tenantPolicyChanged converts a created or changed policy, puts it in the
-// store (or takes it out, when it cannot be used; writeTenantStatus warns), and
+// store (or takes it out, when it cannot be used or is being deleted;
+// writeTenantStatus warns about the former), and
 // decides its namespace's pods again (not for the initial list: every pod is
 // decided once the caches have synced).
 func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
@@ -143,6 +142,10 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 	t := c.tenants
 	key := p.Namespace + "/" + p.Name
 	converted, err := convertTenantPolicy(p, t.restrictions)
+	if p.DeletionTimestamp != nil { // deleted, held by a finalizer: its deadlines are gone
+		converted, err = nil, &policy.TenantError{Reason: tenantReasonDeleting,
+			Message: fmt.Sprintf("the policy is being deleted (since %s): its rules give no deadline", p.DeletionTimestamp.UTC().Format(time.RFC3339))}
+	}
 	seen := tenantSeen{uid: p.UID, generation: p.Generation, rules: len(p.Spec.Rules)}
 	if err != nil {
 		var te *policy.TenantError
@@ -152,11 +155,12 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 		seen.err = te
 		t.store.Delete(p.Namespace, p.Name)
 	} else {
+		converted.UID, converted.Generation = p.UID, p.Generation
 		t.store.Set(converted)
 	}
+	t.reader.Forget(p.Namespace, p.Name)
 	t.mu.Lock()
 	t.seen[key] = seen
-	delete(t.reads, key)
 	c.setTenantMetrics()
 	t.mu.Unlock()
 	if seen.err != nil {
@@ -164,7 +168,7 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 	} else {
 		klog.Background().V(2).Info("Tenant policy read", "policy", key, "generation", p.Generation, "rules", seen.rules)
 	}
-	t.status.Mark(key)
+	t.status.Add(key)
 	if enqueue {
 		c.enqueueNamespace(p.Namespace)
 	}
@@ -184,9 +188,9 @@ func (c *Controller) tenantPolicyDeleted(obj interface{}) {
 	t := c.tenants
 	key := m.GetNamespace() + "/" + m.GetName()
 	t.store.Delete(m.GetNamespace(), m.GetName())
+	t.reader.Forget(m.GetNamespace(), m.GetName())
 	t.mu.Lock()
 	delete(t.seen, key)
-	delete(t.reads, key)
 	c.setTenantMetrics()
 	t.mu.Unlock()
 	t.status.Forget(key)
@@ -210,7 +214,9 @@ func (c *Controller) setTenantMetrics() {
 func tenantPolicyRef(p *v1alpha1.PodLifetimePolicy) *corev1.ObjectReference {
 	return &corev1.ObjectReference{
 		APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: policy.TenantKind,
-		Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion,
+		// No resourceVersion: the events library merges the Warnings of one
+		// policy into a series only when their references are equal.
+		Namespace: p.Namespace, Name: p.Name, UID: p.UID,
 	}
 }
 
@@ -262,11 +268,19 @@ func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
 	if apiequality.Semantic.DeepEqual(status, p.Status) {
 		return nil
 	}
-	updated := p.DeepCopy()
-	updated.Status = status
+	// A merge patch of the status subresource, without resourceVersion: a
+	// tenant writing the policy's metadata cannot make it conflict. Every
+	// field is named, null clearing nextDeadline.
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{
+		"observedGeneration": status.ObservedGeneration, "conditions": status.Conditions,
+		"podsWithDeadline": status.PodsWithDeadline, "nextDeadline": status.NextDeadline,
+	}})
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.WriteTimeout)
 	defer cancel()
-	_, err = t.client.PodjanitorV1alpha1().PodLifetimePolicies(namespace).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+	_, err = t.client.PodjanitorV1alpha1().PodLifetimePolicies(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		return nil
 	} else if err != nil {
@@ -275,59 +289,60 @@ func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
 	// One Warning per new reason or message, by the writer of the status
 	// (the leader), not by every replica's informer.
 	was := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
-	if seen.err != nil && (was == nil || was.Status != metav1.ConditionFalse || was.Reason != seen.err.Reason || was.Message != events.CutNote(seen.err.Message)) {
+	if seen.err != nil && seen.err.Reason != tenantReasonDeleting && (was == nil || was.Status != metav1.ConditionFalse || was.Reason != seen.err.Reason || was.Message != events.CutNote(seen.err.Message)) {
 		c.reporter.TenantPolicyNotUsed(tenantPolicyRef(p), seen.err.Reason, seen.err.Message)
 	}
 	return nil
 }
 
-// tenantFreshness is how old a read of a tenant policy may be for the last
-// check before a removal it decided (confirm).
-const tenantFreshness = time.Second
+// errTenantPolicyChanged: the policy as read now is not the one that decided.
+var errTenantPolicyChanged = errors.New("the policy was deleted or changed since it decided")
 
-// errTenantPolicyChanged: the policy as read now is not the one cached.
-var errTenantPolicyChanged = errors.New("the policy was deleted or changed since it was cached")
-
-// confirm reads the policy of key from the API server (or takes a read of
-// the last tenantFreshness) and says whether it is the one the cache holds
-// and uses: same UID and generation. A pod it gave a deadline is removed only
-// then, so that a policy deleted a moment ago removes nothing even while its
-// watch lags behind.
-func (t *tenantPolicies) confirm(ctx context.Context, key string) error {
-	namespace, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return err
-	}
-	t.mu.Lock()
-	seen, ok := t.seen[key]
-	fresh, recent := t.reads[key]
-	t.mu.Unlock()
-	if !ok || seen.err != nil {
+// confirm reads the tenant policy that made decision d (from the API
+// server, or a read shared with other removals: tenant.Reader) and says
+// whether it is still the one that decided: same UID and generation, no
+// deletion timestamp, and usable in the cache. A pod it gave a deadline is
+// removed only then, so that a policy deleted or changed a moment ago removes
+// nothing even while its watch lags behind.
+func (t *tenantPolicies) confirm(ctx context.Context, d policy.Decision) error {
+	namespace, name, ok := policy.TenantPolicyOf(d)
+	if !ok {
 		return errTenantPolicyChanged
 	}
-	if !recent || t.clock.Since(fresh.at) > tenantFreshness {
-		got, err := t.client.PodjanitorV1alpha1().PodLifetimePolicies(namespace).Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			fresh = tenantRead{at: t.clock.Now()}
-		case err != nil:
-			return fmt.Errorf("reading the tenant policy: %w", err)
-		default:
-			fresh = tenantRead{at: t.clock.Now(), uid: got.UID, generation: got.Generation}
-		}
-		t.mu.Lock()
-		t.reads[key] = fresh
-		t.mu.Unlock()
+	t.mu.Lock()
+	seen, cached := t.seen[d.Policy]
+	t.mu.Unlock()
+	if !cached || seen.err != nil {
+		return errTenantPolicyChanged
 	}
-	if fresh.uid != seen.uid || fresh.generation != seen.generation {
+	fresh, err := t.reader.Read(ctx, namespace, name)
+	if err != nil {
+		return fmt.Errorf("reading the tenant policy: %w", err)
+	}
+	if fresh.Deleting || fresh.UID != d.PolicyUID || fresh.Generation != d.PolicyGeneration {
 		return errTenantPolicyChanged
 	}
 	return nil
 }
 
+// readTenantPolicy is the tenant.Reader's read of a policy.
+func readTenantPolicy(client versioned.Interface) func(ctx context.Context, namespace, name string) (tenant.Identity, error) {
+	return func(ctx context.Context, namespace, name string) (tenant.Identity, error) {
+		got, err := client.PodjanitorV1alpha1().PodLifetimePolicies(namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return tenant.Identity{}, nil
+		case err != nil:
+			return tenant.Identity{}, err
+		}
+		return tenant.Identity{UID: got.UID, Generation: got.Generation, Deleting: got.DeletionTimestamp != nil}, nil
+	}
+}
+
 // startTenantPolicies makes the controller honour the tenant policies with
-// --tenant-policies and starts their informer; synced says when it has
-// synced (at once without --tenant-policies).
+// --tenant-policies and starts their informer; synced says when the
+// controller's handler has taken its initial list (at once without
+// --tenant-policies).
 func startTenantPolicies(ctx context.Context, c *Controller, clients *clients, o *flagValues) (synced func() bool, err error) {
 	if !o.tenants.enabled {
 		return func() bool { return true }, nil
@@ -356,7 +371,19 @@ func startTenantPolicies(ctx context.Context, c *Controller, clients *clients, o
 	}
 	c.metrics.SetTenantPoliciesAvailable(true)
 	go informer.RunWithContext(ctx)
-	return informer.HasSynced, nil
+	return c.tenants.synced, nil
+}
+
+// podsOfPolicyNamespaces are those of podKeys whose namespace has a usable
+// tenant policy.
+func (t *tenantPolicies) podsOfPolicyNamespaces(podKeys []string) []string {
+	var out []string
+	for _, key := range podKeys {
+		if namespace, _, ok := strings.Cut(key, "/"); ok && len(t.store.For(namespace)) > 0 {
+			out = append(out, key)
+		}
+	}
+	return out
 }
 
 // awaitTenantAPI runs the controller without tenant policies while the API

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -50,7 +51,7 @@ func newTenantFixture(t *testing.T, r policy.Restrictions, namespaces []*corev1.
 		t.Fatal("tenant policy cache did not sync")
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); f.c.tenants.status.Run(ctx) }()
+	go func() { defer close(done); f.c.tenants.status.Run(ctx, nil) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return &tenantFixture{fixture: f, pj: pj}
 }
@@ -97,13 +98,23 @@ func (f *tenantFixture) podWrites() []core.Action {
 	return out
 }
 
-// statusWrites are the fake podjanitor.io clientset's writes of status.
+// statusWrites are the fake podjanitor.io clientset's writes of status:
+// merge patches of the status subresource, each as the status it writes.
 func (f *tenantFixture) statusWrites() []*v1alpha1.PodLifetimePolicy {
 	var out []*v1alpha1.PodLifetimePolicy
 	for _, a := range f.pj.Actions() {
-		if u, ok := a.(core.UpdateAction); ok && a.GetSubresource() == "status" {
-			out = append(out, u.GetObject().(*v1alpha1.PodLifetimePolicy))
+		if a.GetSubresource() != "status" {
+			continue
 		}
+		p, ok := a.(core.PatchAction)
+		if !ok || p.GetPatchType() != types.MergePatchType {
+			f.t.Fatalf("status written by %T, want a merge patch", a)
+		}
+		var written v1alpha1.PodLifetimePolicy
+		if err := json.Unmarshal(p.GetPatch(), &written); err != nil {
+			f.t.Fatal(err)
+		}
+		out = append(out, &written)
 	}
 	return out
 }

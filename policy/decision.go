@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // DefaultAnnotationPrefix is the annotation prefix when Evaluator.Prefix is empty.
@@ -83,6 +84,11 @@ type Decision struct {
 	// Policy is "<namespace>/<name>" of the tenant policy whose rule decided,
 	// "" for annotations and the policy file's rules.
 	Policy string
+	// PolicyUID and PolicyGeneration are the UID and generation of the
+	// tenant policy as it was when it decided (TenantPolicy.UID,
+	// Generation): a removal checks them against a fresh read.
+	PolicyUID        types.UID
+	PolicyGeneration int64
 	// GracePeriodSeconds is the rule's grace period for the removal; nil means the pod's own.
 	GracePeriodSeconds *int64
 	// Kept is set when the keep annotation of the pod or of its namespace

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // TenantKind is the kind of the namespaced resource that holds a namespace
@@ -28,6 +29,11 @@ type TenantPolicy struct {
 	// protected are the Restrictions' protected namespaces and priority
 	// classes it was made under, which Decide holds on its own too.
 	protected protection
+	// UID and Generation say which object and which generation of its
+	// rules Policy holds (Decision.PolicyUID, PolicyGeneration); zero when
+	// not known.
+	UID        types.UID
+	Generation int64
 }
 
 // protection is what the cluster admin protects from tenant policies,
@@ -222,7 +228,7 @@ func (e *Evaluator) decideByTenants(pod *corev1.Pod, ns *Namespace, now time.Tim
 		}
 		d := t.Policy.decide(pod, ns, now)
 		if d.HasDeadline() {
-			d.Policy = t.Key()
+			d.Policy, d.PolicyUID, d.PolicyGeneration = t.Key(), t.UID, t.Generation
 			d.Source = TenantSourcePrefix + t.Name + "/" + d.Source
 			return d
 		}

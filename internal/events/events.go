@@ -148,6 +148,26 @@ const (
 	summaryNames = 20
 )
 
+// The budget of Warnings on tenant policies (PolicyNotUsed): a tenant
+// flipping a policy between usable and not, or writing many bad policies,
+// must not flood the event pipeline that removal events share. Each policy
+// (by namespace and name, so deleting and creating it again does not refill
+// it) may have policyWarningBurst Warnings at once and one more every
+// policyWarningEvery; all policies together policyWarningsBurst at once and
+// policyWarningsRate a second. A Warning over the budget is left out and
+// counted (OnWarningDropped: podjanitor_warnings_dropped_total); the policy's
+// Ready condition still says why it is not used. At most maxPolicyBudgets
+// policies' budgets are kept: full ones are dropped first (they hold nothing
+// a new one would not), and past that every policy shares the overall budget
+// only.
+const (
+	policyWarningBurst  = 3
+	policyWarningEvery  = 10 * time.Minute
+	policyWarningsBurst = 20
+	policyWarningsRate  = 1
+	maxPolicyBudgets    = 4096
+)
+
 // Pipeline writes the events of a recorder to the API server, on a
 // client of its own so that event writes do not take removals' share of
 // --kube-api-qps. It outlives the context it starts with, so that removals
@@ -199,6 +219,14 @@ type Reporter struct {
 	interval          time.Duration
 	maxOwnerSummaries int
 
+	// policyWarnings is the overall budget of Warnings on tenant policies,
+	// policyBudgets each policy's (see policyWarningBurst); dropped counts
+	// those left out, by reason.
+	warningsMu     sync.Mutex
+	policyWarnings *rate.Limiter
+	policyBudgets  map[string]*rate.Limiter
+	dropped        func(reason string)
+
 	mu sync.Mutex
 	// groups are the removals over the budget in the current interval;
 	// windowEnd closes that interval, nil when none is open.
@@ -220,7 +248,40 @@ func NewReporter(logger klog.Logger, recorder clientevents.EventRecorder, clk cl
 		interval:          summaryInterval,
 		maxOwnerSummaries: maxOwnerSummaries,
 		groups:            map[groupKey]*removalGroup{},
+		policyWarnings:    rate.NewLimiter(policyWarningsRate, policyWarningsBurst),
+		policyBudgets:     map[string]*rate.Limiter{},
+		dropped:           func(string) {},
 	}
+}
+
+// OnWarningDropped sets what is told of a Warning left out over its budget.
+func (r *Reporter) OnWarningDropped(dropped func(reason string)) { r.dropped = dropped }
+
+// allowPolicyWarning takes a token of the policy's budget and the overall one.
+func (r *Reporter) allowPolicyWarning(ref *corev1.ObjectReference) bool {
+	r.warningsMu.Lock()
+	defer r.warningsMu.Unlock()
+	now := r.clock.Now()
+	key := ref.Namespace + "/" + ref.Name
+	budget := r.policyBudgets[key]
+	if budget == nil {
+		if len(r.policyBudgets) >= maxPolicyBudgets {
+			for k, b := range r.policyBudgets {
+				if b.TokensAt(now) >= policyWarningBurst {
+					delete(r.policyBudgets, k)
+				}
+			}
+		}
+		if len(r.policyBudgets) >= maxPolicyBudgets {
+			return r.policyWarnings.AllowN(now, 1)
+		}
+		budget = rate.NewLimiter(rate.Every(policyWarningEvery), policyWarningBurst)
+		r.policyBudgets[key] = budget
+	}
+	if budget.TokensAt(now) < 1 || !r.policyWarnings.AllowN(now, 1) {
+		return false
+	}
+	return budget.AllowN(now, 1)
 }
 
 // eventf records an event with the note cut to what the API stores.
@@ -243,10 +304,17 @@ func (r *Reporter) InvalidNamespaceAnnotation(e *policy.AnnotationError) {
 }
 
 // TenantPolicyNotUsed warns, on a tenant policy (a PodLifetimePolicy), that
-// podjanitor does not use its rules (the controller warns once per
-// generation and message).
-func (r *Reporter) TenantPolicyNotUsed(policyRef *corev1.ObjectReference, reason, message string) {
+// podjanitor does not use its rules (the controller warns once per new
+// reason or message), within the budget of policy Warnings (see
+// policyWarningBurst); it says whether the Warning was recorded.
+func (r *Reporter) TenantPolicyNotUsed(policyRef *corev1.ObjectReference, reason, message string) bool {
+	if !r.allowPolicyWarning(policyRef) {
+		r.dropped(ReasonPolicyNotUsed)
+		r.logger.V(2).Info("Warning on a tenant policy over its budget, left out", "policy", policyRef.Namespace+"/"+policyRef.Name, "reason", reason)
+		return false
+	}
 	r.eventf(policyRef, nil, corev1.EventTypeWarning, ReasonPolicyNotUsed, "Validate", "Not using the rules (%s): %s", reason, message)
+	return true
 }
 
 // annotationErrorNote is the error with a long value shortened, in the

@@ -415,3 +415,42 @@ func TestSummaryNoteNamesAsManyPodsAsFit(t *testing.T) {
 }
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// TestPolicyWarningsBudget proves that a tenant flipping one policy between
+// usable and not 1,000 times gets at most policyWarningBurst Warnings on
+// it, that 100 policies together get at most policyWarningsBurst, that the
+// left-out ones are counted, and that the budget refills with time.
+func TestPolicyWarningsBudget(t *testing.T) {
+	h := newBudgetHarness(t, false, false)
+	clk, r := h.clock, h.r
+	dropped := 0
+	r.OnWarningDropped(func(reason string) {
+		if reason == ReasonPolicyNotUsed {
+			dropped++
+		}
+	})
+	ref := func(name string) *corev1.ObjectReference {
+		return &corev1.ObjectReference{Kind: "PodLifetimePolicy", Namespace: "team-a", Name: name}
+	}
+	for range 1000 {
+		r.TenantPolicyNotUsed(ref("flipping"), "InvalidRules", "bad")
+	}
+	if got := len(h.log.take()); got != policyWarningBurst {
+		t.Errorf("%d Warnings for 1,000 flips of one policy, want %d", got, policyWarningBurst)
+	}
+	if dropped != 1000-policyWarningBurst {
+		t.Errorf("%d Warnings counted as dropped, want %d", dropped, 1000-policyWarningBurst)
+	}
+	clk.Step(policyWarningEvery)
+	if !r.TenantPolicyNotUsed(ref("flipping"), "InvalidRules", "bad") {
+		t.Errorf("no Warning %v later, want one", policyWarningEvery)
+	}
+	h.log.take()
+	clk.Step(time.Hour) // the overall budget full again
+	for i := range 100 {
+		r.TenantPolicyNotUsed(ref(fmt.Sprintf("p-%d", i)), "InvalidRules", "bad")
+	}
+	if got := len(h.log.take()); got != policyWarningsBurst {
+		t.Errorf("%d Warnings for 100 policies at once, want %d", got, policyWarningsBurst)
+	}
+}

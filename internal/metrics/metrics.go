@@ -60,6 +60,7 @@ type Metrics struct {
 	policyReloads      *prometheus.CounterVec
 	tenantPolicies     *prometheus.GaugeVec
 	tenantAPI          prometheus.Gauge
+	warningsDropped    *prometheus.CounterVec
 	workqueue          workqueueMetrics
 	restRequestResults *prometheus.CounterVec
 	restLatency        *prometheus.HistogramVec
@@ -138,6 +139,10 @@ func New(controller, version, commit string) *Metrics {
 			Name: "podjanitor_policy_reloads_total",
 			Help: "Policy file reloads, by result (success, or error when the new file was rejected).",
 		}, []string{"result"}),
+		warningsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "podjanitor_warnings_dropped_total",
+			Help: "Warnings left out over their budget, by reason (PolicyNotUsed: a tenant policy's, whose Ready condition still says why it is not used).",
+		}, []string{"reason"}),
 		tenantPolicies: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "podjanitor_tenant_policies",
 			Help: "Tenant policies (PodLifetimePolicy resources) podjanitor has read, by whether it uses their rules (ready=\"true\") or not (ready=\"false\": see their Ready condition). 0 with --tenant-policies=false.",
@@ -174,7 +179,7 @@ func New(controller, version, commit string) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics,
 		m.reconcileTime, m.activeWorkers, m.maxConcurrent, m.podsRemoved, m.removalErrors,
-		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, m.tenantPolicies, m.tenantAPI, buildInfo, m.restRequestResults, m.restLatency,
+		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, m.tenantPolicies, m.tenantAPI, m.warningsDropped, buildInfo, m.restRequestResults, m.restLatency,
 		m.leaderStatus, m.leaderSlowpath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
@@ -191,6 +196,7 @@ func New(controller, version, commit string) *Metrics {
 	m.policyReloads.WithLabelValues(ResultSuccess)
 	m.policyReloads.WithLabelValues(ResultError)
 	m.tenantPolicies.WithLabelValues("true")
+	m.warningsDropped.WithLabelValues("PolicyNotUsed")
 	m.tenantPolicies.WithLabelValues("false")
 	return m
 }
@@ -356,6 +362,13 @@ func (m *Metrics) SetTenantPoliciesAvailable(available bool) {
 			v = 1
 		}
 		m.tenantAPI.Set(v)
+	}
+}
+
+// CountWarningDropped counts a Warning left out over its budget.
+func (m *Metrics) CountWarningDropped(reason string) {
+	if m != nil {
+		m.warningsDropped.WithLabelValues(reason).Inc()
 	}
 }
 

@@ -14,11 +14,15 @@ import (
 // tenant policy.
 const DefaultStatusInterval = 10 * time.Second
 
-// StatusWriter writes the status of tenant policies at a bounded rate: Mark
-// asks for a write of a policy's status, and marks coalesce; a policy's
-// status is written at most once per interval, however often it is marked
-// (once per pod event, say), and a mark is never lost: it is written at the
-// end of the interval at the latest.
+// StatusWriter writes the status of tenant policies at a bounded rate: Add
+// tells it of a policy (created or changed) and Mark asks for a write of a
+// known policy's status, and marks coalesce; a policy's status is written
+// at most once per interval, however often it is marked (once per pod event,
+// say), and a mark is never lost: it is written at the end of the interval at
+// the latest. Forget drops a deleted policy for good: a later Mark of it (a
+// pod decided again after the deletion) is ignored, so the writer keeps
+// state for existing policies only, on the leader and on standbys alike.
+// Before Run (on a standby) marks are only remembered, one per policy.
 type StatusWriter struct {
 	clock    clock.Clock
 	interval time.Duration
@@ -28,9 +32,13 @@ type StatusWriter struct {
 
 	queue workqueue.TypedDelayingInterface[string]
 	mu    sync.Mutex
+	// known are the policies that exist (Add, and no Forget since).
+	known map[string]bool
 	last  map[string]time.Time // policy key → when its status was last written
 	// pending are the keys marked and not yet taken by the writer.
 	pending map[string]bool
+	// running: Run has queued the pending keys, marks go to the queue.
+	running bool
 }
 
 // NewStatusWriter makes a writer that calls write at most once per interval
@@ -45,20 +53,45 @@ func NewStatusWriter(clk clock.WithTicker, interval time.Duration, write func(ct
 		write:    write,
 		queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{
 			Name: "podjanitor_tenant_status", Clock: clk}),
+		known:   map[string]bool{},
 		last:    map[string]time.Time{},
 		pending: map[string]bool{},
 	}
 }
 
+// Add tells the writer that the policy exists (it was created or changed)
+// and marks it.
+func (w *StatusWriter) Add(policyKey string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.known[policyKey] = true
+	w.markLocked(policyKey)
+}
+
 // Mark asks for a write of the policy's status: now if none was written in
-// the last interval, else at the end of it.
+// the last interval, else at the end of it. A policy not known (never
+// added, or forgotten) is not written.
 func (w *StatusWriter) Mark(policyKey string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.known[policyKey] {
+		w.markLocked(policyKey)
+	}
+}
+
+// markLocked marks a known policy; w.mu is held.
+func (w *StatusWriter) markLocked(policyKey string) {
 	if w.pending[policyKey] {
 		return
 	}
 	w.pending[policyKey] = true
+	if w.running {
+		w.enqueueLocked(policyKey)
+	}
+}
+
+// enqueueLocked queues a pending key for its time; w.mu is held.
+func (w *StatusWriter) enqueueLocked(policyKey string) {
 	wait := time.Duration(0)
 	if last, ok := w.last[policyKey]; ok {
 		wait = last.Add(w.interval).Sub(w.clock.Now())
@@ -66,32 +99,72 @@ func (w *StatusWriter) Mark(policyKey string) {
 	w.queue.AddAfter(policyKey, max(wait, 0))
 }
 
-// Forget drops what the writer knows of a deleted policy. A mark still
-// pending is written (write finds the policy gone and does nothing).
+// Forget drops what the writer knows of a deleted policy; a write still
+// queued is not made.
 func (w *StatusWriter) Forget(policyKey string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	delete(w.known, policyKey)
 	delete(w.last, policyKey)
+	delete(w.pending, policyKey)
 }
 
-// Run writes until ctx is cancelled.
-func (w *StatusWriter) Run(ctx context.Context) {
+// Len is how many policies the writer keeps state for.
+func (w *StatusWriter) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	keys := map[string]bool{}
+	for _, m := range []map[string]bool{w.known, w.pending} {
+		for k := range m {
+			keys[k] = true
+		}
+	}
+	for k := range w.last {
+		keys[k] = true
+	}
+	return len(keys)
+}
+
+// Run writes until ctx is cancelled. Its first writes wait until ready is
+// closed (the pods decided once, so that the first status has the real
+// figures), one interval at most; nil ready: no wait.
+func (w *StatusWriter) Run(ctx context.Context, ready <-chan struct{}) {
 	go func() {
 		<-ctx.Done()
 		w.queue.ShutDown()
 	}()
+	if ready != nil {
+		timer := w.clock.NewTimer(w.interval)
+		select {
+		case <-ready:
+		case <-timer.C():
+		case <-ctx.Done():
+		}
+		timer.Stop()
+	}
+	w.mu.Lock()
+	w.running = true
+	for key := range w.pending {
+		w.enqueueLocked(key)
+	}
+	w.mu.Unlock()
 	for {
 		key, shutdown := w.queue.Get()
 		if shutdown {
 			return
 		}
 		w.mu.Lock()
+		known := w.known[key] && w.pending[key]
 		delete(w.pending, key)
-		w.last[key] = w.clock.Now()
+		if known {
+			w.last[key] = w.clock.Now()
+		}
 		w.mu.Unlock()
-		if err := w.write(ctx, key); err != nil && ctx.Err() == nil {
-			utilruntime.HandleErrorWithContext(ctx, err, "Writing the status of a tenant policy failed, will retry", "policy", key)
-			w.Mark(key)
+		if known {
+			if err := w.write(ctx, key); err != nil && ctx.Err() == nil {
+				utilruntime.HandleErrorWithContext(ctx, err, "Writing the status of a tenant policy failed, will retry", "policy", key)
+				w.Mark(key)
+			}
 		}
 		w.queue.Done(key)
 	}

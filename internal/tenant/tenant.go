@@ -1,7 +1,8 @@
 // Package tenant keeps what the controller knows of tenant policies (the
 // namespaced PodLifetimePolicy resources): the usable ones by namespace
-// (Store), which pods each gives a deadline (Tracker), and the writes of
-// their status, at most one per policy and interval (StatusWriter).
+// (Store), which pods each gives a deadline (Tracker), the writes of
+// their status, at most one per policy and interval (StatusWriter), and
+// their reads from the API server before a removal (Reader).
 package tenant
 
 import (
@@ -60,6 +61,37 @@ type Tracker struct {
 	mu    sync.Mutex
 	byPod map[string]string               // pod key → policy key
 	pods  map[string]map[string]time.Time // policy key → pod key → deadline
+	// expected are the pods to be decided before expectedDone is closed (Expect).
+	expected     map[string]bool
+	expectedDone chan struct{}
+}
+
+// Expect returns a channel closed once each of podKeys has been decided
+// (Observe or Forget) after the call: at start, the pods of the
+// namespaces with tenant policies, so that the first status written has
+// the real figures.
+func (t *Tracker) Expect(podKeys []string) <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	done := make(chan struct{})
+	t.expected, t.expectedDone = map[string]bool{}, done
+	for _, k := range podKeys {
+		t.expected[k] = true
+	}
+	t.decidedLocked("")
+	return done
+}
+
+// decidedLocked notes that the pod was decided; t.mu is held.
+func (t *Tracker) decidedLocked(podKey string) {
+	if t.expectedDone == nil {
+		return
+	}
+	delete(t.expected, podKey)
+	if len(t.expected) == 0 {
+		close(t.expectedDone)
+		t.expected, t.expectedDone = nil, nil
+	}
 }
 
 func NewTracker(changed func(policyKey string)) *Tracker {
@@ -77,6 +109,7 @@ func (t *Tracker) Observe(podKey string, d policy.Decision) {
 		return
 	}
 	t.mu.Lock()
+	t.decidedLocked(podKey)
 	old, had := t.byPod[podKey]
 	var changed []string
 	if had && old != d.Policy {
@@ -101,6 +134,7 @@ func (t *Tracker) Observe(podKey string, d policy.Decision) {
 // Forget records that the pod has no deadline of a tenant policy (or is gone).
 func (t *Tracker) Forget(podKey string) {
 	t.mu.Lock()
+	t.decidedLocked(podKey)
 	old, had := t.byPod[podKey]
 	if had {
 		t.drop(podKey, old)

@@ -2,6 +2,7 @@ package tenant
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -66,17 +67,17 @@ func TestStatusWriterRateBound(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{})
-	go func() { w.Run(ctx); close(done) }()
+	go func() { w.Run(ctx, nil); close(done) }()
 	defer func() { cancel(); <-done }()
 
 	// A first mark is written at once; a thousand more in the interval
 	// (a pod event each) wait for its end.
-	w.Mark("a/p")
+	w.Add("a/p")
 	log.expectWrite(t, "a/p")
 	for range 1000 {
 		w.Mark("a/p")
 	}
-	w.Mark("b/q") // another policy is not held back by a/p's writes
+	w.Add("b/q") // another policy is not held back by a/p's writes
 	log.expectWrite(t, "b/q")
 	log.expectNoWrite(t)
 	clk.Step(interval - time.Second)
@@ -169,5 +170,65 @@ func TestStoreOrder(t *testing.T) {
 	}
 	if got := names("b"); len(got) != 0 {
 		t.Errorf("For(b) = %v, want none", got)
+	}
+}
+
+// TestStatusWriterForgetsDeletedPolicies proves that the writer keeps no
+// state for a deleted policy, on a standby (never running) and on the
+// leader, even when pods decided again after the deletion mark it, and
+// writes nothing for it.
+func TestStatusWriterForgetsDeletedPolicies(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	log := &writeLog{clock: clk, writes: map[string][]time.Time{}, wrote: make(chan string, 1000)}
+	w := NewStatusWriter(clk, time.Second, log.write)
+	churn := func() {
+		for i := range 1000 {
+			key := fmt.Sprintf("a/p-%d", i)
+			w.Add(key)
+			w.Mark(key)
+			w.Forget(key)
+			w.Mark(key) // its pods decided again after the deletion
+		}
+	}
+	churn()
+	if n := w.Len(); n != 0 {
+		t.Errorf("standby: state for %d policies after 1,000 created and deleted, want 0", n)
+	}
+	w.Add("a/kept")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx, nil); close(done) }()
+	defer func() { cancel(); <-done }()
+	log.expectWrite(t, "a/kept")
+	churn()
+	clk.Step(time.Second)
+	log.expectNoWrite(t)
+	if n := w.Len(); n != 1 {
+		t.Errorf("leader: state for %d policies, want 1 (a/kept)", n)
+	}
+}
+
+// TestTrackerExpect proves that Expect's channel is closed once each
+// expected pod was decided, with or without a deadline, and not before.
+func TestTrackerExpect(t *testing.T) {
+	tr := NewTracker(nil)
+	done := tr.Expect([]string{"a/1", "a/2"})
+	tr.Observe("a/1", policy.Decision{Policy: "a/p", Deadline: time.Now()})
+	tr.Observe("b/other", policy.Decision{})
+	select {
+	case <-done:
+		t.Fatal("closed with a/2 not decided")
+	default:
+	}
+	tr.Observe("a/2", policy.Decision{})
+	select {
+	case <-done:
+	default:
+		t.Fatal("not closed once a/1 and a/2 were decided")
+	}
+	select {
+	case <-tr.Expect(nil):
+	default:
+		t.Fatal("Expect(nil) not closed at once")
 	}
 }
