@@ -58,6 +58,7 @@ type Metrics struct {
 	leader             prometheus.Gauge
 	policyReloads      *prometheus.CounterVec
 	tenantPolicies     *prometheus.GaugeVec
+	tenantOverLimit    *prometheus.GaugeVec
 	workqueue          workqueueMetrics
 	restRequestResults *prometheus.CounterVec
 	restLatency        *prometheus.HistogramVec
@@ -139,6 +140,10 @@ func New(controller, version, commit string) *Metrics {
 			Name: "podjanitor_tenant_policies",
 			Help: "Tenant policies (PodLifetimePolicy resources) podjanitor has read, by whether it uses their rules (ready=\"true\") or not (ready=\"false\": see their Ready condition). 0 with --tenant-policies=false.",
 		}, []string{"ready"}),
+		tenantOverLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "podjanitor_tenant_policies_over_limit",
+			Help: "Tenant policies podjanitor does not use because their namespace's usable policies would pass a limit, by reason: TooManyPolicies (--tenant-max-policies-per-namespace), TooManyRules (--tenant-max-rules-per-namespace), TooLarge (--tenant-max-bytes-per-namespace). Counted in podjanitor_tenant_policies{ready=\"false\"} too.",
+		}, []string{"reason"}),
 		restRequestResults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rest_client_requests_total",
 			Help: "Number of HTTP requests to the API server, by status code, method and host.",
@@ -167,7 +172,7 @@ func New(controller, version, commit string) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics,
 		m.reconcileTime, m.activeWorkers, m.maxConcurrent, m.podsRemoved, m.removalErrors,
-		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, m.tenantPolicies, buildInfo, m.restRequestResults, m.restLatency,
+		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, m.tenantPolicies, m.tenantOverLimit, buildInfo, m.restRequestResults, m.restLatency,
 		m.leaderStatus, m.leaderSlowpath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
@@ -184,6 +189,9 @@ func New(controller, version, commit string) *Metrics {
 	m.policyReloads.WithLabelValues(ResultError)
 	m.tenantPolicies.WithLabelValues("true")
 	m.tenantPolicies.WithLabelValues("false")
+	for _, reason := range TenantLimitReasons {
+		m.tenantOverLimit.WithLabelValues(reason)
+	}
 	return m
 }
 
@@ -336,6 +344,18 @@ func (m *Metrics) SetTenantPolicies(ready, notReady int) {
 	if m != nil {
 		m.tenantPolicies.WithLabelValues("true").Set(float64(ready))
 		m.tenantPolicies.WithLabelValues("false").Set(float64(notReady))
+	}
+}
+
+// TenantLimitReasons are the reason label's values of
+// podjanitor_tenant_policies_over_limit (tenant.Reason*).
+var TenantLimitReasons = []string{"TooManyPolicies", "TooManyRules", "TooLarge"}
+
+// SetTenantPoliciesOverLimit sets podjanitor_tenant_policies_over_limit
+// for reason (one of TenantLimitReasons).
+func (m *Metrics) SetTenantPoliciesOverLimit(reason string, n int) {
+	if m != nil {
+		m.tenantOverLimit.WithLabelValues(reason).Set(float64(n))
 	}
 }
 

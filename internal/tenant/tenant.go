@@ -1,7 +1,9 @@
 // Package tenant keeps what the controller knows of tenant policies (the
 // namespaced PodLifetimePolicy resources): the usable ones by namespace
-// (Store), which pods each gives a deadline (Tracker), and the writes of
-// their status, at most one per policy and interval (StatusWriter).
+// (Store), which of a namespace's may be used (Limits), what the informer
+// keeps of each (Transform), which pods each gives a deadline (Tracker),
+// and the writes of their status, at most one per policy and interval
+// (StatusWriter).
 package tenant
 
 import (
