@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podjanitor/podjanitor/internal/tenant"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -29,13 +30,24 @@ func TestChartTenantPolicies(t *testing.T) {
 		!slices.Equal(got.ProtectedNamespaces, []string{"platform", "monitoring"}) || !slices.Equal(got.ProtectedPriorityClasses, []string{"tier-1"}) {
 		t.Errorf("restrictions %+v (CRD check every %v) did not carry the values", got, o.tenants.crdCheckInterval)
 	}
+	if want := (tenant.Limits{Policies: 16, Rules: 64, Bytes: 256 << 10}); o.tenants.limits != want || o.redecisionInterval != time.Second {
+		t.Errorf("default limits %+v, interval %v; want %+v, 1s", o.tenants.limits, o.redecisionInterval, want)
+	}
+	r = renderChart(t, "tenantPolicies.maxPoliciesPerNamespace=4", "tenantPolicies.maxRulesPerNamespace=0",
+		"tenantPolicies.maxBytesPerNamespace=1Mi", "namespaceRedecisionInterval=250ms")
+	o = checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
+	if want := (tenant.Limits{Policies: 4, Rules: 0, Bytes: 1 << 20}); o.tenants.limits != want || o.redecisionInterval != 250*time.Millisecond {
+		t.Errorf("limits %+v, interval %v; want %+v, 250ms", o.tenants.limits, o.redecisionInterval, want)
+	}
 	r = renderChart(t, "tenantPolicies.enabled=false")
 	if o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap()); o.tenants.enabled {
 		t.Error("tenantPolicies.enabled=false still renders --tenant-policies")
 	}
 	for _, set := range []string{"tenantPolicies.forbiddenClocks={sometime}", "tenantPolicies.forbiddenActions={kill}",
 		"tenantPolicies.minAfter=1x", "tenantPolicies.maxAfter=7 days", "tenantPolicies.enabled=yes", "tenantPolicies.minimumAfter=1h", "tenantPolicies.crdCheckInterval=1d",
-		"tenantPolicies.protectedNamespaces={Platform}", "tenantPolicies.protectedPriorityClasses={tier_1}"} {
+		"tenantPolicies.protectedNamespaces={Platform}", "tenantPolicies.protectedPriorityClasses={tier_1}",
+		"tenantPolicies.maxPoliciesPerNamespace=-1", "tenantPolicies.maxRulesPerNamespace=many", "tenantPolicies.maxBytesPerNamespace=1MB",
+		"namespaceRedecisionInterval=1d"} {
 		if _, err := helmTemplate(t, set); err == nil {
 			t.Errorf("helm template --set %s succeeded, want values.schema.json to refuse it", set)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,7 @@ import (
 	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/internal/redecide"
 	"github.com/podjanitor/podjanitor/internal/removalerrors"
 	"github.com/podjanitor/podjanitor/policy"
 )
@@ -61,6 +63,10 @@ type Options struct {
 	// a pod read afresh that no longer matches it is not removed. nil
 	// matches every pod.
 	PodSelector labels.Selector
+	// RedecisionInterval is the least time between two re-decisions of one
+	// namespace's pods after its tenant policies or labels change; changes
+	// in between coalesce into the next. 0: no wait.
+	RedecisionInterval time.Duration
 }
 
 // Result tells processNextWorkItem what to do with a key, as controller-runtime's
@@ -115,9 +121,9 @@ type Controller struct {
 	reporter *events.Reporter
 	clock    clock.WithTicker
 
-	// pods is the pod informer's store; see podcache.Pod for what it holds.
-	// podsSynced, namespacesSynced: the controller's handlers have taken
-	// the informers' initial lists.
+	// pods is the pod informer's store, indexed by namespace; see
+	// podcache.Pod for what it holds. podsSynced, namespacesSynced: the
+	// controller's handlers have taken the informers' initial lists.
 	pods       cache.Indexer
 	podsSynced cache.InformerSynced
 	// namespaces holds the labels and keep annotation of each namespace
@@ -138,9 +144,14 @@ type Controller struct {
 	// queue is what the workers read: keys to decide now, and failed keys
 	// waiting for their backoff. Keys parked until a deadline or a removal
 	// token wait in state instead, which drops them with their pod.
-	queue   workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	state   *podStates
-	limiter *rate.Limiter
+	queue workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	// redecide feeds the pods of namespaces to decide again (a tenant
+	// policy or the namespace changed) to queue, coalesced, and only while
+	// queue holds fewer than room keys: keys that are due go first.
+	redecide *redecide.Namespaces
+	room     atomic.Int64
+	state    *podStates
+	limiter  *rate.Limiter
 	// transform is the pod informer's (podcache.RememberingPodTransform against the
 	// cache), for pods read afresh before an eviction.
 	transform cache.TransformFunc
@@ -173,6 +184,9 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	if opts.ClockOffset == nil {
 		opts.ClockOffset = func() time.Duration { return 0 }
 	}
+	if _, ok := podInformer.Informer().GetIndexer().GetIndexers()[cache.NamespaceIndex]; !ok {
+		return nil, errors.New("the pod informer has no namespace index")
+	}
 	limit, burst := rate.Inf, opts.RemovalBurst
 	if opts.MaxRemovalsPerSecond > 0 {
 		limit = rate.Limit(opts.MaxRemovalsPerSecond)
@@ -199,6 +213,9 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	c.reporter.OnWarningDropped(opts.Metrics.CountWarningDropped)
 	c.nsReader = newNamespaceReader(client, clk, opts.WriteTimeout)
 	c.state = newPodStates(clk, c.now, opts.Metrics.SetPodsParked)
+	c.room.Store(math.MaxInt64) // until Run: as many as there are
+	c.redecide = redecide.New(clk, opts.RedecisionInterval, c.namespacePodKeys, c.enqueueKey,
+		func() bool { return int64(c.queue.Len()) < c.room.Load() })
 	c.evaluator.Store(opts.Evaluator)
 	// The workers wait for the handlers' registrations, not the informers:
 	// an informer has synced once its cache holds the initial list, its
@@ -272,10 +289,7 @@ func (c *Controller) namespaceEventHandler() cache.ResourceEventHandler {
 	}
 }
 
-// enqueueNamespacePods adds the key of every cached pod of a namespace. It
-// looks through every key (the pod cache keeps no namespace index, which
-// would cost a map entry per pod for what changes rarely: a namespace's
-// labels or keep annotation).
+// enqueueNamespacePods decides the pods of a namespace again (enqueueNamespace).
 func (c *Controller) enqueueNamespacePods(obj interface{}) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
@@ -285,20 +299,29 @@ func (c *Controller) enqueueNamespacePods(obj interface{}) {
 	c.enqueueNamespace(m.GetName())
 }
 
-// enqueueNamespace adds the key of every cached pod of namespace.
-func (c *Controller) enqueueNamespace(namespace string) {
-	prefix := namespace + "/"
-	for _, key := range c.pods.ListKeys() {
-		if !strings.HasPrefix(key, prefix) {
-			continue
-		}
-		name, err := cache.ParseObjectName(key)
-		if err != nil {
-			utilruntime.HandleError(err)
-			continue
-		}
-		c.queue.Add(name)
+// enqueueNamespace decides every cached pod of namespace again: the
+// namespace is marked for c.redecide, which feeds its pods to the queue
+// after the keys already there, at most once per RedecisionInterval
+// however many changes come.
+func (c *Controller) enqueueNamespace(namespace string) { c.redecide.Add(namespace) }
+
+// namespacePodKeys lists the keys of namespace's cached pods (the index).
+func (c *Controller) namespacePodKeys(namespace string) []string {
+	keys, err := c.pods.IndexKeys(cache.NamespaceIndex, namespace)
+	if err != nil {
+		utilruntime.HandleError(err)
 	}
+	return keys
+}
+
+// enqueueKey adds a pod key as the cache writes it.
+func (c *Controller) enqueueKey(key string) {
+	name, err := cache.ParseObjectName(key)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(name)
 }
 
 // SetEvaluator replaces the policy and decides every cached pod again. The
@@ -354,6 +377,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		return errors.New("pod, namespace and tenant policy caches did not sync")
 	}
 	wg.Go(func() { c.state.run(ctx, c.queue.Add) })
+	c.room.Store(int64(workers))
+	wg.Go(func() { c.redecide.Run(ctx) })
 	if c.tenants != nil {
 		// The first status writes wait for the pods they count.
 		decided := c.tenants.tracker.Expect(c.tenants.podsOfPolicyNamespaces(c.pods.ListKeys()))
@@ -380,6 +405,7 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
+	c.redecide.Wake() // room for a key of a namespace decided again
 	if ctx.Err() != nil {
 		return false // shutting down: take no new work
 	}

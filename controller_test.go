@@ -93,8 +93,8 @@ func newFixtureWithNamespaces(t *testing.T, opts Options, namespaces []*corev1.N
 	opts.Metrics = f.metrics
 	factory := informerFactory(f.client, scopeFlags{annotationPrefix: strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/")})
 	podInformer := factory.Core().V1().Pods()
-	if indexers := podInformer.Informer().GetIndexer().GetIndexers(); len(indexers) != 0 {
-		t.Fatalf("the pod cache keeps indexes %v: a map entry per pod", slices.Collect(maps.Keys(indexers)))
+	if indexers := podInformer.Informer().GetIndexer().GetIndexers(); len(indexers) != 1 || indexers[cache.NamespaceIndex] == nil {
+		t.Fatalf("the pod cache keeps indexes %v, want the namespace index alone", slices.Collect(maps.Keys(indexers)))
 	}
 	for _, p := range pods { // stored as the informer's transform stores them
 		obj, err := podcache.PodTransform(strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/"))(p.DeepCopy())
@@ -118,9 +118,10 @@ func newFixtureWithNamespaces(t *testing.T, opts Options, namespaces []*corev1.N
 	if !cache.WaitForCacheSync(runCtx.Done(), namespaceInformer.HasSynced) {
 		t.Fatal("namespace cache did not sync")
 	}
-	done := make(chan struct{})
+	done, redecided := make(chan struct{}), make(chan struct{})
 	go func() { defer close(done); c.state.run(runCtx, c.queue.Add) }()
-	t.Cleanup(func() { cancel(); <-done; c.queue.ShutDown() })
+	go func() { defer close(redecided); c.redecide.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done; <-redecided; c.queue.ShutDown() })
 	f.c = c
 	f.client.ClearActions()
 	return f

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -11,12 +12,14 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/internal/secureserving"
+	"github.com/podjanitor/podjanitor/internal/tenant"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -35,6 +38,7 @@ type flagValues struct {
 	endpoints            endpointsConfig // --metrics-*, --health-probe-bind-address, --profiling, --http-*-timeout
 	shutdownTimeout      time.Duration
 	writeTimeout         time.Duration
+	redecisionInterval   time.Duration // --namespace-redecision-interval
 	showVersion          bool
 	loggingFormat        string
 	verbosity            int         // klog's -v, for --logging-format=json
@@ -54,6 +58,9 @@ type tenantFlags struct {
 	maxAfter                          string
 	crdCheckInterval                  time.Duration       // --tenant-crd-check-interval
 	restrictions                      policy.Restrictions // parsed by validate
+	maxPolicies, maxRules             int                 // --tenant-max-{policies,rules}-per-namespace
+	maxBytes                          string              // --tenant-max-bytes-per-namespace
+	limits                            tenant.Limits       // parsed by validate
 }
 
 // clusterFlags say how to reach the API server and how hard to press it.
@@ -123,6 +130,12 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 		"Comma-separated actions (delete, evict) no tenant policy may remove pods with, its rules' default actions included (evict for Running pods, delete for the others).")
 	fs.BoolVar(&o.tenants.runningPods, "tenant-running-pods", true,
 		"Allow tenant policies to remove Running pods. false refuses every tenant rule that may match a Running pod (one whose phases or clock do not leave Running out).")
+	fs.IntVar(&o.tenants.maxPolicies, "tenant-max-policies-per-namespace", 16,
+		"The most tenant policies podjanitor uses in one namespace; those past it, by name, are not used (Ready=False, reason TooManyPolicies). 0: no bound.")
+	fs.IntVar(&o.tenants.maxRules, "tenant-max-rules-per-namespace", 64,
+		"The most rules the tenant policies podjanitor uses in one namespace may have in all; a policy that would pass it, by name, is not used (Ready=False, reason TooManyRules). 0: no bound.")
+	fs.StringVar(&o.tenants.maxBytes, "tenant-max-bytes-per-namespace", "256Ki",
+		"The most bytes the rules of the tenant policies podjanitor uses in one namespace may hold in all (their strings, 64 bytes per rule and 16 per list item); a policy that would pass it, by name, is not used (Ready=False, reason TooLarge), and the rules of a policy larger on its own are not kept in memory. A quantity: 256Ki, 1Mi. 0: no bound.")
 	fs.StringVar(&o.tenants.minAfter, "tenant-min-after", "0s",
 		"The least after a tenant policy's rule may have (90m, 1d); a policy with a shorter one is not used.")
 	fs.StringVar(&o.tenants.maxAfter, "tenant-max-after", "0s",
@@ -165,6 +178,8 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 		"The most connections the metrics endpoint, and the health endpoint, each have open at once; one more is closed at once (podjanitor_http_connections_refused_total).")
 	fs.BoolVar(&o.endpoints.profiling, "profiling", false, "Serve Go's pprof profiles under /debug/pprof/ on the metrics address.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "On SIGTERM, how long to wait for removals in flight.")
+	fs.DurationVar(&o.redecisionInterval, "namespace-redecision-interval", time.Second,
+		"The least time between two re-decisions of all of a namespace's pods, which a change of its labels, keep annotation or tenant policies starts; changes in between are coalesced into one. Pod events and pods that come due never wait for these.")
 	fs.DurationVar(&o.writeTimeout, "write-timeout", 15*time.Second, "Timeout of each removal call to the API server, its retries included; a call that times out is retried with backoff.")
 	return fs
 }
@@ -256,6 +271,8 @@ func (o *flagValues) validate(cmd command) error {
 		return bad("logging-format", "%q: want %s or %s", o.loggingFormat, loggingText, loggingJSON)
 	case o.shutdownTimeout <= 0:
 		return bad("shutdown-timeout", "%v: must be positive", o.shutdownTimeout)
+	case o.redecisionInterval < 0:
+		return bad("namespace-redecision-interval", "%v: must not be negative", o.redecisionInterval)
 	case o.writeTimeout <= 0:
 		return bad("write-timeout", "%v: must be positive", o.writeTimeout)
 	case o.leaderElect && o.lease.duration <= o.lease.renewDeadline:
@@ -341,6 +358,17 @@ func (t *tenantFlags) validate(bad func(flag, why string, args ...any) error) er
 	if t.crdCheckInterval < time.Second {
 		return bad("tenant-crd-check-interval", "%v: must be at least 1s", t.crdCheckInterval)
 	}
+	if t.maxPolicies < 0 {
+		return bad("tenant-max-policies-per-namespace", "%d: must not be negative", t.maxPolicies)
+	}
+	if t.maxRules < 0 {
+		return bad("tenant-max-rules-per-namespace", "%d: must not be negative", t.maxRules)
+	}
+	q, err := resource.ParseQuantity(t.maxBytes)
+	if err != nil || q.Sign() < 0 || !q.IsZero() && q.Value() > math.MaxInt32 {
+		return bad("tenant-max-bytes-per-namespace", "%q: want a quantity of bytes from 0 to 2Gi (256Ki, 1Mi)", t.maxBytes)
+	}
+	t.limits = tenant.Limits{Policies: t.maxPolicies, Rules: t.maxRules, Bytes: int(q.Value())}
 	return nil
 }
 

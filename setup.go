@@ -26,6 +26,7 @@ import (
 	"github.com/podjanitor/podjanitor/internal/apiclock"
 	"github.com/podjanitor/podjanitor/internal/clientfeatures"
 	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/internal/tenant"
 	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
 	podjanitorinformers "github.com/podjanitor/podjanitor/pkg/generated/informers/externalversions"
 	"github.com/podjanitor/podjanitor/policy"
@@ -176,12 +177,13 @@ func informerFactory(client kubernetes.Interface, scope scopeFlags) informers.Sh
 		informers.WithNamespace(scope.namespace),
 		informers.WithTweakListOptions(tweak),
 	)
-	// The pod informer without the namespace index that the factory would
-	// give it: nothing reads pods by namespace often enough to pay a map
-	// entry per cached pod (see enqueueNamespacePods). Its transform reads
-	// its own store (podcache.RememberingPodTransform).
+	// The pod informer with the namespace index (a namespace's pods are
+	// decided again when its tenant policies or labels change: Controller.
+	// enqueueNamespace) and a transform that reads its own store
+	// (podcache.RememberingPodTransform).
 	factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		informer := coreinformers.NewFilteredPodInformer(client, scope.namespace, resync, cache.Indexers{}, tweak)
+		informer := coreinformers.NewFilteredPodInformer(client, scope.namespace, resync,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, tweak)
 		if err := informer.SetTransform(podcache.RememberingPodTransform(scope.annotationPrefix, informer.GetStore())); err != nil {
 			panic(err) // cannot happen: the informer has not started
 		}
@@ -230,10 +232,15 @@ func namespaceFieldSelector(namespace string) string {
 }
 
 // newTenantInformer watches the tenant policies (PodLifetimePolicy) of
-// --namespace, else of every namespace.
-func newTenantInformer(client versioned.Interface, scope scopeFlags) cache.SharedIndexInformer {
-	return podjanitorinformers.NewSharedInformerFactoryWithOptions(client, 0, podjanitorinformers.WithNamespace(scope.namespace)).
+// --namespace, else of every namespace, keeping what conversion and status
+// read (tenant.Transform; no rules of a policy larger than maxBytes).
+func newTenantInformer(client versioned.Interface, scope scopeFlags, maxBytes int) cache.SharedIndexInformer {
+	informer := podjanitorinformers.NewSharedInformerFactoryWithOptions(client, 0, podjanitorinformers.WithNamespace(scope.namespace)).
 		Podjanitor().V1alpha1().PodLifetimePolicies().Informer()
+	if err := informer.SetTransform(tenant.Transform(maxBytes)); err != nil {
+		panic(err) // cannot happen: the informer has not started
+	}
+	return informer
 }
 
 // keepAnnotationKey is the keep annotation under prefix (--annotation-prefix).

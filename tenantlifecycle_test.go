@@ -57,7 +57,7 @@ func TestStartWaitsForTheTenantHandler(t *testing.T) {
 	pod := tenantPod("old", "team-a", t0.Add(-2*time.Hour), nil)
 	pj := pjfake.NewSimpleClientset(lifetimePolicy("team-a", "keep-longer", v1alpha1.PodLifetimeRule{Name: "max-age", Clock: "created", After: "3h"}))
 	f := &tenantFixture{fixture: newFixtureWithNamespaces(t, Options{Evaluator: &policy.Evaluator{Policy: cluster}}, nil, pod), pj: pj}
-	informer := &slowHandlerInformer{SharedIndexInformer: newTenantInformer(pj, scopeFlags{}), gate: make(chan struct{})}
+	informer := &slowHandlerInformer{SharedIndexInformer: newTenantInformer(pj, scopeFlags{}, 0), gate: make(chan struct{})}
 	if err := f.c.SetTenantPolicies(f.ctx, informer, pj, policy.Restrictions{}, tenantStatusInterval); err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +438,7 @@ func TestFirstTenantStatusHasTheRealFigures(t *testing.T) {
 	}
 	pj := pjfake.NewSimpleClientset(lifetimePolicy("team-a", "cleanup", maxAgeRule))
 	f := &tenantFixture{fixture: newFixtureWithNamespaces(t, Options{}, nil, pods...), pj: pj}
-	informer := newTenantInformer(pj, scopeFlags{})
+	informer := newTenantInformer(pj, scopeFlags{}, 0)
 	if err := f.c.SetTenantPolicies(f.ctx, informer, pj, policy.Restrictions{}, tenantStatusInterval); err != nil {
 		t.Fatal(err)
 	}

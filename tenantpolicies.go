@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/internal/events"
+	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/internal/served"
 	"github.com/podjanitor/podjanitor/internal/tenant"
 	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
@@ -50,6 +53,7 @@ type tenantPolicies struct {
 	// store holds every policy (the informer's own HasSynced says less).
 	synced       cache.InformerSynced
 	restrictions policy.Restrictions
+	limits       tenant.Limits
 
 	store   *tenant.Store
 	tracker *tenant.Tracker
@@ -60,6 +64,24 @@ type tenantPolicies struct {
 	seen map[string]tenantSeen
 	// reader is confirm's reads from the API server.
 	reader *tenant.Reader
+	// converted is each policy's conversion, by namespace and name; the
+	// namespace's Limits choose which of those converted are used.
+	converted map[string]map[string]tenantConverted
+	// notReady counts the policies seen and not used; overLimit those by
+	// the limit they pass (the metrics, kept as seen changes).
+	notReady  int
+	overLimit map[string]int
+}
+
+// tenantConverted is the conversion of one generation of a policy: the
+// policy (nil when it cannot be used, err says why), its rule count and
+// the bytes of its rules.
+type tenantConverted struct {
+	uid          types.UID
+	generation   int64
+	policy       *policy.TenantPolicy
+	err          *policy.TenantError
+	rules, bytes int
 }
 
 // tenantSeen is what the controller made of one generation of a policy:
@@ -71,15 +93,12 @@ type tenantSeen struct {
 	err        *policy.TenantError
 }
 
-// convertTenantPolicy makes the policy.TenantPolicy of a resource under the restrictions.
+// convertTenantPolicy makes the policy.TenantPolicy of a resource under the
+// restrictions: the checks of the loader the API server's validation agrees
+// with (policy.ParseTenantRules is policy.ParseRules on typed rules), with
+// the resource's strings shared, not copied.
 func convertTenantPolicy(obj *v1alpha1.PodLifetimePolicy, r policy.Restrictions) (*policy.TenantPolicy, error) {
-	// The loader the API server's validation agrees with (policy.ParseRules),
-	// on the rules as the API server stores them.
-	data, err := json.Marshal(obj.Spec.Rules)
-	if err != nil {
-		return nil, err
-	}
-	parsed, err := policy.ParseRules(data)
+	parsed, err := policy.ParseTenantRules(tenant.RuleSpecs(obj))
 	if err != nil {
 		return nil, &policy.TenantError{Reason: policy.TenantReasonInvalid, Message: err.Error()}
 	}
@@ -100,6 +119,8 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 		store:        tenant.NewStore(),
 		seen:         map[string]tenantSeen{},
 		reader:       tenant.NewReader(c.clock, c.opts.WriteTimeout, readTenantPolicy(client)),
+		converted:    map[string]map[string]tenantConverted{},
+		overLimit:    map[string]int{},
 	}
 	t.status = tenant.NewStatusWriter(c.clock, statusInterval, func(ctx context.Context, key string) error {
 		return c.writeTenantStatus(ctx, key)
@@ -128,11 +149,16 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 	return nil
 }
 
-// tenantPolicyChanged converts a created or changed policy, puts it in the
-// store (or takes it out, when it cannot be used or is being deleted;
-// writeTenantStatus warns about the former), and
-// decides its namespace's pods again (not for the initial list: every pod is
-// decided once the caches have synced).
+// SetTenantLimits bounds what each namespace's usable policies hold; call
+// it after SetTenantPolicies, before Run. The zero Limits bound nothing.
+func (c *Controller) SetTenantLimits(l tenant.Limits) { c.tenants.limits = l }
+
+// tenantPolicyChanged converts a created or changed policy, chooses again
+// which of its namespace's policies are used (the Limits, by name), puts
+// those in the store and takes the others out (those it cannot use or
+// that are being deleted; writeTenantStatus warns about the former),
+// and decides the namespace's pods again (not for the initial list: every
+// pod is decided once the caches have synced).
 func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 	p, ok := obj.(*v1alpha1.PodLifetimePolicy)
 	if !ok {
@@ -141,26 +167,37 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 	}
 	t := c.tenants
 	key := p.Namespace + "/" + p.Name
-	converted, err := convertTenantPolicy(p, t.restrictions)
-	if p.DeletionTimestamp != nil { // deleted, held by a finalizer: its deadlines are gone
-		converted, err = nil, &policy.TenantError{Reason: tenantReasonDeleting,
+	conv := tenantConverted{uid: p.UID, generation: p.Generation, rules: len(p.Spec.Rules)}
+	size, dropped := tenant.RulesBytes(p)
+	conv.bytes = size
+	var err error
+	switch {
+	case p.DeletionTimestamp != nil: // deleted, held by a finalizer: its deadlines are gone
+		err = &policy.TenantError{Reason: tenantReasonDeleting,
 			Message: fmt.Sprintf("the policy is being deleted (since %s): its rules give no deadline", p.DeletionTimestamp.UTC().Format(time.RFC3339))}
+	case dropped:
+		err = &policy.TenantError{Reason: tenant.TooLarge, Message: fmt.Sprintf(
+			"its rules hold %d bytes, more than the %d a namespace's policies may hold in all (--tenant-max-bytes-per-namespace)", size, t.limits.Bytes)}
+	default:
+		conv.policy, err = convertTenantPolicy(p, t.restrictions)
 	}
-	seen := tenantSeen{uid: p.UID, generation: p.Generation, rules: len(p.Spec.Rules)}
 	if err != nil {
 		var te *policy.TenantError
 		if !errors.As(err, &te) {
 			te = &policy.TenantError{Reason: policy.TenantReasonInvalid, Message: err.Error()}
 		}
-		seen.err = te
-		t.store.Delete(p.Namespace, p.Name)
+		conv.policy, conv.err = nil, te
 	} else {
-		converted.UID, converted.Generation = p.UID, p.Generation
-		t.store.Set(converted)
+		conv.policy.UID, conv.policy.Generation = p.UID, p.Generation
 	}
 	t.reader.Forget(p.Namespace, p.Name)
 	t.mu.Lock()
-	t.seen[key] = seen
+	if t.converted[p.Namespace] == nil {
+		t.converted[p.Namespace] = map[string]tenantConverted{}
+	}
+	t.converted[p.Namespace][p.Name] = conv
+	changed := t.admit(p.Namespace, key)
+	seen := t.seen[key]
 	c.setTenantMetrics()
 	t.mu.Unlock()
 	if seen.err != nil {
@@ -169,13 +206,19 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 		klog.Background().V(2).Info("Tenant policy read", "policy", key, "generation", p.Generation, "rules", seen.rules)
 	}
 	t.status.Add(key)
+	for _, k := range changed {
+		if k != key {
+			t.status.Mark(k)
+		}
+	}
 	if enqueue {
 		c.enqueueNamespace(p.Namespace)
 	}
 }
 
-// tenantPolicyDeleted takes a deleted policy out of the store and decides
-// its namespace's pods again: the deadlines it gave are gone with it.
+// tenantPolicyDeleted takes a deleted policy out of the store, lets the
+// namespace's policies past a limit take its place, and decides its
+// namespace's pods again: the deadlines it gave are gone with it.
 func (c *Controller) tenantPolicyDeleted(obj interface{}) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
@@ -190,25 +233,89 @@ func (c *Controller) tenantPolicyDeleted(obj interface{}) {
 	t.store.Delete(m.GetNamespace(), m.GetName())
 	t.reader.Forget(m.GetNamespace(), m.GetName())
 	t.mu.Lock()
-	delete(t.seen, key)
+	delete(t.converted[m.GetNamespace()], m.GetName())
+	if len(t.converted[m.GetNamespace()]) == 0 {
+		delete(t.converted, m.GetNamespace())
+	}
+	t.setSeen(key, nil)
+	changed := t.admit(m.GetNamespace(), "")
 	c.setTenantMetrics()
 	t.mu.Unlock()
 	t.status.Forget(key)
+	for _, k := range changed {
+		t.status.Mark(k)
+	}
 	klog.Background().V(2).Info("Tenant policy deleted", "policy", key)
 	c.enqueueNamespace(m.GetNamespace())
 }
 
-// setTenantMetrics counts the policies by use; t.mu is held.
-func (c *Controller) setTenantMetrics() {
-	ready, notReady := 0, 0
-	for _, s := range c.tenants.seen {
-		if s.err == nil {
-			ready++
-		} else {
-			notReady++
+// admit chooses which converted policies of namespace are used (the
+// Limits, in name order), updates seen and the store for those whose use
+// changed, and returns their keys, and written's (the policy just
+// converted) always; t.mu is held.
+func (t *tenantPolicies) admit(namespace, written string) (changed []string) {
+	convs := t.converted[namespace]
+	names := slices.Sorted(maps.Keys(convs))
+	var candidates []tenant.Candidate
+	for _, name := range names {
+		if conv := convs[name]; conv.err == nil {
+			candidates = append(candidates, tenant.Candidate{Name: name, Rules: conv.rules, Bytes: conv.bytes})
 		}
 	}
-	c.metrics.SetTenantPolicies(ready, notReady)
+	reasons := t.limits.Admit(candidates)
+	refused := make(map[string]string, len(candidates))
+	for i, c := range candidates {
+		refused[c.Name] = reasons[i]
+	}
+	for _, name := range names {
+		conv, key := convs[name], namespace+"/"+name
+		s := tenantSeen{uid: conv.uid, generation: conv.generation, rules: conv.rules, err: conv.err}
+		if reason := refused[name]; reason != "" {
+			s.err = &policy.TenantError{Reason: reason, Message: t.limits.Message(reason)}
+		}
+		if old, ok := t.seen[key]; ok && key != written && old.uid == s.uid && old.generation == s.generation && sameTenantError(old.err, s.err) {
+			continue
+		}
+		t.setSeen(key, &s)
+		if s.err == nil {
+			t.store.Set(conv.policy)
+		} else {
+			t.store.Delete(namespace, name)
+		}
+		changed = append(changed, key)
+	}
+	return changed
+}
+
+func sameTenantError(a, b *policy.TenantError) bool {
+	return a == b || a != nil && b != nil && *a == *b
+}
+
+// setSeen sets (nil: deletes) what the controller made of the policy of
+// key, and the counts the metrics read; t.mu is held.
+func (t *tenantPolicies) setSeen(key string, s *tenantSeen) {
+	if old, ok := t.seen[key]; ok && old.err != nil {
+		t.notReady--
+		t.overLimit[old.err.Reason]--
+	}
+	if s == nil {
+		delete(t.seen, key)
+		return
+	}
+	t.seen[key] = *s
+	if s.err != nil {
+		t.notReady++
+		t.overLimit[s.err.Reason]++
+	}
+}
+
+// setTenantMetrics sets the tenant metrics from the counts; t.mu is held.
+func (c *Controller) setTenantMetrics() {
+	t := c.tenants
+	c.metrics.SetTenantPolicies(len(t.seen)-t.notReady, t.notReady)
+	for _, reason := range metrics.TenantLimitReasons {
+		c.metrics.SetTenantPoliciesOverLimit(reason, t.overLimit[reason])
+	}
 }
 
 func tenantPolicyRef(p *v1alpha1.PodLifetimePolicy) *corev1.ObjectReference {
@@ -357,10 +464,11 @@ func startTenantPolicies(ctx context.Context, c *Controller, clients *clients, o
 	if apierrors.IsForbidden(err) {
 		return nil, fmt.Errorf("--tenant-policies: podjanitor may not list %s (see its RBAC): %w", policy.TenantKind, err)
 	}
-	informer := newTenantInformer(clients.podjanitor, o.scope)
+	informer := newTenantInformer(clients.podjanitor, o.scope, o.tenants.limits.Bytes)
 	if err := c.SetTenantPolicies(ctx, informer, clients.podjanitor, o.tenants.restrictions, 0); err != nil {
 		return nil, err
 	}
+	c.SetTenantLimits(o.tenants.limits)
 	// The restrictions by what they leave tenants, not by the flags' names:
 	// the e2e tests read a log that says "forbidden" as an RBAC error.
 	r := o.tenants.restrictions

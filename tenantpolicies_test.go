@@ -41,7 +41,7 @@ func newTenantFixture(t *testing.T, r policy.Restrictions, namespaces []*corev1.
 	for _, s := range setup {
 		s(pj)
 	}
-	informer := newTenantInformer(pj, scopeFlags{})
+	informer := newTenantInformer(pj, scopeFlags{}, 0)
 	if err := f.c.SetTenantPolicies(f.ctx, informer, pj, r, tenantStatusInterval); err != nil {
 		t.Fatal(err)
 	}

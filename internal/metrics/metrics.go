@@ -61,6 +61,7 @@ type Metrics struct {
 	tenantPolicies     *prometheus.GaugeVec
 	tenantAPI          prometheus.Gauge
 	warningsDropped    *prometheus.CounterVec
+	tenantOverLimit    *prometheus.GaugeVec
 	workqueue          workqueueMetrics
 	restRequestResults *prometheus.CounterVec
 	restLatency        *prometheus.HistogramVec
@@ -151,6 +152,10 @@ func New(controller, version, commit string) *Metrics {
 			Name: "podjanitor_tenant_policies_available",
 			Help: "1 while podjanitor honours tenant policies (--tenant-policies and the API server serves PodLifetimePolicy); 0 while the API server does not serve it (the CRD not installed: podjanitor runs without tenant policies and checks again every --tenant-crd-check-interval), and with --tenant-policies=false.",
 		}),
+		tenantOverLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "podjanitor_tenant_policies_over_limit",
+			Help: "Tenant policies podjanitor does not use because their namespace's usable policies would pass a limit, by reason: TooManyPolicies (--tenant-max-policies-per-namespace), TooManyRules (--tenant-max-rules-per-namespace), TooLarge (--tenant-max-bytes-per-namespace). Counted in podjanitor_tenant_policies{ready=\"false\"} too.",
+		}, []string{"reason"}),
 		restRequestResults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rest_client_requests_total",
 			Help: "Number of HTTP requests to the API server, by status code, method and host.",
@@ -179,7 +184,7 @@ func New(controller, version, commit string) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics,
 		m.reconcileTime, m.activeWorkers, m.maxConcurrent, m.podsRemoved, m.removalErrors,
-		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, m.tenantPolicies, m.tenantAPI, m.warningsDropped, buildInfo, m.restRequestResults, m.restLatency,
+		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, m.tenantPolicies, m.tenantAPI, m.warningsDropped, m.tenantOverLimit, buildInfo, m.restRequestResults, m.restLatency,
 		m.leaderStatus, m.leaderSlowpath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
@@ -198,6 +203,9 @@ func New(controller, version, commit string) *Metrics {
 	m.tenantPolicies.WithLabelValues("true")
 	m.warningsDropped.WithLabelValues("PolicyNotUsed")
 	m.tenantPolicies.WithLabelValues("false")
+	for _, reason := range TenantLimitReasons {
+		m.tenantOverLimit.WithLabelValues(reason)
+	}
 	return m
 }
 
@@ -369,6 +377,18 @@ func (m *Metrics) SetTenantPoliciesAvailable(available bool) {
 func (m *Metrics) CountWarningDropped(reason string) {
 	if m != nil {
 		m.warningsDropped.WithLabelValues(reason).Inc()
+	}
+}
+
+// TenantLimitReasons are the reason label's values of
+// podjanitor_tenant_policies_over_limit (tenant.Reason*).
+var TenantLimitReasons = []string{"TooManyPolicies", "TooManyRules", "TooLarge"}
+
+// SetTenantPoliciesOverLimit sets podjanitor_tenant_policies_over_limit
+// for reason (one of TenantLimitReasons).
+func (m *Metrics) SetTenantPoliciesOverLimit(reason string, n int) {
+	if m != nil {
+		m.tenantOverLimit.WithLabelValues(reason).Set(float64(n))
 	}
 }
 

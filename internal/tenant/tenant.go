@@ -1,8 +1,10 @@
 // Package tenant keeps what the controller knows of tenant policies (the
 // namespaced PodLifetimePolicy resources): the usable ones by namespace
-// (Store), which pods each gives a deadline (Tracker), the writes of
-// their status, at most one per policy and interval (StatusWriter), and
-// their reads from the API server before a removal (Reader).
+// (Store), which of a namespace's may be used (Limits), what the informer
+// keeps of each (Transform), which pods each gives a deadline (Tracker),
+// the writes of their status, at most one per policy and interval
+// (StatusWriter), and their reads from the API server before a removal
+// (Reader).
 package tenant
 
 import (

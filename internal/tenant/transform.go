@@ -1,0 +1,65 @@
+package tenant
+
+import (
+	"strconv"
+
+	"k8s.io/client-go/tools/cache"
+
+	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// rulesBytesAnnotation is the one annotation a cached policy has: the
+// bytes of its rules (policy.TenantRulesSize), set by Transform. A tenant's
+// own annotations are dropped, so a tenant cannot set it.
+const rulesBytesAnnotation = "podjanitor.io/cached-rules-bytes"
+
+// RuleSpecs are the resource's rules as package policy reads them; strings
+// and lists are shared with obj.
+func RuleSpecs(obj *v1alpha1.PodLifetimePolicy) []policy.TenantRuleSpec {
+	specs := make([]policy.TenantRuleSpec, len(obj.Spec.Rules))
+	for i, r := range obj.Spec.Rules {
+		specs[i] = policy.TenantRuleSpec{
+			Name: r.Name, LabelSelector: r.Match.LabelSelector,
+			OwnerKinds:         policy.IncludeExclude{Include: r.Match.OwnerKinds.Include, Exclude: r.Match.OwnerKinds.Exclude},
+			PriorityClassNames: policy.IncludeExclude{Include: r.Match.PriorityClassNames.Include, Exclude: r.Match.PriorityClassNames.Exclude},
+			Phases:             r.Match.Phases, Reasons: r.Match.Reasons,
+			Clock: r.Clock, After: r.After, MinRestarts: r.MinRestarts, Action: r.Action, GracePeriodSeconds: r.GracePeriodSeconds,
+		}
+	}
+	return specs
+}
+
+// Transform is the tenant policy informer's transform: the cache keeps
+// what conversion and status read (name, namespace, UID, generation,
+// resourceVersion, deletion timestamp, the rules, the status) and drops the
+// rest: managedFields, labels, annotations (kubectl's last-applied copy of
+// the whole object among them), owner references and finalizers. The rules
+// of a policy larger than maxBytes on its own (0: no bound), which no
+// namespace could use, are dropped too; RulesBytes says so.
+func Transform(maxBytes int) cache.TransformFunc {
+	return func(obj interface{}) (interface{}, error) {
+		p, ok := obj.(*v1alpha1.PodLifetimePolicy)
+		if !ok {
+			return obj, nil // a tombstone: as it is
+		}
+		p.ManagedFields, p.Labels, p.OwnerReferences, p.Finalizers = nil, nil, nil, nil
+		size := policy.TenantRulesSize(RuleSpecs(p))
+		if maxBytes > 0 && size > maxBytes {
+			p.Spec.Rules = nil
+		}
+		p.Annotations = map[string]string{rulesBytesAnnotation: strconv.Itoa(size)}
+		return p, nil
+	}
+}
+
+// RulesBytes is the bytes of the policy's rules (policy.TenantRulesSize)
+// and whether Transform dropped them.
+func RulesBytes(p *v1alpha1.PodLifetimePolicy) (size int, dropped bool) {
+	if v, ok := p.Annotations[rulesBytesAnnotation]; ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n, n > 0 && len(p.Spec.Rules) == 0
+		}
+	}
+	return policy.TenantRulesSize(RuleSpecs(p)), false
+}
