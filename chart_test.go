@@ -826,14 +826,15 @@ func TestChartSecureMetrics(t *testing.T) {
 // endpoints' timeouts reach the flags; HTTP/2 stays off and the timeouts are
 // the daemon's defaults unless set.
 func TestChartMetricsEndpointBounds(t *testing.T) {
-	o := checkDeployment(t, one(t, "Deployment", renderChart(t).deployments), nil)
+	r := renderChart(t)
+	o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
 	if o.endpoints.metricsHTTP2 || o.endpoints.tokenAudiences != "" ||
 		o.endpoints.readTimeout != secureserving.DefaultReadTimeout || o.endpoints.idleTimeout != secureserving.DefaultIdleTimeout ||
 		o.endpoints.maxConnections != secureserving.DefaultMaxConnections {
 		t.Errorf("defaults: HTTP/2 %v, audiences %q, timeouts %v %v; want off, none, %v %v", o.endpoints.metricsHTTP2, o.endpoints.tokenAudiences,
 			o.endpoints.readTimeout, o.endpoints.idleTimeout, secureserving.DefaultReadTimeout, secureserving.DefaultIdleTimeout)
 	}
-	r := renderChart(t, "metrics.enableHTTP2=true", "metrics.tokenAudiences={podjanitor,https://kubernetes.default.svc}",
+	r = renderChart(t, "metrics.enableHTTP2=true", "metrics.tokenAudiences={podjanitor,https://kubernetes.default.svc}",
 		"http.readTimeout=20s", "http.idleTimeout=2m", "http.maxConnections=200")
 	o = checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
 	if !o.endpoints.metricsHTTP2 || o.endpoints.tokenAudiences != "podjanitor,https://kubernetes.default.svc" ||
@@ -842,8 +843,10 @@ func TestChartMetricsEndpointBounds(t *testing.T) {
 	}
 	// Plain HTTP has neither (the daemon would refuse them).
 	r = renderChart(t, "metrics.secure=false", "metrics.enableHTTP2=true", "metrics.tokenAudiences={podjanitor}")
-	if o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap()); o.endpoints.metricsHTTP2 || o.endpoints.tokenAudiences != "" {
-		t.Errorf("metrics.secure=false: HTTP/2 %v, audiences %q; want neither", o.endpoints.metricsHTTP2, o.endpoints.tokenAudiences)
+	for _, arg := range one(t, "Deployment", r.deployments).Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(arg, "--metrics-enable-http2") || strings.HasPrefix(arg, "--metrics-token-audiences") {
+			t.Errorf("metrics.secure=false renders %s; want neither HTTP/2 nor audiences", arg)
+		}
 	}
 	for _, set := range []string{"metrics.enableHTTP2=yes", "http.idleTimeout=soon", "http.readTimeout=1d", "http.maxConnections=0", "metrics.tokenAudiences={a\\,b}"} {
 		if _, err := helmTemplate(t, set); err == nil {
