@@ -97,6 +97,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 		ClockOffset:          apiClk.Offset,
 		Metrics:              meters,
 		PodSelector:          podSelector,
+		Waves:                o.waves.options(clients.kube, o.lease),
 	})
 	if err != nil {
 		return err

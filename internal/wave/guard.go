@@ -105,6 +105,13 @@ func (g *Guard) Approve(id string) ([]string, bool) {
 	return keys, true
 }
 
+// BaselinePolicy is the policy whose decisions are acted on (its bytes).
+func (g *Guard) BaselinePolicy() []byte {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.baselinePolicy
+}
+
 // Held returns the held change, if any.
 func (g *Guard) Held() (Hold, bool) {
 	g.mu.Lock()
@@ -117,17 +124,27 @@ func (g *Guard) Held() (Hold, bool) {
 
 // Check is asked about a pod that the running policy makes due now: held
 // says that it must not be removed, because a change is held and the
-// baseline does not make the pod due.
-func (g *Guard) Check(key string, pod *corev1.Pod, now time.Time) (held bool) {
+// baseline does not make the pod due. A held pod keeps the baseline's
+// deadline (zero for none): it goes then, hold or not.
+func (g *Guard) Check(key string, pod *corev1.Pod, now time.Time) (held bool, deadline time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	held = g.held != nil && !dueBy(g.baseline, pod, now, now)
-	if held {
-		g.addLocked(key)
-	} else {
+	if g.held == nil {
 		g.forgetLocked(key)
+		return false, time.Time{}
 	}
-	return held
+	if g.baseline != nil {
+		d, err := g.baseline(pod, now)
+		if err == nil && d.HasDeadline() {
+			if !d.Deadline.After(now) {
+				g.forgetLocked(key)
+				return false, time.Time{}
+			}
+			deadline = d.Deadline
+		}
+	}
+	g.addLocked(key)
+	return true, deadline
 }
 
 // Forget drops a pod that is gone or not due: it is held no more.

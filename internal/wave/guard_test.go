@@ -26,7 +26,7 @@ func newTestGuard() (*Guard, held) {
 
 func checkAll(g *Guard, now time.Time, ps ...*corev1.Pod) (n int) {
 	for _, p := range ps {
-		if g.Check(p.Namespace+"/"+p.Name, p, now) {
+		if held, _ := g.Check(p.Namespace+"/"+p.Name, p, now); held {
 			n++
 		}
 	}
@@ -44,8 +44,12 @@ func TestGuardHoldsALargeWaveNotTheSteadyFlow(t *testing.T) {
 		t.Errorf("%d pods held, want 3", n)
 	}
 	// Due under the baseline already: the steady flow is never held.
-	if g.Check("ns/old", ps[3], t0) {
+	if held, _ := g.Check("ns/old", ps[3], t0); held {
 		t.Error("a pod due under the baseline is held")
+	}
+	// A held pod keeps the baseline's deadline.
+	if _, deadline := g.Check("ns/a", ps[0], t0); !deadline.Equal(ps[0].CreationTimestamp.Add(7 * 24 * time.Hour)) {
+		t.Errorf("held pod's deadline %v, want the baseline's (7d after its creation)", deadline)
 	}
 	if diff := cmp.Diff(held{SourceFile: 3}, h); diff != "" {
 		t.Errorf("held (-want,+got):\n%s", diff)
