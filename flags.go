@@ -129,6 +129,8 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 		"The least after a tenant policy's rule may have (90m, 1d); a policy with a shorter one is not used.")
 	fs.StringVar(&o.tenants.maxAfter, "tenant-max-after", "0s",
 		"The most after a tenant policy's rule may have (7d); a policy with a longer one is not used. Tenant rules come before --config's, so this bounds how much longer than a cluster rule a tenant may keep a pod. 0s: no bound.")
+	fs.StringVar(&o.lease.name, "leader-elect-resource-name", "podjanitor", "Name of the Lease object. Installations that share a namespace need one each; RBAC can then limit get and update to it (resourceNames). Held waves and their approvals are recorded on it.")
+	fs.StringVar(&o.lease.namespace, "leader-elect-resource-namespace", "", "Namespace of the Lease. Default: the pod's own namespace, else kube-system.")
 	if cmd == planCommand {
 		fs.StringVar(&o.output, "o", "table", "Output format: table or json.")
 		fs.StringVar(&o.output, "output", "table", "Output format: table or json (same as -o).")
@@ -152,8 +154,6 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 	fs.DurationVar(&o.lease.duration, "leader-elect-lease-duration", 15*time.Second, "How long followers wait before taking over a lease that is not renewed.")
 	fs.DurationVar(&o.lease.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew before it gives up (and exits).")
 	fs.DurationVar(&o.lease.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often to try to acquire or renew the lease.")
-	fs.StringVar(&o.lease.name, "leader-elect-resource-name", "podjanitor", "Name of the Lease object. Installations that share a namespace need one each; RBAC can then limit get and update to it (resourceNames).")
-	fs.StringVar(&o.lease.namespace, "leader-elect-resource-namespace", "", "Namespace of the Lease. Default: the pod's own namespace, else kube-system.")
 	fs.StringVar(&o.endpoints.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; 0 disables it.")
 	fs.BoolVar(&o.endpoints.metricsSecure, "metrics-secure", false,
 		"Serve /metrics (and pprof) over HTTPS to callers allowed to get the path: each caller's bearer token is checked by a TokenReview, its access by a SubjectAccessReview (answers cached: a minute for a token, 5 minutes for an allowed request), which needs RBAC to create both. "+

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/wave"
@@ -202,4 +204,48 @@ func waitLease(t *testing.T, f *fixture, cond func(map[string]string) bool) map[
 		t.Fatalf("lease annotations %v", annotations)
 	}
 	return annotations
+}
+
+// TestPlanMarksHeldPods: plan marks HELD the due pods of the held change its
+// policy file is (the Lease records the change and the policy acted on), not
+// those due under that policy, and prints the approval command.
+func TestPlanMarksHeldPods(t *testing.T) {
+	week, minute := evaluatorWithAfter(t, "7d"), evaluatorWithAfter(t, "1m")
+	young := apitest.Pod("young", t0.Add(-time.Hour), corev1.PodSucceeded, nil)
+	old := apitest.Pod("old", t0.Add(-8*24*time.Hour), corev1.PodSucceeded, nil)
+	pods := []*corev1.Pod{young, old}
+	namespaces := map[string]*policy.Namespace{young.Namespace: {}}
+	id := wave.ChangeID(policyJSON(week), policyJSON(minute))
+	client := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor",
+		Annotations: map[string]string{wave.AnnotationHeld: id, wave.AnnotationHeldPods: "1", wave.AnnotationHeldSource: wave.SourceFile,
+			wave.AnnotationBaseline: string(policyJSON(week))}}})
+	record := wave.Record{Client: client.CoordinationV1(), Namespace: "podjanitor", Name: "podjanitor"}
+
+	r := buildPlan(minute, pods, namespaces, t0)
+	if err := markHeld(context.Background(), &r, record, minute, pods, namespaces, t0); err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]bool{}
+	for _, e := range r.Pods {
+		held[e.Pod] = e.Held
+	}
+	if !held["young"] || held["old"] || r.Hold == nil || r.Hold.Change != id {
+		t.Fatalf("held %v, hold %+v; want young held (due by 1m, not by 7d), old not (due by both)", held, r.Hold)
+	}
+	var out strings.Builder
+	if err := printPlan(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"HELD " + id, "kubectl annotate lease -n podjanitor podjanitor --overwrite podjanitor.io/approve-wave=" + id} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("plan does not print %q:\n%s", want, out.String())
+		}
+	}
+
+	// A plan of another policy file is not the held change: nothing is held.
+	other := evaluatorWithAfter(t, "2m")
+	r = buildPlan(other, pods, namespaces, t0)
+	if err := markHeld(context.Background(), &r, record, other, pods, namespaces, t0); err != nil || r.Hold != nil {
+		t.Errorf("markHeld for another policy: hold %+v, %v; want none", r.Hold, err)
+	}
 }

@@ -131,6 +131,20 @@ func setHeld(l *coordinationv1.Lease, h *Hold, baseline []byte) bool {
 	return changed
 }
 
+// Held reads the hold the Lease records: the change's ID ("" for none or no
+// Lease), its wave's size, and the baseline's JSON.
+func (r Record) Held(ctx context.Context) (id string, pods int, baseline []byte, err error) {
+	l, err := r.Client.Leases(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", 0, nil, nil
+	}
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("reading lease %s/%s: %w", r.Namespace, r.Name, err)
+	}
+	id, pods, baseline = HeldOn(l)
+	return id, pods, baseline, nil
+}
+
 // HeldOn reads the hold a Lease records: the change's ID ("" for none), its
 // wave's size, and the baseline's JSON (nil when it was too large to record).
 func HeldOn(l *coordinationv1.Lease) (id string, pods int, baseline []byte) {
