@@ -27,6 +27,7 @@ import (
 	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/secureserving"
+	"github.com/podjanitor/podjanitor/internal/wave"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -514,7 +515,9 @@ func TestChartLeaderElection(t *testing.T) {
 	}{
 		{set: []string{"replicas=2"}, wantElect: true, wantLeaseRoles: 1},
 		{set: []string{"replicas=2", "leaderElection.enabled=false"}, wantElect: true, wantLeaseRoles: 1},
-		{set: []string{"replicas=1", "leaderElection.enabled=false"}, wantElect: false, wantRecreate: true},
+		// Held waves and their approvals live on the Lease: its Role stays.
+		{set: []string{"replicas=1", "leaderElection.enabled=false"}, wantElect: false, wantRecreate: true, wantLeaseRoles: 1},
+		{set: []string{"replicas=1", "leaderElection.enabled=false", "holdWaves.enabled=false"}, wantElect: false, wantRecreate: true},
 	} {
 		t.Run(strings.Join(tc.set, ","), func(t *testing.T) {
 			r := renderChart(t, tc.set...)
@@ -589,8 +592,8 @@ func TestChartReleasesElectApart(t *testing.T) {
 	}
 	checkLeaseRole(t, one(t, "Role", r.roles), deployNamespace, "podjanitor")
 
-	// Without leader election there is no Lease, no flag and no Role for it.
-	r = renderChart(t, "leaderElection.enabled=false")
+	// Without leader election and held waves there is no Lease, no flag and no Role for it.
+	r = renderChart(t, "leaderElection.enabled=false", "holdWaves.enabled=false")
 	if args := one(t, "Deployment", r.deployments).Spec.Template.Spec.Containers[0].Args; slices.ContainsFunc(args, func(a string) bool {
 		return strings.HasPrefix(a, "--leader-elect-resource-name")
 	}) || len(r.roles) != 0 {
@@ -623,6 +626,28 @@ func TestChartValuesReachTheFlags(t *testing.T) {
 	checkDeployment(t, one(t, "Deployment", r.deployments), nil)
 }
 
+// TestChartHoldWaves: the holdWaves values reach the flags, and with leader
+// election off the Lease still has its name and Role (holds and approvals
+// live there).
+func TestChartHoldWaves(t *testing.T) {
+	r := renderChart(t)
+	o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
+	if !o.waves.hold || o.waves.threshold != (wave.Threshold{Pods: 100, Percent: 10, MinPods: 10}) || o.waves.window != 5*time.Minute {
+		t.Errorf("defaults: waves %+v, want held above 100 pods or 10 %% (more than 10), window 5m", o.waves)
+	}
+	r = renderChart(t, "holdWaves.pods=500", "holdWaves.percent=2.5", "holdWaves.minPods=50", "holdWaves.window=90s", "leaderElection.enabled=false")
+	dep := one(t, "Deployment", r.deployments)
+	o = checkDeployment(t, dep, r.policyConfigMap())
+	if o.waves.threshold != (wave.Threshold{Pods: 500, Percent: 2.5, MinPods: 50}) || o.waves.window != 90*time.Second {
+		t.Errorf("waves %+v did not carry the values", o.waves)
+	}
+	checkLeaseRole(t, one(t, "Role", r.roles), deployNamespace, leaseFlag(t, dep))
+	r = renderChart(t, "holdWaves.enabled=false")
+	if o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap()); o.waves.hold {
+		t.Error("holdWaves.enabled=false: --hold-waves is on")
+	}
+}
+
 // TestChartSchemaRejectsBadValues: values.schema.json catches typos and
 // values podjanitor would refuse, at install time.
 func TestChartSchemaRejectsBadValues(t *testing.T) {
@@ -635,6 +660,7 @@ func TestChartSchemaRejectsBadValues(t *testing.T) {
 		"leaderElection.leaseName=Not_A_Name",
 		// cert-manager needs an issuer; a reader needs a kind and a name.
 		"metrics.certManager.enabled=true", "metrics.secure=yes", "metrics.readers[0].name=prometheus",
+		"holdWaves.pods=-1", "holdWaves.percent=101", "holdWaves.window=1d", "holdWaves.minPods=-1", "holdWaves.enabled=yes",
 	} {
 		if _, err := helmTemplate(t, set); err == nil {
 			t.Errorf("helm template --set %s succeeded, want values.schema.json to refuse it", set)

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"math"
 	"strings"
@@ -32,6 +34,7 @@ import (
 	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/internal/redecide"
 	"github.com/podjanitor/podjanitor/internal/removalerrors"
+	"github.com/podjanitor/podjanitor/internal/wave"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -67,6 +70,9 @@ type Options struct {
 	// namespace's pods after its tenant policies or labels change; changes
 	// in between coalesce into the next. 0: no wait.
 	RedecisionInterval time.Duration
+	// Waves holds a policy reload whose wave is too large for a person to
+	// approve (internal/wave); nil holds nothing (--hold-waves=false).
+	Waves *wave.Options
 }
 
 // Result tells processNextWorkItem what to do with a key, as controller-runtime's
@@ -157,6 +163,8 @@ type Controller struct {
 	transform cache.TransformFunc
 	opts      Options
 	metrics   *metrics.Metrics
+	// waves holds a large wave of a policy reload; nil with --hold-waves=false.
+	waves *wave.Guard
 }
 
 // transientBackoffMax caps the workqueue's backoff for failed syncs, so that
@@ -217,6 +225,9 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	c.redecide = redecide.New(clk, opts.RedecisionInterval, c.namespacePodKeys, c.enqueueKey,
 		func() bool { return int64(c.queue.Len()) < c.room.Load() })
 	c.evaluator.Store(opts.Evaluator)
+	if w := opts.Waves; w != nil {
+		c.waves = wave.NewGuard(w.Threshold, w.Window, policyJSON(opts.Evaluator), c.decider(opts.Evaluator), opts.Metrics.SetPodsHeld)
+	}
 	// The workers wait for the handlers' registrations, not the informers:
 	// an informer has synced once its cache holds the initial list, its
 	// handlers may still be taking it (client-go's HasSynced says so).
@@ -325,12 +336,19 @@ func (c *Controller) enqueueKey(key string) {
 }
 
 // SetEvaluator replaces the policy and decides every cached pod again. The
-// tenant policies stay.
+// tenant policies stay. A change whose wave is too large is held first
+// (holdWave), before any worker decides by the new policy.
 func (c *Controller) SetEvaluator(e *policy.Evaluator) error {
 	if c.tenants != nil {
 		copied := *e
 		copied.Tenants = c.tenants.store
 		e = &copied
+	}
+	if c.waves != nil {
+		if h, held := c.waves.Change(wave.SourceFile, policyJSON(e), c.decider(e), c.cachedPods(), c.now()); held {
+			klog.Background().Info("Holding the removals of the reloaded policy: it makes too many pods due at once",
+				"change", h.ID, "pods", h.Pods, "approve", c.opts.Waves.Record.ApproveCommand(h.ID))
+		}
 	}
 	c.evaluator.Store(e)
 	for _, key := range c.pods.ListKeys() {
@@ -379,6 +397,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	wg.Go(func() { c.state.run(ctx, c.queue.Add) })
 	c.room.Store(int64(workers))
 	wg.Go(func() { c.redecide.Run(ctx) })
+	if c.waves != nil {
+		wg.Go(func() { c.runWaveRecord(ctx) })
+	}
 	if c.tenants != nil {
 		// The first status writes wait for the pods they count.
 		decided := c.tenants.tracker.Expect(c.tenants.podsOfPolicyNamespaces(c.pods.ListKeys()))
@@ -494,6 +515,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 		logger.V(4).Info("Pod is gone")
 		c.state.forget(key)
 		c.trackTenantDeadline(key, policy.Decision{})
+		c.holdWave(logger, key, nil, policy.Decision{}, time.Time{})
 		return Result{}, nil
 	}
 	pod, err := podcache.Pod(obj)
@@ -523,6 +545,9 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 		}
 		return Result{}, fmt.Errorf("pod %s: %w", key, err)
 	}
+	if held, result := c.holdWave(logger, key, pod, decision, now); held {
+		return result, nil
+	}
 	if !decision.HasDeadline() {
 		logger.V(4).Info("Pod has no deadline", "skipped", decision.Skipped, "kept", decision.Kept)
 		return Result{}, nil
@@ -545,6 +570,78 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	}
 	return c.removePod(ctx, pod, decision)
 }
+
+// holdWave asks the wave guard whether a pod is held: due by the running
+// policy, not by the policy acted on, while a change of it waits for
+// approval. A held pod waits for the old deadline, if it has one; the
+// approval or the revert decides it again. pod nil: the pod is gone.
+func (c *Controller) holdWave(logger klog.Logger, key cache.ObjectName, pod *corev1.Pod, d policy.Decision, now time.Time) (bool, Result) {
+	if c.waves == nil {
+		return false, Result{}
+	}
+	if pod == nil || !d.HasDeadline() || d.Deadline.After(now) {
+		c.waves.Forget(key.String())
+		return false, Result{}
+	}
+	held, deadline := c.waves.Check(key.String(), pod, now)
+	if !held {
+		return false, Result{}
+	}
+	logger.V(2).Info("Holding pod: a held change of the policy made it due", "oldDeadline", deadline)
+	if deadline.IsZero() {
+		return true, Result{}
+	}
+	return true, Result{RequeueAfter: deadline.Sub(now), parking: untilDeadline}
+}
+
+// decider decides pods by the rules of e and the running tenant policies,
+// for the wave guard.
+func (c *Controller) decider(e *policy.Evaluator) wave.Decide {
+	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) {
+		running := *c.evaluator.Load()
+		running.Policy = e.Policy
+		return running.Decide(pod, namespaceInfo(c.namespaces, pod.Namespace), now)
+	}
+}
+
+// cachedPods are the pods of the cache, for a wave.
+func (c *Controller) cachedPods() iter.Seq[*corev1.Pod] {
+	return func(yield func(*corev1.Pod) bool) {
+		for _, obj := range c.pods.List() {
+			if pod, err := podcache.Pod(obj); err == nil && !yield(pod) {
+				return
+			}
+		}
+	}
+}
+
+// policyJSON is what names a policy in a change ID: its rules as JSON, so
+// that a comment or a reformatting of the file is no change.
+func policyJSON(e *policy.Evaluator) []byte {
+	b, err := json.Marshal(e.Policy)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// runWaveRecord publishes held waves on the record Lease, reports each on
+// it in a Warning Event, and takes their approvals, until ctx ends.
+func (c *Controller) runWaveRecord(ctx context.Context) {
+	r := c.opts.Waves.Record
+	r.Keep(ctx, c.waves, c.clock, waveRecordInterval, func(h wave.Hold) {
+		c.reporter.RemovalsHeld(r.Ref(), "the reloaded policy file", h.Pods, r.ApproveCommand(h.ID))
+	}, func(_ wave.Hold, keys []string) {
+		for _, k := range keys {
+			if name, err := cache.ParseObjectName(k); err == nil {
+				c.queue.Add(name)
+			}
+		}
+	})
+}
+
+// waveRecordInterval is how often the record Lease is read for an approval.
+const waveRecordInterval = 2 * time.Second
 
 // trackTenantDeadline tells the tenant policies' status which policy, if
 // any, gives the pod its deadline now.

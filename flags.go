@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,10 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/internal/secureserving"
 	"github.com/podjanitor/podjanitor/internal/tenant"
+	"github.com/podjanitor/podjanitor/internal/wave"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -44,6 +47,15 @@ type flagValues struct {
 	verbosity            int         // klog's -v, for --logging-format=json
 	output               string      // plan only
 	tenants              tenantFlags // --tenant-*
+	waves                waveFlags   // --hold-waves, --wave-*
+}
+
+// waveFlags say when a policy reload's wave of removals is held for a
+// person to approve (internal/wave).
+type waveFlags struct {
+	hold      bool
+	threshold wave.Threshold
+	window    time.Duration
 }
 
 // tenantFlags say whether tenant policies (PodLifetimePolicy resources)
@@ -140,6 +152,8 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 		"The least after a tenant policy's rule may have (90m, 1d); a policy with a shorter one is not used.")
 	fs.StringVar(&o.tenants.maxAfter, "tenant-max-after", "0s",
 		"The most after a tenant policy's rule may have (7d); a policy with a longer one is not used. Tenant rules come before --config's, so this bounds how much longer than a cluster rule a tenant may keep a pod. 0s: no bound.")
+	fs.StringVar(&o.lease.name, "leader-elect-resource-name", "podjanitor", "Name of the Lease object. Installations that share a namespace need one each; RBAC can then limit get and update to it (resourceNames). Held waves and their approvals are recorded on it.")
+	fs.StringVar(&o.lease.namespace, "leader-elect-resource-namespace", "", "Namespace of the Lease. Default: the pod's own namespace, else kube-system.")
 	if cmd == planCommand {
 		fs.StringVar(&o.output, "o", "table", "Output format: table or json.")
 		fs.StringVar(&o.output, "output", "table", "Output format: table or json (same as -o).")
@@ -153,12 +167,16 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 		"Record LifetimeExpired events of removals: on each pod, and in bulk one per owner and 10 s. false records none; warnings and dry-run events are recorded regardless.")
 	fs.Float64Var(&o.maxRemovalsPerSecond, "max-deletions-per-second", 50, "Cluster-wide cap on removals per second; 0 means no cap. Removals over the cap wait, they are never dropped.")
 	fs.IntVar(&o.removalBurst, "deletion-burst", 100, "Removals allowed at once above --max-deletions-per-second.")
+	fs.BoolVar(&o.waves.hold, "hold-waves", true,
+		"Hold a policy file reload that makes many pods due at once (its wave: due now or within --wave-window, not due before) until a person approves it on the Lease (--leader-elect-resource-name); see docs/policy.md.")
+	fs.IntVar(&o.waves.threshold.Pods, "wave-hold-pods", 100, "A wave of more than this many pods is held.")
+	fs.Float64Var(&o.waves.threshold.Percent, "wave-hold-percent", 10, "A wave of more than this percentage of the watched pods is held (when it has more than --wave-hold-min-pods); 0 turns this test off.")
+	fs.IntVar(&o.waves.threshold.MinPods, "wave-hold-min-pods", 10, "A wave of at most this many pods is never held for its percentage.")
+	fs.DurationVar(&o.waves.window, "wave-window", 5*time.Minute, "Pods a change makes due within this time count in its wave.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader on a Lease before acting; only the leader removes pods.")
 	fs.DurationVar(&o.lease.duration, "leader-elect-lease-duration", 15*time.Second, "How long followers wait before taking over a lease that is not renewed.")
 	fs.DurationVar(&o.lease.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew before it gives up (and exits).")
 	fs.DurationVar(&o.lease.retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often to try to acquire or renew the lease.")
-	fs.StringVar(&o.lease.name, "leader-elect-resource-name", "podjanitor", "Name of the Lease object. Installations that share a namespace need one each; RBAC can then limit get and update to it (resourceNames).")
-	fs.StringVar(&o.lease.namespace, "leader-elect-resource-namespace", "", "Namespace of the Lease. Default: the pod's own namespace, else kube-system.")
 	fs.StringVar(&o.endpoints.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus /metrics endpoint; 0 disables it.")
 	fs.BoolVar(&o.endpoints.metricsSecure, "metrics-secure", false,
 		"Serve /metrics (and pprof) over HTTPS to callers allowed to get the path: each caller's bearer token is checked by a TokenReview, its access by a SubjectAccessReview (answers cached: a minute for a token, 5 minutes for an allowed request), which needs RBAC to create both. "+
@@ -279,8 +297,16 @@ func (o *flagValues) validate(cmd command) error {
 		return bad("leader-elect-lease-duration", "%v must be greater than --leader-elect-renew-deadline (%v)", o.lease.duration, o.lease.renewDeadline)
 	case o.leaderElect && o.lease.renewDeadline <= o.lease.retryPeriod:
 		return bad("leader-elect-renew-deadline", "%v must be greater than --leader-elect-retry-period (%v)", o.lease.renewDeadline, o.lease.retryPeriod)
-	case o.leaderElect && o.lease.name == "":
+	case (o.leaderElect || o.waves.hold) && o.lease.name == "":
 		return bad("leader-elect-resource-name", "must not be empty")
+	case o.waves.threshold.Pods < 0:
+		return bad("wave-hold-pods", "%d: must not be negative", o.waves.threshold.Pods)
+	case o.waves.threshold.Percent < 0 || o.waves.threshold.Percent > 100:
+		return bad("wave-hold-percent", "%v: must be between 0 and 100", o.waves.threshold.Percent)
+	case o.waves.threshold.MinPods < 0:
+		return bad("wave-hold-min-pods", "%d: must not be negative", o.waves.threshold.MinPods)
+	case o.waves.window < 0:
+		return bad("wave-window", "%v: must not be negative", o.waves.window)
 	}
 	if o.endpoints.metricsCertDir != "" && !o.endpoints.metricsSecure {
 		return bad("metrics-cert-dir", "%q needs --metrics-secure", o.endpoints.metricsCertDir)
@@ -370,6 +396,16 @@ func (t *tenantFlags) validate(bad func(flag, why string, args ...any) error) er
 	}
 	t.limits = tenant.Limits{Policies: t.maxPolicies, Rules: t.maxRules, Bytes: int(q.Value())}
 	return nil
+}
+
+// options are the controller's wave options; nil when waves are not held.
+// Holds and approvals live on the Lease (wave.Record).
+func (w waveFlags) options(client kubernetes.Interface, lease leaseConfig) *wave.Options {
+	if !w.hold {
+		return nil
+	}
+	return &wave.Options{Threshold: w.threshold, Window: w.window,
+		Record: wave.Record{Client: client.CoordinationV1(), Namespace: cmp.Or(lease.namespace, ownNamespace()), Name: lease.name}}
 }
 
 // splitList splits a comma-separated flag value, without empty items.

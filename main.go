@@ -98,6 +98,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 		Metrics:              meters,
 		PodSelector:          podSelector,
 		RedecisionInterval:   o.redecisionInterval,
+		Waves:                o.waves.options(clients.kube, o.lease),
 	})
 	if err != nil {
 		return err

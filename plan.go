@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/internal/wave"
 	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
 	"github.com/podjanitor/podjanitor/policy"
 )
@@ -36,6 +38,16 @@ type planEntry struct {
 	Deadline  time.Time `json:"deadline"`
 	In        string    `json:"in"`
 	Overdue   bool      `json:"overdue"`
+	// Held: due, but held with the change of planHold.
+	Held bool `json:"held,omitempty"`
+}
+
+// planHold is the held change of the policy file, as podjanitor's Lease
+// records it, when the plan's policy file is that change.
+type planHold struct {
+	Change  string `json:"change"`
+	Pods    int    `json:"pods"`
+	Approve string `json:"approve"`
 }
 
 type planInvalid struct {
@@ -62,6 +74,8 @@ type planReport struct {
 	// TenantPolicies are the tenant policies read; absent without --tenant-policies.
 	TenantPolicies []planTenant `json:"tenantPolicies,omitempty"`
 	Scanned        int          `json:"scanned"`
+	// Hold is the held change that the plan's policy file is; absent when none.
+	Hold *planHold `json:"hold,omitempty"`
 }
 
 // runPlan is `podjanitor plan`: what the daemon would do to the cluster now.
@@ -107,6 +121,10 @@ func plan(ctx context.Context, o *flagValues, out io.Writer) error {
 	}
 	report := buildPlan(evaluator, pods, namespaces, clients.clock.Now().Add(clients.apiClock.Offset()))
 	report.TenantPolicies = tenants
+	record := wave.Record{Client: clients.kube.CoordinationV1(), Namespace: cmp.Or(o.lease.namespace, ownNamespace()), Name: o.lease.name}
+	if err := markHeld(ctx, &report, record, evaluator, pods, namespaces, report.GeneratedAt); err != nil {
+		return err
+	}
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -188,6 +206,45 @@ func buildPlan(e *policy.Evaluator, pods []*corev1.Pod, namespaces map[string]*p
 	return r
 }
 
+// markHeld marks HELD the due pods of a held change (the record Lease's),
+// when the plan's policy file is that change: due by it, not by the policy
+// podjanitor acts on (recorded beside the hold).
+func markHeld(ctx context.Context, r *planReport, record wave.Record, e *policy.Evaluator, pods []*corev1.Pod,
+	namespaces map[string]*policy.Namespace, now time.Time) error {
+	id, n, baselineJSON, err := record.Held(ctx)
+	if err != nil { // a reader without access to the Lease still gets the plan
+		klog.Background().Info("Cannot tell held pods from others", "err", err)
+		return nil
+	}
+	if id == "" || baselineJSON == nil || wave.ChangeID(baselineJSON, policyJSON(e)) != id {
+		return nil
+	}
+	var recorded policy.Policy
+	if err := json.Unmarshal(baselineJSON, &recorded); err != nil {
+		return fmt.Errorf("lease %s/%s: the held wave's baseline: %w", record.Namespace, record.Name, err)
+	}
+	baseline := *e
+	if baseline.Policy, err = policy.NewPolicy(recorded.Rules...); err != nil {
+		return fmt.Errorf("lease %s/%s: the held wave's baseline: %w", record.Namespace, record.Name, err)
+	}
+	byKey := map[string]*corev1.Pod{}
+	for _, p := range pods {
+		byKey[p.Namespace+"/"+p.Name] = p
+	}
+	for i := range r.Pods {
+		entry := &r.Pods[i]
+		if !entry.Overdue {
+			continue
+		}
+		if d, err := baseline.Decide(byKey[entry.Namespace+"/"+entry.Pod], namespaces[entry.Namespace], now); err == nil && d.HasDeadline() && !d.Deadline.After(now) {
+			continue
+		}
+		entry.Held = true
+	}
+	r.Hold = &planHold{Change: id, Pods: n, Approve: record.ApproveCommand(id)}
+	return nil
+}
+
 // listTenantPolicies reads the tenant policies of --namespace (else of
 // every namespace) and converts them as the daemon does: the usable ones,
 // and why each of the others is not used.
@@ -233,7 +290,11 @@ func printPlan(out io.Writer, r planReport) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NAMESPACE\tPOD\tBY\tACTION\tDEADLINE\tWHEN")
 	for _, e := range r.Pods {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Namespace, e.Pod, e.Source, e.Action, e.Deadline.Format(time.RFC3339), e.In)
+		when := e.In
+		if e.Held {
+			when = "HELD " + r.Hold.Change
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Namespace, e.Pod, e.Source, e.Action, e.Deadline.Format(time.RFC3339), when)
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -246,6 +307,16 @@ func printPlan(out io.Writer, r planReport) error {
 	sort.Strings(sources)
 	for _, s := range sources {
 		fmt.Fprintf(out, "  %-40s %d\n", s, r.Totals[s])
+	}
+	if h := r.Hold; h != nil {
+		held := 0
+		for _, e := range r.Pods {
+			if e.Held {
+				held++
+			}
+		}
+		fmt.Fprintf(out, "\n%d pod(s) HELD: the policy file's change %s made %d pod(s) due at once; podjanitor removes none of them until it is approved:\n  %s\nor the policy file is reverted.\n",
+			held, h.Change, h.Pods, h.Approve)
 	}
 	var notUsed []planTenant
 	for _, t := range r.TenantPolicies {

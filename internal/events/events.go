@@ -113,6 +113,10 @@ const (
 	// ReasonPolicyNotUsed (Warning, on a PodLifetimePolicy): podjanitor does
 	// not use its rules, and says why.
 	ReasonPolicyNotUsed = "PolicyNotUsed"
+	// ReasonRemovalsHeld (Warning, on the object that changed): a change
+	// made more pods due at once than the hold threshold allows; none of
+	// them is removed until a person approves the change.
+	ReasonRemovalsHeld = "RemovalsHeld"
 )
 
 // NoteLimit is the most bytes the events API stores in a note (its
@@ -315,6 +319,13 @@ func (r *Reporter) TenantPolicyNotUsed(policyRef *corev1.ObjectReference, reason
 	}
 	r.eventf(policyRef, nil, corev1.EventTypeWarning, ReasonPolicyNotUsed, "Validate", "Not using the rules (%s): %s", reason, message)
 	return true
+}
+
+// RemovalsHeld warns, on the object that changed (or the object a person
+// approves on), that a change's wave of pods is held, and how to approve it.
+func (r *Reporter) RemovalsHeld(regarding *corev1.ObjectReference, change string, pods int, approve string) {
+	r.eventf(regarding, nil, corev1.EventTypeWarning, ReasonRemovalsHeld, "Hold",
+		"Holding %d pod removal(s): %s made them due at once. Approve: %s; or revert the change", pods, change, approve)
 }
 
 // annotationErrorNote is the error with a long value shortened, in the

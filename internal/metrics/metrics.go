@@ -62,6 +62,7 @@ type Metrics struct {
 	tenantAPI          prometheus.Gauge
 	warningsDropped    *prometheus.CounterVec
 	tenantOverLimit    *prometheus.GaugeVec
+	podsHeld           *prometheus.GaugeVec
 	workqueue          workqueueMetrics
 	restRequestResults *prometheus.CounterVec
 	restLatency        *prometheus.HistogramVec
@@ -115,6 +116,10 @@ func New(controller, version, commit string) *Metrics {
 			Help: "Failed removal API calls (including refusals: by a PodDisruptionBudget, by admission control), by action and kind of error: " +
 				"timeout, unavailable, throttled, not_found, disruption_budget, multiple_budgets, admission_denied, refused, other.",
 		}, []string{"action", "error"}),
+		podsHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "podjanitor_pods_held",
+			Help: "Pods that are due but held, by what changed (source): a change that made more pods due at once than --wave-hold-pods or --wave-hold-percent allow waits for a person's approval.",
+		}, []string{"source"}),
 		podsScheduled: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "podjanitor_pods_scheduled",
 			Help: "Pods parked until a future deadline.",
@@ -184,7 +189,7 @@ func New(controller, version, commit string) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics,
 		m.reconcileTime, m.activeWorkers, m.maxConcurrent, m.podsRemoved, m.removalErrors,
-		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, m.tenantPolicies, m.tenantAPI, m.warningsDropped, m.tenantOverLimit, buildInfo, m.restRequestResults, m.restLatency,
+		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, m.tenantPolicies, m.tenantAPI, m.warningsDropped, m.tenantOverLimit, m.podsHeld, buildInfo, m.restRequestResults, m.restLatency,
 		m.leaderStatus, m.leaderSlowpath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
@@ -200,6 +205,7 @@ func New(controller, version, commit string) *Metrics {
 	}
 	m.policyReloads.WithLabelValues(ResultSuccess)
 	m.policyReloads.WithLabelValues(ResultError)
+	m.podsHeld.WithLabelValues("file")
 	m.tenantPolicies.WithLabelValues("true")
 	m.warningsDropped.WithLabelValues("PolicyNotUsed")
 	m.tenantPolicies.WithLabelValues("false")
@@ -337,6 +343,13 @@ func (m *Metrics) SetLeader(leading bool) {
 func (m *Metrics) SetPodsParked(n int) {
 	if m != nil {
 		m.podsScheduled.Set(float64(n))
+	}
+}
+
+// SetPodsHeld sets podjanitor_pods_held for a source of waves.
+func (m *Metrics) SetPodsHeld(source string, n int) {
+	if m != nil {
+		m.podsHeld.WithLabelValues(source).Set(float64(n))
 	}
 }
 

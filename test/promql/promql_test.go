@@ -247,7 +247,8 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	want := []string{"PodJanitorAbsent", "PodJanitorNoLeader", "PodJanitorPolicyRejected", "PodJanitorRemovalErrors",
-		"PodJanitorRemovalsRefused", "PodJanitorEvictionsBlocked", "PodJanitorRemovalsLate", "PodJanitorNamespaceWatchFailing"}
+		"PodJanitorRemovalsRefused", "PodJanitorEvictionsBlocked", "PodJanitorRemovalsLate", "PodJanitorNamespaceWatchFailing",
+		"PodJanitorRemovalsHeld"}
 	if !slices.Equal(alerts, want) {
 		t.Errorf("alerts %q, want %q", alerts, want)
 	}

@@ -32,6 +32,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
 {{/*
+Whether podjanitor uses its Lease: to elect a leader, or to record held waves
+and their approvals (holdWaves.enabled).
+*/}}
+{{- define "podjanitor.usesLease" -}}
+{{- if or (eq (include "podjanitor.leaderElect" .) "true") .Values.holdWaves.enabled }}true{{ else }}false{{ end }}
+{{- end }}
+
+{{/*
 The leader-election Lease (--leader-elect-resource-name): leaderElection.leaseName,
 else the fullname, so that releases in one namespace (a dryRun canary beside the
 live release, per-team scope namespace releases) elect apart.

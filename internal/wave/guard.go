@@ -1,0 +1,179 @@
+package wave
+
+import (
+	"bytes"
+	"iter"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Source names what changed: the label of podjanitor_pods_held.
+const (
+	// SourceFile is the policy file, reloaded while running.
+	SourceFile = "file"
+)
+
+// Hold is a held change.
+type Hold struct {
+	// ID names the change (ChangeID); a person approves it by this value.
+	ID     string
+	Source string
+	// Pods is the size of the wave when the change came.
+	Pods int
+}
+
+// Guard remembers the policy whose decisions podjanitor acts on (the
+// baseline) and the one change of it that is held, if any. While a change is
+// held, a pod that is due under it but not under the baseline is held: it is
+// not removed (Check). Approving the change makes it the baseline; a change
+// back to the baseline (a revert) ends the hold, and the held pods keep the
+// baseline's decisions. A Guard is safe for concurrent use.
+type Guard struct {
+	threshold Threshold
+	window    time.Duration
+	// onHeld is told how many pods are held now, whenever that changes.
+	onHeld func(source string, n int)
+
+	mu             sync.Mutex
+	baseline       Decide // nil: no decision acted on yet
+	baselinePolicy []byte
+	held           *Hold
+	pending        Decide
+	pendingPolicy  []byte
+	pods           map[string]struct{} // keys held now
+}
+
+// NewGuard returns a Guard whose baseline is policy (its bytes) decided by
+// decide. onHeld may be nil.
+func NewGuard(threshold Threshold, window time.Duration, policy []byte, decide Decide, onHeld func(source string, n int)) *Guard {
+	if onHeld == nil {
+		onHeld = func(string, int) {}
+	}
+	return &Guard{threshold: threshold, window: window, onHeld: onHeld,
+		baseline: decide, baselinePolicy: policy, pods: map[string]struct{}{}}
+}
+
+// Change is a change of the policy to newPolicy, decided by decide, over the
+// pods in scope at now. It returns the hold when the change's wave (against
+// the baseline, not against a change held before it) exceeds the threshold;
+// otherwise the change becomes the baseline, and any hold ends.
+func (g *Guard) Change(source string, newPolicy []byte, decide Decide, pods iter.Seq[*corev1.Pod], now time.Time) (Hold, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.baseline != nil && bytes.Equal(newPolicy, g.baselinePolicy) {
+		g.baseline = decide // the same policy; its evaluator may be new
+		g.endHoldLocked()
+		return Hold{}, false
+	}
+	w := Compute(pods, g.baseline, decide, now, g.window)
+	if !g.threshold.Exceeded(w) {
+		g.baseline, g.baselinePolicy = decide, newPolicy
+		g.endHoldLocked()
+		return Hold{}, false
+	}
+	var old []byte
+	if g.baseline != nil {
+		old = g.baselinePolicy
+	}
+	g.endHoldLocked()
+	g.held = &Hold{ID: ChangeID(old, newPolicy), Source: source, Pods: len(w.Pods)}
+	g.pending, g.pendingPolicy = decide, newPolicy
+	return *g.held, true
+}
+
+// Approve approves the held change id: it becomes the baseline. It returns
+// the keys of the pods it held (to decide again), and false when id is not
+// the held change.
+func (g *Guard) Approve(id string) ([]string, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held == nil || g.held.ID != id {
+		return nil, false
+	}
+	keys := slices.Sorted(func(yield func(string) bool) {
+		for k := range g.pods {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	g.baseline, g.baselinePolicy = g.pending, g.pendingPolicy
+	g.endHoldLocked()
+	return keys, true
+}
+
+// BaselinePolicy is the policy whose decisions are acted on (its bytes).
+func (g *Guard) BaselinePolicy() []byte {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.baselinePolicy
+}
+
+// Held returns the held change, if any.
+func (g *Guard) Held() (Hold, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held == nil {
+		return Hold{}, false
+	}
+	return *g.held, true
+}
+
+// Check is asked about a pod that the running policy makes due now: held
+// says that it must not be removed, because a change is held and the
+// baseline does not make the pod due. A held pod keeps the baseline's
+// deadline (zero for none): it goes then, hold or not.
+func (g *Guard) Check(key string, pod *corev1.Pod, now time.Time) (held bool, deadline time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held == nil {
+		g.forgetLocked(key)
+		return false, time.Time{}
+	}
+	if g.baseline != nil {
+		d, err := g.baseline(pod, now)
+		if err == nil && d.HasDeadline() {
+			if !d.Deadline.After(now) {
+				g.forgetLocked(key)
+				return false, time.Time{}
+			}
+			deadline = d.Deadline
+		}
+	}
+	g.addLocked(key)
+	return true, deadline
+}
+
+// Forget drops a pod that is gone or not due: it is held no more.
+func (g *Guard) Forget(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.forgetLocked(key)
+}
+
+func (g *Guard) addLocked(key string) {
+	if _, ok := g.pods[key]; !ok {
+		g.pods[key] = struct{}{}
+		g.onHeld(g.held.Source, len(g.pods))
+	}
+}
+
+func (g *Guard) forgetLocked(key string) {
+	if _, ok := g.pods[key]; ok {
+		delete(g.pods, key)
+		if g.held != nil {
+			g.onHeld(g.held.Source, len(g.pods))
+		}
+	}
+}
+
+func (g *Guard) endHoldLocked() {
+	if g.held != nil {
+		g.onHeld(g.held.Source, 0)
+	}
+	g.held, g.pending, g.pendingPolicy = nil, nil, nil
+	clear(g.pods)
+}

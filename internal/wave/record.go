@@ -1,0 +1,221 @@
+package wave
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// The annotations of the record Lease.
+const (
+	// AnnotationApprove is what a person sets to a held change's ID to
+	// approve it: kubectl annotate lease -n NS NAME podjanitor.io/approve-wave=ID.
+	AnnotationApprove = "podjanitor.io/approve-wave"
+	// AnnotationHeld is the held change's ID, AnnotationHeldPods its wave's
+	// size, AnnotationHeldSource what changed; podjanitor writes them.
+	AnnotationHeld       = "podjanitor.io/held-wave"
+	AnnotationHeldPods   = "podjanitor.io/held-wave-pods"
+	AnnotationHeldSource = "podjanitor.io/held-wave-source"
+	// AnnotationBaseline is the policy podjanitor acts on while a change is
+	// held (its JSON), for podjanitor plan to tell held pods from others.
+	AnnotationBaseline = "podjanitor.io/held-wave-baseline"
+)
+
+// maxBaseline is the largest baseline written to the Lease; the API server
+// stores 256 KiB of annotations per object.
+const maxBaseline = 128 << 10
+
+// Record is where holds and approvals of the cluster's policy live: the
+// annotations of podjanitor's Lease (--leader-elect-resource-name) in its own
+// namespace. A namespace owner cannot write there, so cannot approve a
+// change of the cluster's rules; an approval there survives restarts and a
+// new leader.
+type Record struct {
+	Client          coordinationclient.LeasesGetter
+	Namespace, Name string
+}
+
+// Ref is the Lease, for the Events of held waves.
+func (r Record) Ref() *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: "coordination.k8s.io/v1", Kind: "Lease", Namespace: r.Namespace, Name: r.Name}
+}
+
+// ApproveCommand is the one command that approves the change id.
+func (r Record) ApproveCommand(id string) string {
+	return fmt.Sprintf("kubectl annotate lease -n %s %s --overwrite %s=%s", r.Namespace, r.Name, AnnotationApprove, id)
+}
+
+// Approved returns the change ID a person approved ("" for none). A Lease
+// that does not exist approves nothing.
+func (r Record) Approved(ctx context.Context) (string, error) {
+	l, err := r.Client.Leases(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading lease %s/%s: %w", r.Namespace, r.Name, err)
+	}
+	return l.Annotations[AnnotationApprove], nil
+}
+
+// Publish writes the held change (nil: none) and the baseline's JSON on the
+// Lease, creating it if it does not exist (leader election off).
+func (r Record) Publish(ctx context.Context, h *Hold, baseline []byte) error {
+	leases := r.Client.Leases(r.Namespace)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l, err := leases.Get(ctx, r.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			if h == nil {
+				return nil
+			}
+			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}}
+			setHeld(l, h, baseline)
+			_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return apierrors.NewConflict(coordinationv1.Resource("leases"), r.Name, err)
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		if !setHeld(l, h, baseline) {
+			return nil
+		}
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("recording the held wave on lease %s/%s: %w", r.Namespace, r.Name, err)
+	}
+	return nil
+}
+
+// setHeld sets the Lease's hold annotations; it reports whether they changed.
+func setHeld(l *coordinationv1.Lease, h *Hold, baseline []byte) bool {
+	want := map[string]string{}
+	if h != nil {
+		want[AnnotationHeld] = h.ID
+		want[AnnotationHeldPods] = strconv.Itoa(h.Pods)
+		want[AnnotationHeldSource] = h.Source
+		if len(baseline) <= maxBaseline {
+			want[AnnotationBaseline] = string(baseline)
+		}
+	}
+	changed := false
+	for _, k := range []string{AnnotationHeld, AnnotationHeldPods, AnnotationHeldSource, AnnotationBaseline} {
+		v, ok := want[k]
+		if old, had := l.Annotations[k]; had == ok && old == v {
+			continue
+		}
+		changed = true
+		if !ok {
+			delete(l.Annotations, k)
+			continue
+		}
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[k] = v
+	}
+	return changed
+}
+
+// Held reads the hold the Lease records: the change's ID ("" for none or no
+// Lease), its wave's size, and the baseline's JSON.
+func (r Record) Held(ctx context.Context) (id string, pods int, baseline []byte, err error) {
+	l, err := r.Client.Leases(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", 0, nil, nil
+	}
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("reading lease %s/%s: %w", r.Namespace, r.Name, err)
+	}
+	id, pods, baseline = HeldOn(l)
+	return id, pods, baseline, nil
+}
+
+// HeldOn reads the hold a Lease records: the change's ID ("" for none), its
+// wave's size, and the baseline's JSON (nil when it was too large to record).
+func HeldOn(l *coordinationv1.Lease) (id string, pods int, baseline []byte) {
+	id = l.Annotations[AnnotationHeld]
+	pods, _ = strconv.Atoi(l.Annotations[AnnotationHeldPods])
+	if b, ok := l.Annotations[AnnotationBaseline]; ok {
+		baseline = []byte(b)
+	}
+	return id, pods, baseline
+}
+
+// Options are a Guard's settings for the controller (--hold-waves and the
+// --wave-* flags).
+type Options struct {
+	Threshold Threshold
+	// Window: pods due within it count as due now.
+	Window time.Duration
+	// Record is where holds are published and approved.
+	Record Record
+}
+
+// Keep keeps the Record in step with g until ctx ends, looking every
+// interval: a new hold is published (and held is told, for its Event), an
+// end of it too, and the approval of the held change found on the Lease is
+// taken (approved gets the keys of the pods it held, to decide again). An
+// approval already on the Lease when a change is held is taken at once: it
+// lives in the API server, so it outlasts a restart and a leader change.
+func (r Record) Keep(ctx context.Context, g *Guard, clk clock.WithTicker, interval time.Duration, held func(Hold), approved func(Hold, []string)) {
+	logger := klog.FromContext(ctx).WithValues("lease", klog.KRef(r.Namespace, r.Name))
+	var published *Hold
+	ticker := clk.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		h, holding := g.Held()
+		if holding {
+			id, err := r.Approved(ctx)
+			if err != nil {
+				logger.Error(err, "Cannot read approvals of the held wave", "change", h.ID)
+			} else if id == h.ID {
+				if keys, ok := g.Approve(id); ok {
+					logger.Info("Wave approved, removing its pods at the removal rate", "change", id, "pods", len(keys))
+					approved(h, keys)
+					holding = false
+				}
+			}
+		}
+		var want *Hold
+		if holding {
+			want = &h
+		}
+		if !sameHold(want, published) {
+			if err := r.Publish(ctx, want, g.BaselinePolicy()); err != nil {
+				logger.Error(err, "Cannot record the held wave")
+			} else {
+				if want != nil {
+					held(h)
+				}
+				published = want
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+	}
+}
+
+func sameHold(a, b *Hold) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.ID == b.ID
+}

@@ -1,0 +1,103 @@
+// Package wave finds the pods that one change of podjanitor's policy makes due
+// at once, and says when there are too many of them to remove without a
+// person's approval.
+//
+// A change (the policy file reloaded, say) decides pods again. Its wave is
+// the set of pods that are due now, or within a short window, under the new
+// decision and were not due by then under the old one: the removals the change
+// itself causes. Pods reaching deadlines they already had are never in a wave.
+// A wave above the Threshold is held: none of its pods is removed until a
+// person approves the change (or reverts it). Compute, Threshold and ChangeID
+// are pure; Guard remembers which change is held and which pods it holds now.
+package wave
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"iter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// Decide decides a pod at a time, as policy.Evaluator.Decide with the pod's
+// namespace already found. An error counts as no deadline: a pod whose
+// annotations do not parse is never removed.
+type Decide func(pod *corev1.Pod, now time.Time) (policy.Decision, error)
+
+// Wave is what a change does: Pods are the keys (namespace/name) of the pods
+// it makes due, InScope the number of pods it was computed over.
+type Wave struct {
+	Pods    []string
+	InScope int
+}
+
+// Compute returns the wave of a change from old to new over pods at now: the
+// pods due by now+window under new that were not due by now+window under
+// old. A nil old decides no pod (a first install: every due pod is in the wave).
+func Compute(pods iter.Seq[*corev1.Pod], old, new Decide, now time.Time, window time.Duration) Wave {
+	var w Wave
+	by := now.Add(window)
+	for pod := range pods {
+		w.InScope++
+		if dueBy(new, pod, now, by) && !dueBy(old, pod, now, by) {
+			w.Pods = append(w.Pods, pod.Namespace+"/"+pod.Name)
+		}
+	}
+	return w
+}
+
+// DueBy reports whether decide gives the pod a deadline no later than by.
+func DueBy(decide Decide, pod *corev1.Pod, now, by time.Time) bool {
+	return dueBy(decide, pod, now, by)
+}
+
+func dueBy(decide Decide, pod *corev1.Pod, now, by time.Time) bool {
+	if decide == nil {
+		return false
+	}
+	d, err := decide(pod, now)
+	return err == nil && d.HasDeadline() && !d.Deadline.After(by)
+}
+
+// Threshold is how large a wave may be before it is held.
+type Threshold struct {
+	// Pods: a wave of more than this many pods is held.
+	Pods int
+	// Percent: a wave of more than this share of the pods in scope is
+	// held; 0 turns the share test off.
+	Percent float64
+	// MinPods: a wave of at most this many pods is never held by its
+	// share (a change in a small cluster or namespace).
+	MinPods int
+}
+
+// Exceeded reports whether the wave must be held.
+func (t Threshold) Exceeded(w Wave) bool {
+	n := len(w.Pods)
+	if n > t.Pods {
+		return true
+	}
+	return t.Percent > 0 && n > t.MinPods && w.InScope > 0 && float64(n)*100 > t.Percent*float64(w.InScope)
+}
+
+// ChangeID names the change from the policy old to the policy new (their
+// bytes; nil old for a first install): the value a person approves. The
+// same two policies give the same ID, so an approval covers that change only.
+func ChangeID(old, new []byte) string {
+	h := sha256.New()
+	if old == nil {
+		h.Write([]byte("none"))
+	} else {
+		o := PolicyHash(old)
+		h.Write(o[:])
+	}
+	n := PolicyHash(new)
+	h.Write(n[:])
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// PolicyHash is the hash of a policy's bytes, as recorded for the next leader.
+func PolicyHash(p []byte) [sha256.Size]byte { return sha256.Sum256(p) }

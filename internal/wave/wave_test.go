@@ -1,0 +1,106 @@
+package wave
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// pod is a pod created ago before t0.
+func pod(name string, ago time.Duration) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, CreationTimestamp: metav1.NewTime(t0.Add(-ago))}}
+}
+
+// after decides every pod due after d from its creation, as a rule `after: d`.
+func after(d time.Duration) Decide {
+	return func(p *corev1.Pod, _ time.Time) (policy.Decision, error) {
+		return policy.Decision{Deadline: p.CreationTimestamp.Add(d), Action: policy.ActionDelete}, nil
+	}
+}
+
+func pods(ps ...*corev1.Pod) func(func(*corev1.Pod) bool) { return slices.Values(ps) }
+
+func TestCompute(t *testing.T) {
+	window := time.Minute
+	all := []*corev1.Pod{pod("young", 0), pod("hour", time.Hour), pod("week", 8*24*time.Hour)}
+	for _, tc := range []struct {
+		name     string
+		old, new Decide
+		want     []string
+	}{
+		// week was due under the old rule already: its removal is the steady flow.
+		{"shorter", after(7 * 24 * time.Hour), after(time.Minute), []string{"ns/young", "ns/hour"}},
+		// young is due in 30s: within the window, so in the wave.
+		{"due within the window", after(7 * 24 * time.Hour), after(30 * time.Second), []string{"ns/young", "ns/hour"}},
+		// young is due in 2m: after the window.
+		{"due after the window", after(7 * 24 * time.Hour), after(2 * time.Minute), []string{"ns/hour"}},
+		{"deadline got later", after(time.Minute), after(7 * 24 * time.Hour), nil},
+		{"no change", after(time.Minute), after(time.Minute), nil},
+		// No decision before (a first install): every due pod is in the wave.
+		{"first install", nil, after(time.Hour), []string{"ns/hour", "ns/week"}},
+		{"no deadline", after(time.Hour), func(*corev1.Pod, time.Time) (policy.Decision, error) { return policy.Decision{}, nil }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := Compute(pods(all...), tc.old, tc.new, t0, window)
+			if diff := cmp.Diff(Wave{Pods: tc.want, InScope: 3}, w); diff != "" {
+				t.Errorf("wave (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestComputeDecideErrorIsNotDue(t *testing.T) {
+	bad := func(*corev1.Pod, time.Time) (policy.Decision, error) {
+		return policy.Decision{Deadline: t0}, &policy.AnnotationError{Key: "podjanitor.io/ttl", Value: "x"}
+	}
+	if w := Compute(pods(pod("p", time.Hour)), after(7*24*time.Hour), bad, t0, 0); len(w.Pods) != 0 {
+		t.Errorf("a pod the new policy cannot decide is in the wave: %v", w.Pods)
+	}
+	// A pod the old policy could not decide and the new one makes due is in it.
+	if w := Compute(pods(pod("p", time.Hour)), bad, after(time.Minute), t0, 0); len(w.Pods) != 1 {
+		t.Errorf("wave %v, want the pod", w.Pods)
+	}
+}
+
+func TestThreshold(t *testing.T) {
+	th := Threshold{Pods: 100, Percent: 10, MinPods: 10}
+	wave := func(n, inScope int) Wave { return Wave{Pods: make([]string, n), InScope: inScope} }
+	for _, tc := range []struct {
+		w    Wave
+		want bool
+	}{
+		{wave(100, 100000), false},
+		{wave(101, 100000), true},
+		{wave(50, 500), false}, // 10% is not more than 10%
+		{wave(51, 500), true},
+		{wave(10, 10), false}, // at most MinPods: never by its share
+		{wave(11, 20), true},
+		{wave(0, 0), false},
+	} {
+		if got := th.Exceeded(tc.w); got != tc.want {
+			t.Errorf("%d of %d: exceeded %v, want %v", len(tc.w.Pods), tc.w.InScope, got, tc.want)
+		}
+	}
+	if (Threshold{Pods: 100}).Exceeded(wave(99, 99)) {
+		t.Error("Percent 0 must turn the share test off")
+	}
+}
+
+func TestChangeID(t *testing.T) {
+	a, b := []byte("rules: a"), []byte("rules: b")
+	if ChangeID(a, b) != ChangeID(a, b) {
+		t.Error("the same change has two IDs")
+	}
+	ids := map[string]bool{ChangeID(a, b): true, ChangeID(b, a): true, ChangeID(nil, b): true, ChangeID([]byte{}, b): true}
+	if len(ids) != 4 {
+		t.Errorf("different changes share an ID: %v", ids)
+	}
+}

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/podjanitor/podjanitor/internal/apitest"
+	"github.com/podjanitor/podjanitor/internal/wave"
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// waveFixture is a controller under a cluster rule `after: 7d` over n
+// Running pods created an hour before t0, holding waves of more than 10 pods.
+func waveFixture(t *testing.T, n int) (*fixture, []*corev1.Pod) {
+	t.Helper()
+	var pods []*corev1.Pod
+	for i := range n {
+		p := apitest.Pod(fmt.Sprintf("p%03d", i), t0.Add(-time.Hour), corev1.PodSucceeded, nil)
+		pods = append(pods, p)
+	}
+	f := newFixture(t, Options{
+		Evaluator: evaluatorWithAfter(t, "7d"),
+		Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
+			Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}},
+	}, pods...)
+	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	return f, pods
+}
+
+func evaluatorWithAfter(t *testing.T, after string) *policy.Evaluator {
+	t.Helper()
+	e, err := policyEvaluator("podjanitor.io")(policyWithAfter(after))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// reload sets the policy `after: after` and decides every pod.
+func (f *fixture) reload(after string, pods []*corev1.Pod) {
+	f.t.Helper()
+	if err := f.c.SetEvaluator(evaluatorWithAfter(f.t, after)); err != nil {
+		f.t.Fatal(err)
+	}
+	for range pods {
+		f.next()
+	}
+}
+
+func (f *fixture) deletes() int {
+	n := 0
+	for _, a := range f.writes() {
+		if a.GetVerb() == "delete" && a.GetResource().Resource == "pods" {
+			n++
+		}
+	}
+	return n
+}
+
+func TestReloadWaveIsHeldUntilApproved(t *testing.T) {
+	f, pods := waveFixture(t, 12)
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); f.c.runWaveRecord(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	f.reload("1m", pods)
+	if n := f.deletes(); n != 0 {
+		t.Fatalf("%d pods removed of a held wave", n)
+	}
+	if got := metricValue(f.metrics, "podjanitor_pods_held", "source", "file"); got != 12 {
+		t.Errorf("podjanitor_pods_held{source=file} = %v, want 12", got)
+	}
+	h, ok := f.c.waves.Held()
+	if !ok || h.Pods != 12 {
+		t.Fatalf("held %+v, %v; want a hold of 12 pods", h, ok)
+	}
+	// The hold is published on the Lease, with a Warning Event there.
+	var lease = waitLease(t, f, func(annotations map[string]string) bool { return annotations[wave.AnnotationHeld] == h.ID })
+	if lease[wave.AnnotationHeldPods] != "12" {
+		t.Errorf("lease annotations %v, want 12 held pods", lease)
+	}
+	warning := "Warning RemovalsHeld Hold Holding 12 pod removal(s)"
+	command := "kubectl annotate lease -n podjanitor podjanitor --overwrite podjanitor.io/approve-wave=" + h.ID
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		for _, e := range f.events() {
+			if strings.HasPrefix(e, warning) && strings.Contains(e, command) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Error("no RemovalsHeld warning with the approval command")
+	}
+
+	// Another change's ID approves nothing.
+	approve(t, f, "0123456789ab")
+	f.clock.Step(waveRecordInterval)
+	time.Sleep(100 * time.Millisecond)
+	if f.c.queue.Len() != 0 || f.deletes() != 0 {
+		t.Fatal("a wrong approval released the wave")
+	}
+
+	approve(t, f, h.ID)
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		f.clock.Step(waveRecordInterval)
+		return f.c.queue.Len() == len(pods), nil
+	}); err != nil {
+		t.Fatalf("the approval did not decide the held pods again: %d queued", f.c.queue.Len())
+	}
+	for range pods {
+		f.next()
+	}
+	if n := f.deletes(); n != 12 {
+		t.Errorf("%d pods removed after the approval, want 12", n)
+	}
+	if got := metricValue(f.metrics, "podjanitor_pods_held", "source", "file"); got != 0 {
+		t.Errorf("podjanitor_pods_held{source=file} = %v after the approval, want 0", got)
+	}
+	waitLease(t, f, func(annotations map[string]string) bool { return annotations[wave.AnnotationHeld] == "" })
+}
+
+func TestReloadWaveRevertedRemovesNothing(t *testing.T) {
+	f, pods := waveFixture(t, 12)
+	f.reload("1m", pods)
+	f.reload("7d", pods)
+	if n := f.deletes(); n != 0 {
+		t.Fatalf("%d pods removed", n)
+	}
+	if _, ok := f.c.waves.Held(); ok {
+		t.Error("a hold stands after the revert")
+	}
+	if got := metricValue(f.metrics, "podjanitor_pods_held", "source", "file"); got != 0 {
+		t.Errorf("podjanitor_pods_held{source=file} = %v after the revert, want 0", got)
+	}
+	// Their deadlines are 7d again: parked until then.
+	res, err := f.c.syncHandler(f.ctx, keyOf(pods[0]))
+	if err != nil || res.RequeueAfter != 7*24*time.Hour-time.Hour {
+		t.Errorf("syncHandler = %+v, %v; want the pod parked until its 7d deadline", res, err)
+	}
+}
+
+func TestSmallReloadWaveIsNotHeld(t *testing.T) {
+	f, pods := waveFixture(t, 10)
+	f.reload("1m", pods)
+	if n := f.deletes(); n != 10 {
+		t.Errorf("%d pods removed of a wave of 10 (threshold 10), want 10", n)
+	}
+}
+
+// Pods due under the running policy already (the steady flow) go while a
+// change is held.
+func TestHeldWaveLeavesTheSteadyFlow(t *testing.T) {
+	f, pods := waveFixture(t, 12)
+	old := apitest.Pod("old", t0.Add(-8*24*time.Hour), corev1.PodSucceeded, nil)
+	f.reload("1m", pods)
+	if err := f.c.pods.Add(old); err != nil {
+		t.Fatal(err)
+	}
+	f.process(keyOf(old))
+	if n := f.deletes(); n != 1 {
+		t.Errorf("%d pods removed, want the one due under the old policy", n)
+	}
+}
+
+func approve(t *testing.T, f *fixture, id string) {
+	t.Helper()
+	leases := f.client.CoordinationV1().Leases("podjanitor")
+	l, err := leases.Get(f.ctx, "podjanitor", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Annotations[wave.AnnotationApprove] = id
+	if _, err := leases.Update(f.ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitLease(t *testing.T, f *fixture, cond func(map[string]string) bool) map[string]string {
+	t.Helper()
+	var annotations map[string]string
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := f.client.CoordinationV1().Leases("podjanitor").Get(ctx, "podjanitor", metav1.GetOptions{})
+		if err != nil {
+			f.clock.Step(waveRecordInterval)
+			return false, nil
+		}
+		annotations = l.Annotations
+		if !cond(annotations) {
+			f.clock.Step(waveRecordInterval)
+			return false, nil
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("lease annotations %v", annotations)
+	}
+	return annotations
+}
+
+// TestPlanMarksHeldPods: plan marks HELD the due pods of the held change its
+// policy file is (the Lease records the change and the policy acted on), not
+// those due under that policy, and prints the approval command.
+func TestPlanMarksHeldPods(t *testing.T) {
+	week, minute := evaluatorWithAfter(t, "7d"), evaluatorWithAfter(t, "1m")
+	young := apitest.Pod("young", t0.Add(-time.Hour), corev1.PodSucceeded, nil)
+	old := apitest.Pod("old", t0.Add(-8*24*time.Hour), corev1.PodSucceeded, nil)
+	pods := []*corev1.Pod{young, old}
+	namespaces := map[string]*policy.Namespace{young.Namespace: {}}
+	id := wave.ChangeID(policyJSON(week), policyJSON(minute))
+	client := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor",
+		Annotations: map[string]string{wave.AnnotationHeld: id, wave.AnnotationHeldPods: "1", wave.AnnotationHeldSource: wave.SourceFile,
+			wave.AnnotationBaseline: string(policyJSON(week))}}})
+	record := wave.Record{Client: client.CoordinationV1(), Namespace: "podjanitor", Name: "podjanitor"}
+
+	r := buildPlan(minute, pods, namespaces, t0)
+	if err := markHeld(context.Background(), &r, record, minute, pods, namespaces, t0); err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]bool{}
+	for _, e := range r.Pods {
+		held[e.Pod] = e.Held
+	}
+	if !held["young"] || held["old"] || r.Hold == nil || r.Hold.Change != id {
+		t.Fatalf("held %v, hold %+v; want young held (due by 1m, not by 7d), old not (due by both)", held, r.Hold)
+	}
+	var out strings.Builder
+	if err := printPlan(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"HELD " + id, "kubectl annotate lease -n podjanitor podjanitor --overwrite podjanitor.io/approve-wave=" + id} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("plan does not print %q:\n%s", want, out.String())
+		}
+	}
+
+	// A plan of another policy file is not the held change: nothing is held.
+	other := evaluatorWithAfter(t, "2m")
+	r = buildPlan(other, pods, namespaces, t0)
+	if err := markHeld(context.Background(), &r, record, other, pods, namespaces, t0); err != nil || r.Hold != nil {
+		t.Errorf("markHeld for another policy: hold %+v, %v; want none", r.Hold, err)
+	}
+}
