@@ -635,7 +635,7 @@ func TestChartHoldWaves(t *testing.T) {
 	if !o.waves.hold || o.waves.threshold != (wave.Threshold{Pods: 100, Percent: 10, MinPods: 10}) || o.waves.window != 5*time.Minute {
 		t.Errorf("defaults: waves %+v, want held above 100 pods or 10 %% (more than 10), window 5m", o.waves)
 	}
-	r = renderChart(t, "holdWaves.pods=500", "holdWaves.percent=2.5", "holdWaves.minPods=50", "holdWaves.window=90s", "leaderElection.enabled=false")
+	r = renderChart(t, "holdWaves.pods=500", "json:holdWaves.percent=2.5", "holdWaves.minPods=50", "holdWaves.window=90s", "leaderElection.enabled=false")
 	dep := one(t, "Deployment", r.deployments)
 	o = checkDeployment(t, dep, r.policyConfigMap())
 	if o.waves.threshold != (wave.Threshold{Pods: 500, Percent: 2.5, MinPods: 50}) || o.waves.window != 90*time.Second {
