@@ -98,8 +98,8 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 	fs.StringVar(&o.scope.labelSelector, "label-selector", "", "Only watch pods matching this label selector (applied by the API server), e.g. 'team=ci,!keep'.")
 	fs.StringVar(&o.configFile, "config", "", "Policy file (YAML, kind PodJanitorPolicy) with cluster-wide rules. Default: annotations only. Changes are reloaded without a restart.")
 	fs.StringVar(&o.scope.annotationPrefix, "annotation-prefix", policy.DefaultAnnotationPrefix, "Prefix of the per-pod annotations (<prefix>/ttl, /expires-at, /ttl-after-finished, /keep). Every key under it is podjanitor's: a pod with any other is left alone as invalid.")
-	fs.Float64Var(&o.cluster.kubeAPIQPS, "kube-api-qps", 0, "Queries per second to the API server, on each of podjanitor's clients. 0: three per removal the cap allows (3 × --max-deletions-per-second: a removal takes up to three requests), at least 50.")
-	fs.IntVar(&o.cluster.kubeAPIBurst, "kube-api-burst", 0, "Burst of queries to the API server, on each of podjanitor's clients. 0: 3 × --deletion-burst, at least 100.")
+	fs.Float64Var(&o.cluster.kubeAPIQPS, "kube-api-qps", 0, "Queries per second to the API server, on each of podjanitor's clients. 0: three per removal the cap allows (3 × --max-deletions-per-second: a removal takes up to three requests), at least 50; 50 with no cap.")
+	fs.IntVar(&o.cluster.kubeAPIBurst, "kube-api-burst", 0, "Burst of queries to the API server, on each of podjanitor's clients. 0: 3 × --deletion-burst, at least 100; 100 with no cap.")
 	fs.StringVar(&o.cluster.kubeAPIContentType, "kube-api-content-type", runtime.ContentTypeProtobuf,
 		"Content type of requests to the API server: "+runtime.ContentTypeProtobuf+" or "+runtime.ContentTypeJSON+".")
 	fs.BoolVar(&o.cluster.kubeAPICompression, "kube-api-compression", false,
