@@ -186,6 +186,22 @@ func (f *fixture) events() []string {
 	}
 }
 
+// waitEvents returns the events recorded until n have come (or 5 s have
+// passed), for events recorded after the write a test waits for.
+func (f *fixture) waitEvents(n int) []string {
+	out := f.events()
+	timeout := time.After(5 * time.Second)
+	for len(out) < n {
+		select {
+		case e := <-f.recorder.Events:
+			out = append(out, e)
+		case <-timeout:
+			return out
+		}
+	}
+	return append(out, f.events()...)
+}
+
 func keyOf(p *corev1.Pod) cache.ObjectName { return cache.MetaObjectToName(p) }
 
 func deleteAction(p *corev1.Pod) core.Action {

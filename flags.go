@@ -121,8 +121,8 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 	fs.StringVar(&o.scope.labelSelector, "label-selector", "", "Only watch pods matching this label selector (applied by the API server), e.g. 'team=ci,!keep'.")
 	fs.StringVar(&o.configFile, "config", "", "Policy file (YAML, kind PodJanitorPolicy) with cluster-wide rules. Default: annotations only. Changes are reloaded without a restart.")
 	fs.StringVar(&o.scope.annotationPrefix, "annotation-prefix", policy.DefaultAnnotationPrefix, "Prefix of the per-pod annotations (<prefix>/ttl, /expires-at, /ttl-after-finished, /keep). Every key under it is podjanitor's: a pod with any other is left alone as invalid.")
-	fs.Float64Var(&o.cluster.kubeAPIQPS, "kube-api-qps", 50, "Queries per second to the API server.")
-	fs.IntVar(&o.cluster.kubeAPIBurst, "kube-api-burst", 100, "Burst of queries to the API server.")
+	fs.Float64Var(&o.cluster.kubeAPIQPS, "kube-api-qps", 0, "Queries per second to the API server, on each of podjanitor's clients. 0: three per removal the cap allows (3 × --max-deletions-per-second: a removal takes up to three requests), at least 50; 50 with no cap.")
+	fs.IntVar(&o.cluster.kubeAPIBurst, "kube-api-burst", 0, "Burst of queries to the API server, on each of podjanitor's clients. 0: 3 × --deletion-burst, at least 100; 100 with no cap.")
 	fs.StringVar(&o.cluster.kubeAPIContentType, "kube-api-content-type", runtime.ContentTypeProtobuf,
 		"Content type of requests to the API server: "+runtime.ContentTypeProtobuf+" or "+runtime.ContentTypeJSON+".")
 	fs.BoolVar(&o.cluster.kubeAPICompression, "kube-api-compression", false,
@@ -260,11 +260,11 @@ func (o *flagValues) validate(cmd command) error {
 	if errs := validation.IsDNS1123Subdomain(o.scope.annotationPrefix); len(errs) > 0 {
 		return bad("annotation-prefix", "%q must be a DNS subdomain such as podjanitor.io: %s", o.scope.annotationPrefix, strings.Join(errs, "; "))
 	}
-	if o.cluster.kubeAPIQPS <= 0 {
-		return bad("kube-api-qps", "%v: must be positive", o.cluster.kubeAPIQPS)
+	if o.cluster.kubeAPIQPS < 0 {
+		return bad("kube-api-qps", "%v: must not be negative (0: derived from the removal cap)", o.cluster.kubeAPIQPS)
 	}
-	if o.cluster.kubeAPIBurst <= 0 {
-		return bad("kube-api-burst", "%d: must be positive", o.cluster.kubeAPIBurst)
+	if o.cluster.kubeAPIBurst < 0 {
+		return bad("kube-api-burst", "%d: must not be negative (0: derived from the removal burst)", o.cluster.kubeAPIBurst)
 	}
 	if o.cluster.kubeAPIContentType != runtime.ContentTypeProtobuf && o.cluster.kubeAPIContentType != runtime.ContentTypeJSON {
 		return bad("kube-api-content-type", "%q: want %s or %s", o.cluster.kubeAPIContentType, runtime.ContentTypeProtobuf, runtime.ContentTypeJSON)
@@ -272,6 +272,7 @@ func (o *flagValues) validate(cmd command) error {
 	if err := o.tenants.validate(bad); err != nil {
 		return err
 	}
+	o.cluster.kubeAPIQPS, o.cluster.kubeAPIBurst = apiLimits(o.cluster.kubeAPIQPS, o.cluster.kubeAPIBurst, o.maxRemovalsPerSecond, o.removalBurst)
 	if cmd == planCommand {
 		if o.output != "table" && o.output != "json" {
 			return bad("output", "%q: want table or json", o.output)
@@ -406,6 +407,28 @@ func (w waveFlags) options(client kubernetes.Interface, lease leaseConfig) *wave
 	}
 	return &wave.Options{Threshold: w.threshold, Window: w.window,
 		Record: wave.Record{Client: client.CoordinationV1(), Namespace: cmp.Or(lease.namespace, ownNamespace()), Name: lease.name}}
+}
+
+// requestsPerRemoval is the most requests one removal makes on a client: the
+// pod read before an eviction, the eviction, its namespace's read
+// (docs/operations.md, "Request budget").
+const requestsPerRemoval = 3
+
+// apiLimits are the client-side limits: qps and burst as set, and for 0 (the
+// defaults) requestsPerRemoval times the removal cap and its burst, so that
+// the cap, not the client, bounds a backlog of evictions or one spread over
+// many namespaces; at least 50 and 100 (with no cap, and plan's, those).
+func apiLimits(qps float64, burst int, maxRemovals float64, removalBurst int) (float64, int) {
+	if qps == 0 {
+		qps = max(50, requestsPerRemoval*maxRemovals)
+	}
+	if burst == 0 {
+		burst = 100
+		if maxRemovals > 0 {
+			burst = max(burst, requestsPerRemoval*removalBurst)
+		}
+	}
+	return qps, burst
 }
 
 // splitList splits a comma-separated flag value, without empty items.

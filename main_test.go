@@ -51,10 +51,10 @@ func TestFlagValidation(t *testing.T) {
 		"klog verbosity passes":     {args: []string{"-v=4"}},
 		"json content type":         {args: []string{"--kube-api-content-type", "application/json"}},
 		"bad content type":          {args: []string{"--kube-api-content-type", "yaml"}, wantErr: "--kube-api-content-type"},
-		"zero qps":                  {args: []string{"--kube-api-qps", "0"}, wantErr: "--kube-api-qps"},
-		"zero burst":                {args: []string{"--kube-api-burst", "0"}, wantErr: "--kube-api-burst"},
 		"json logs":                 {args: []string{"--logging-format", "json"}},
 		"bad logging format":        {args: []string{"--logging-format", "yaml"}, wantErr: "--logging-format"},
+		"negative qps":              {args: []string{"--kube-api-qps", "-1"}, wantErr: "--kube-api-qps"},
+		"negative burst":            {args: []string{"--kube-api-burst", "-1"}, wantErr: "--kube-api-burst"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -87,6 +87,39 @@ func TestFlagValidation(t *testing.T) {
 	var usage usageError
 	if _, err := parseFlags(daemonCommand, []string{"--workers", "0"}); !errors.As(err, &usage) || exitCode(err) != 2 {
 		t.Errorf("a bad flag value must be a usage error with exit status 2, got %v", err)
+	}
+}
+
+// TestAPILimitsFollowTheCap: at the defaults the client-side limits leave
+// room for three requests per removal the cap allows (the pod read, the
+// eviction, the namespace read), so that a backlog of evictions drains at
+// the cap, not at half of it; limits that are set are kept.
+func TestAPILimitsFollowTheCap(t *testing.T) {
+	tests := map[string]struct {
+		cmd   command
+		args  []string
+		qps   float64
+		burst int
+	}{
+		"defaults":             {cmd: daemonCommand, qps: 150, burst: 300},
+		"a higher cap":         {cmd: daemonCommand, args: []string{"--max-deletions-per-second=200", "--deletion-burst=50"}, qps: 600, burst: 150},
+		"a low cap":            {cmd: daemonCommand, args: []string{"--max-deletions-per-second=5", "--deletion-burst=10"}, qps: 50, burst: 100},
+		"no cap":               {cmd: daemonCommand, args: []string{"--max-deletions-per-second=0"}, qps: 50, burst: 100},
+		"set":                  {cmd: daemonCommand, args: []string{"--kube-api-qps=20", "--kube-api-burst=30"}, qps: 20, burst: 30},
+		"qps set, burst not":   {cmd: daemonCommand, args: []string{"--kube-api-qps=20"}, qps: 20, burst: 300},
+		"plan removes nothing": {cmd: planCommand, qps: 50, burst: 100},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o, err := parseFlags(tc.cmd, tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.cluster.kubeAPIQPS != tc.qps || o.cluster.kubeAPIBurst != tc.burst {
+				t.Errorf("%s %q: --kube-api-qps %v, --kube-api-burst %d; want %v, %d",
+					tc.cmd, tc.args, o.cluster.kubeAPIQPS, o.cluster.kubeAPIBurst, tc.qps, tc.burst)
+			}
+		})
 	}
 }
 

@@ -341,7 +341,8 @@ func TestRefusedTenantPolicyIsNotReady(t *testing.T) {
 		!strings.Contains(ready.Message, `clock "created"`) || status.ObservedGeneration != 1 {
 		t.Errorf("status = %+v, want observedGeneration 1 and Ready=False %s about clock \"created\"", status, policy.TenantReasonForbidden)
 	}
-	if got := f.events(); len(got) != 1 || !strings.HasPrefix(got[0], "Warning PolicyNotUsed Validate") {
+	// The Warning follows the status write.
+	if got := f.waitEvents(1); len(got) != 1 || !strings.HasPrefix(got[0], "Warning PolicyNotUsed Validate") {
 		t.Errorf("events = %q, want one Warning PolicyNotUsed", got)
 	}
 	if got := metricValue(f.metrics, "podjanitor_tenant_policies", "ready", "false"); got != 1 {
