@@ -165,6 +165,9 @@ type Controller struct {
 	metrics   *metrics.Metrics
 	// waves holds a large wave of a policy reload; nil with --hold-waves=false.
 	waves *wave.Guard
+	// tenantWaves holds a large wave of a tenant policy's change, by
+	// namespace; nil with --hold-waves=false or without tenant policies.
+	tenantWaves *wave.Holds
 }
 
 // transientBackoffMax caps the workqueue's backoff for failed syncs, so that
@@ -576,14 +579,35 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 // approval. A held pod waits for the old deadline, if it has one; the
 // approval or the revert decides it again. pod nil: the pod is gone.
 func (c *Controller) holdWave(logger klog.Logger, key cache.ObjectName, pod *corev1.Pod, d policy.Decision, now time.Time) (bool, Result) {
-	if c.waves == nil {
+	if c.waves == nil && c.tenantWaves == nil {
 		return false, Result{}
 	}
 	if pod == nil || !d.HasDeadline() || d.Deadline.After(now) {
-		c.waves.Forget(key.String())
+		if c.waves != nil {
+			c.waves.Forget(key.String())
+		}
+		if c.tenantWaves != nil {
+			c.tenantWaves.Forget(key.Namespace, key.String())
+		}
 		return false, Result{}
 	}
-	held, deadline := c.waves.Check(key.String(), pod, now)
+	// Each guard that holds the pod says when it would go by the decision
+	// it holds back; the pod is decided again at the first of those.
+	held, deadline := false, time.Time{}
+	check := func(h bool, dl time.Time) {
+		if h {
+			held = true
+			if !dl.IsZero() && (deadline.IsZero() || dl.Before(deadline)) {
+				deadline = dl
+			}
+		}
+	}
+	if c.waves != nil {
+		check(c.waves.Check(key.String(), pod, now))
+	}
+	if c.tenantWaves != nil {
+		check(c.tenantWaves.Check(key.Namespace, key.String(), pod, now))
+	}
 	if !held {
 		return false, Result{}
 	}

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"strings"
@@ -29,8 +30,10 @@ import (
 
 	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/metrics"
+	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/internal/served"
 	"github.com/podjanitor/podjanitor/internal/tenant"
+	"github.com/podjanitor/podjanitor/internal/wave"
 	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
 	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
 	listers "github.com/podjanitor/podjanitor/pkg/generated/listers/podjanitor/v1alpha1"
@@ -127,6 +130,9 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 	})
 	t.tracker = tenant.NewTracker(t.status.Mark)
 	c.tenants = t
+	if w := c.opts.Waves; w != nil {
+		c.tenantWaves = wave.NewHolds(wave.SourceTenant, w.Threshold, w.Window, c.metrics.SetPodsHeld)
+	}
 	e := *c.evaluator.Load()
 	e.Tenants = t.store
 	c.evaluator.Store(&e)
@@ -138,6 +144,8 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 			// Status writes (ours) change none of these: no work for them.
 			if !ok1 || !ok2 || o.Generation != n.Generation || o.UID != n.UID || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) {
 				c.tenantPolicyChanged(cur, true)
+			} else if o.Annotations[wave.AnnotationApprove] != n.Annotations[wave.AnnotationApprove] {
+				c.tenantWaveApproved(n)
 			}
 		},
 		DeleteFunc: c.tenantPolicyDeleted,
@@ -196,7 +204,12 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 		t.converted[p.Namespace] = map[string]tenantConverted{}
 	}
 	t.converted[p.Namespace][p.Name] = conv
-	changed := t.admit(p.Namespace, key)
+	changed, ops := t.admit(p.Namespace, key)
+	var hold *wave.Hold
+	if enqueue && c.tenantWaves != nil {
+		hold = c.holdTenantWave(p, ops)
+	}
+	t.apply(t.store, ops)
 	seen := t.seen[key]
 	c.setTenantMetrics()
 	t.mu.Unlock()
@@ -211,8 +224,129 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 			t.status.Mark(k)
 		}
 	}
+	if hold != nil {
+		klog.Background().Info("Holding the removals of a changed tenant policy: it makes too many pods of its namespace due at once",
+			"policy", key, "change", hold.ID, "pods", hold.Pods, "approve", tenantApproveCommand(p.Namespace, p.Name, hold.ID))
+		if p.Annotations[wave.AnnotationApprove] == hold.ID {
+			c.tenantWaveApproved(p) // approved before: the approval is in the API server
+		}
+	}
 	if enqueue {
 		c.enqueueNamespace(p.Namespace)
+	}
+}
+
+// holdTenantWave measures the change that ops make to the tenant policies
+// of p's namespace (before they are applied: no worker decides by them
+// yet) against the pods of the namespace, and holds it when its wave is too
+// large; t.mu is held.
+func (c *Controller) holdTenantWave(p *v1alpha1.PodLifetimePolicy, ops []tenantOp) *wave.Hold {
+	t := c.tenants
+	old := t.store.For(p.Namespace)
+	next := tenant.NewStore()
+	for _, q := range old {
+		next.Set(q)
+	}
+	t.apply(next, ops)
+	cur := next.For(p.Namespace)
+	if slices.Equal(old, cur) {
+		return nil
+	}
+	h, held := c.tenantWaves.Change(p.Namespace, p.Namespace+"/"+p.Name,
+		tenantsJSON(p.Namespace, old), c.tenantDecider(p.Namespace, old),
+		tenantsJSON(p.Namespace, cur), c.tenantDecider(p.Namespace, cur),
+		c.namespacePods(p.Namespace), c.now())
+	if !held {
+		return nil
+	}
+	return &h
+}
+
+// tenantWaveApproved takes the approval annotation of p, if it names the
+// held change of p's namespace that p made: the held pods are decided again,
+// and go at the removal cap.
+func (c *Controller) tenantWaveApproved(p *v1alpha1.PodLifetimePolicy) {
+	if c.tenantWaves == nil {
+		return
+	}
+	key := p.Namespace + "/" + p.Name
+	id := p.Annotations[wave.AnnotationApprove]
+	keys, ok := c.tenantWaves.Approve(p.Namespace, key, id)
+	if !ok {
+		return
+	}
+	klog.Background().Info("Tenant policy's wave approved, removing its pods at the removal rate", "policy", key, "change", id, "pods", len(keys))
+	c.tenants.status.Mark(key)
+	for _, k := range keys {
+		if name, err := cache.ParseObjectName(k); err == nil {
+			c.queue.Add(name)
+		}
+	}
+}
+
+// tenantApproveCommand is the one command that approves the held change id
+// of a tenant policy: an annotation on the policy itself, which the
+// namespace's owners may write.
+func tenantApproveCommand(namespace, name, id string) string {
+	return fmt.Sprintf("kubectl annotate podlifetimepolicy -n %s %s --overwrite %s=%s", namespace, name, wave.AnnotationApprove, id)
+}
+
+// tenantDecider decides pods as the running evaluator does, with list for
+// the tenant policies of namespace (the others as they are), for a wave.
+func (c *Controller) tenantDecider(namespace string, list []*policy.TenantPolicy) wave.Decide {
+	over := tenantOverlay{namespace: namespace, list: list, rest: c.tenants.store}
+	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) {
+		e := *c.evaluator.Load()
+		e.Tenants = over
+		return e.Decide(pod, namespaceInfo(c.namespaces, pod.Namespace), now)
+	}
+}
+
+// tenantOverlay is rest with list for the policies of namespace.
+type tenantOverlay struct {
+	namespace string
+	list      []*policy.TenantPolicy
+	rest      policy.Tenants
+}
+
+func (o tenantOverlay) For(namespace string) []*policy.TenantPolicy {
+	if namespace == o.namespace {
+		return o.list
+	}
+	return o.rest.For(namespace)
+}
+
+// tenantsJSON names the tenant policies of a namespace in a change ID: the
+// namespace, and each policy's name and rules.
+func tenantsJSON(namespace string, list []*policy.TenantPolicy) []byte {
+	type entry struct {
+		Name  string         `json:"name"`
+		Rules *policy.Policy `json:"rules"`
+	}
+	entries := make([]entry, len(list))
+	for i, p := range list {
+		entries[i] = entry{Name: p.Name, Rules: p.Policy}
+	}
+	b, err := json.Marshal(map[string]any{"namespace": namespace, "policies": entries})
+	if err != nil {
+		return []byte(namespace)
+	}
+	return b
+}
+
+// namespacePods are the cached pods of namespace, for a wave.
+func (c *Controller) namespacePods(namespace string) iter.Seq[*corev1.Pod] {
+	return func(yield func(*corev1.Pod) bool) {
+		objs, err := c.pods.ByIndex(cache.NamespaceIndex, namespace)
+		if err != nil {
+			utilruntime.HandleError(err)
+			return
+		}
+		for _, obj := range objs {
+			if pod, err := podcache.Pod(obj); err == nil && !yield(pod) {
+				return
+			}
+		}
 	}
 }
 
@@ -238,7 +372,8 @@ func (c *Controller) tenantPolicyDeleted(obj interface{}) {
 		delete(t.converted, m.GetNamespace())
 	}
 	t.setSeen(key, nil)
-	changed := t.admit(m.GetNamespace(), "")
+	changed, ops := t.admit(m.GetNamespace(), "")
+	t.apply(t.store, ops)
 	c.setTenantMetrics()
 	t.mu.Unlock()
 	t.status.Forget(key)
@@ -246,14 +381,34 @@ func (c *Controller) tenantPolicyDeleted(obj interface{}) {
 		t.status.Mark(k)
 	}
 	klog.Background().V(2).Info("Tenant policy deleted", "policy", key)
+	if c.tenantWaves != nil && c.tenantWaves.End(m.GetNamespace(), key) {
+		klog.Background().Info("The tenant policy of a held wave is deleted: its hold ends", "policy", key)
+	}
 	c.enqueueNamespace(m.GetNamespace())
 }
 
+// tenantOp is a change of the store: set a policy, or delete one (set nil).
+type tenantOp struct {
+	namespace, name string
+	set             *policy.TenantPolicy
+}
+
+// apply makes the changes ops to store.
+func (t *tenantPolicies) apply(store *tenant.Store, ops []tenantOp) {
+	for _, op := range ops {
+		if op.set != nil {
+			store.Set(op.set)
+		} else {
+			store.Delete(op.namespace, op.name)
+		}
+	}
+}
+
 // admit chooses which converted policies of namespace are used (the
-// Limits, in name order), updates seen and the store for those whose use
-// changed, and returns their keys, and written's (the policy just
-// converted) always; t.mu is held.
-func (t *tenantPolicies) admit(namespace, written string) (changed []string) {
+// Limits, in name order), updates seen for those whose use changed, and
+// returns their keys, and written's (the policy just converted) always,
+// and the changes of the store that follow (apply); t.mu is held.
+func (t *tenantPolicies) admit(namespace, written string) (changed []string, ops []tenantOp) {
 	convs := t.converted[namespace]
 	names := slices.Sorted(maps.Keys(convs))
 	var candidates []tenant.Candidate
@@ -278,13 +433,13 @@ func (t *tenantPolicies) admit(namespace, written string) (changed []string) {
 		}
 		t.setSeen(key, &s)
 		if s.err == nil {
-			t.store.Set(conv.policy)
+			ops = append(ops, tenantOp{namespace: namespace, name: name, set: conv.policy})
 		} else {
-			t.store.Delete(namespace, name)
+			ops = append(ops, tenantOp{namespace: namespace, name: name})
 		}
 		changed = append(changed, key)
 	}
-	return changed
+	return changed, ops
 }
 
 func sameTenantError(a, b *policy.TenantError) bool {
@@ -339,6 +494,10 @@ func (c *Controller) tenantStatus(p *v1alpha1.PodLifetimePolicy, seen tenantSeen
 	} else {
 		cond.Status, cond.Reason = metav1.ConditionTrue, tenantReasonInUse
 		cond.Message = fmt.Sprintf("podjanitor uses the %d rule(s) for the pods of namespace %s", seen.rules, p.Namespace)
+		if h, held := c.tenantHeld(p); held {
+			cond.Status, cond.Reason = metav1.ConditionFalse, wave.ReasonRemovalsHeld
+			cond.Message = tenantHeldMessage(p, h)
+		}
 		n, next := c.tenants.tracker.Summary(p.Namespace + "/" + p.Name)
 		status.PodsWithDeadline, status.NextDeadline = int32(n), nil
 		if !next.IsZero() {
@@ -396,10 +555,31 @@ func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
 	// One Warning per new reason or message, by the writer of the status
 	// (the leader), not by every replica's informer.
 	was := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
+	if h, held := c.tenantHeld(p); held && seen.err == nil {
+		if msg := tenantHeldMessage(p, h); was == nil || was.Reason != wave.ReasonRemovalsHeld || was.Message != msg {
+			c.reporter.RemovalsHeld(tenantPolicyRef(p), "this change of the PodLifetimePolicy", h.Pods, tenantApproveCommand(p.Namespace, p.Name, h.ID))
+		}
+	}
 	if seen.err != nil && seen.err.Reason != tenantReasonDeleting && (was == nil || was.Status != metav1.ConditionFalse || was.Reason != seen.err.Reason || was.Message != events.CutNote(seen.err.Message)) {
 		c.reporter.TenantPolicyNotUsed(tenantPolicyRef(p), seen.err.Reason, seen.err.Message)
 	}
 	return nil
+}
+
+// tenantHeld returns the held change of p's namespace, if p made it.
+func (c *Controller) tenantHeld(p *v1alpha1.PodLifetimePolicy) (wave.Hold, bool) {
+	if c.tenantWaves == nil {
+		return wave.Hold{}, false
+	}
+	h, object, ok := c.tenantWaves.Held(p.Namespace)
+	return h, ok && object == p.Namespace+"/"+p.Name
+}
+
+// tenantHeldMessage is the Ready condition's message of a policy whose
+// change is held.
+func tenantHeldMessage(p *v1alpha1.PodLifetimePolicy, h wave.Hold) string {
+	return fmt.Sprintf("change %s holds %d pod removal(s): it makes them due at once in namespace %s; podjanitor removes none of them until it is approved (%s) or reverted",
+		h.ID, h.Pods, p.Namespace, tenantApproveCommand(p.Namespace, p.Name, h.ID))
 }
 
 // errTenantPolicyChanged: the policy as read now is not the one that decided.

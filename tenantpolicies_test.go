@@ -36,7 +36,13 @@ const tenantStatusInterval = 10 * time.Second
 
 func newTenantFixture(t *testing.T, r policy.Restrictions, namespaces []*corev1.Namespace, pods []*corev1.Pod, setup ...func(*pjfake.Clientset)) *tenantFixture {
 	t.Helper()
-	f := newFixtureWithNamespaces(t, Options{}, namespaces, pods...)
+	return newTenantFixtureWith(t, Options{}, r, namespaces, pods, setup...)
+}
+
+// newTenantFixtureWith is newTenantFixture with the controller's opts.
+func newTenantFixtureWith(t *testing.T, opts Options, r policy.Restrictions, namespaces []*corev1.Namespace, pods []*corev1.Pod, setup ...func(*pjfake.Clientset)) *tenantFixture {
+	t.Helper()
+	f := newFixtureWithNamespaces(t, opts, namespaces, pods...)
 	pj := pjfake.NewSimpleClientset()
 	for _, s := range setup {
 		s(pj)

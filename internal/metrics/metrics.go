@@ -206,6 +206,7 @@ func New(controller, version, commit string) *Metrics {
 	m.policyReloads.WithLabelValues(ResultSuccess)
 	m.policyReloads.WithLabelValues(ResultError)
 	m.podsHeld.WithLabelValues("file")
+	m.podsHeld.WithLabelValues("tenant")
 	m.tenantPolicies.WithLabelValues("true")
 	m.warningsDropped.WithLabelValues("PolicyNotUsed")
 	m.tenantPolicies.WithLabelValues("false")

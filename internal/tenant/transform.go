@@ -30,10 +30,18 @@ func RuleSpecs(obj *v1alpha1.PodLifetimePolicy) []policy.TenantRuleSpec {
 	return specs
 }
 
+// approveWaveAnnotation is the one annotation of a tenant's that the cache
+// keeps: the approval of a held change of the policy (wave.AnnotationApprove),
+// when it is no longer than a change ID could be.
+const (
+	approveWaveAnnotation = "podjanitor.io/approve-wave"
+	maxApproveWave        = 64
+)
+
 // Transform is the tenant policy informer's transform: the cache keeps
 // what conversion and status read (name, namespace, UID, generation,
-// resourceVersion, deletion timestamp, the rules, the status) and drops the
-// rest: managedFields, labels, annotations (kubectl's last-applied copy of
+// resourceVersion, deletion timestamp, the rules, the status, the approval
+// of a held wave) and drops the rest: managedFields, labels, other annotations (kubectl's last-applied copy of
 // the whole object among them), owner references and finalizers. The rules
 // of a policy larger than maxBytes on its own (0: no bound), which no
 // namespace could use, are dropped too; RulesBytes says so.
@@ -48,7 +56,11 @@ func Transform(maxBytes int) cache.TransformFunc {
 		if maxBytes > 0 && size > maxBytes {
 			p.Spec.Rules = nil
 		}
-		p.Annotations = map[string]string{rulesBytesAnnotation: strconv.Itoa(size)}
+		kept := map[string]string{rulesBytesAnnotation: strconv.Itoa(size)}
+		if v, ok := p.Annotations[approveWaveAnnotation]; ok && len(v) <= maxApproveWave {
+			kept[approveWaveAnnotation] = v
+		}
+		p.Annotations = kept
 		return p, nil
 	}
 }

@@ -154,6 +154,13 @@ func (g *Guard) Forget(key string) {
 	g.forgetLocked(key)
 }
 
+// endHold ends the hold, if any, without a new baseline.
+func (g *Guard) endHold() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.endHoldLocked()
+}
+
 func (g *Guard) addLocked(key string) {
 	if _, ok := g.pods[key]; !ok {
 		g.pods[key] = struct{}{}

@@ -1,0 +1,153 @@
+package wave
+
+import (
+	"iter"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// SourceTenant is a namespace's tenant policies (PodLifetimePolicy), created
+// or changed.
+const SourceTenant = "tenant"
+
+// ReasonRemovalsHeld is the Ready condition's reason of a PodLifetimePolicy
+// whose change is held.
+const ReasonRemovalsHeld = "RemovalsHeld"
+
+// Holds are the held changes of many scopes (a namespace's tenant policies),
+// each measured on its own: its wave against the pods of its scope, its
+// approval by its own ID. A scope has a Guard only while a change of it is
+// held; the rest of the time nothing is kept for it. Holds is safe for
+// concurrent use.
+type Holds struct {
+	source    string
+	threshold Threshold
+	window    time.Duration
+	onHeld    func(source string, n int) // the held pods of all scopes
+
+	mu     sync.Mutex
+	scopes map[string]*scopeHold
+
+	countMu sync.Mutex
+	counts  map[string]int
+	total   int
+}
+
+// scopeHold is a scope's held change: its Guard and the object that changed
+// (the one a person approves on).
+type scopeHold struct {
+	guard  *Guard
+	object string
+}
+
+// NewHolds returns Holds for changes of source; onHeld (may be nil) is told
+// the held pods of all scopes together whenever that changes.
+func NewHolds(source string, threshold Threshold, window time.Duration, onHeld func(source string, n int)) *Holds {
+	if onHeld == nil {
+		onHeld = func(string, int) {}
+	}
+	return &Holds{source: source, threshold: threshold, window: window, onHeld: onHeld,
+		scopes: map[string]*scopeHold{}, counts: map[string]int{}}
+}
+
+// Change is a change of scope by object from the policy old (its bytes,
+// decided by oldDecide) to new, over the scope's pods at now. When a change
+// of the scope is held already, the wave is measured against what that one
+// holds back (its baseline), as Guard.Change does: a revert ends the hold,
+// and another change needs its own approval. It returns the hold when the
+// wave exceeds the threshold.
+func (h *Holds) Change(scope, object string, old []byte, oldDecide Decide, new []byte, newDecide Decide, pods iter.Seq[*corev1.Pod], now time.Time) (Hold, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.scopes[scope]
+	if s == nil {
+		s = &scopeHold{guard: NewGuard(h.threshold, h.window, old, oldDecide, func(_ string, n int) { h.setCount(scope, n) })}
+	}
+	hold, held := s.guard.Change(h.source, new, newDecide, pods, now)
+	if !held {
+		delete(h.scopes, scope)
+		return Hold{}, false
+	}
+	s.object = object
+	h.scopes[scope] = s
+	return hold, true
+}
+
+// Held returns the held change of scope and the object that made it.
+func (h *Holds) Held(scope string) (hold Hold, object string, ok bool) {
+	s := h.scope(scope)
+	if s == nil {
+		return Hold{}, "", false
+	}
+	hold, ok = s.guard.Held()
+	return hold, s.object, ok
+}
+
+// Approve approves the held change id of scope, given on object: the scope
+// acts on it from now on and is held no more. It returns the keys of the
+// pods it held (to decide again), and false when id is not the scope's held
+// change or object is not the one that made it.
+func (h *Holds) Approve(scope, object, id string) ([]string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.scopes[scope]
+	if s == nil || s.object != object {
+		return nil, false
+	}
+	keys, ok := s.guard.Approve(id)
+	if ok {
+		delete(h.scopes, scope)
+	}
+	return keys, ok
+}
+
+// End drops the hold of scope, if object made it (the object is gone): its
+// pods are decided as the scope's policies decide them now.
+func (h *Holds) End(scope, object string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.scopes[scope]
+	if s == nil || s.object != object {
+		return false
+	}
+	s.guard.endHold()
+	delete(h.scopes, scope)
+	return true
+}
+
+// Check is Guard.Check for a pod of scope: whether a held change of the
+// scope holds it, and its deadline under the baseline.
+func (h *Holds) Check(scope, key string, pod *corev1.Pod, now time.Time) (bool, time.Time) {
+	s := h.scope(scope)
+	if s == nil {
+		return false, time.Time{}
+	}
+	return s.guard.Check(key, pod, now)
+}
+
+// Forget is Guard.Forget for a pod of scope.
+func (h *Holds) Forget(scope, key string) {
+	if s := h.scope(scope); s != nil {
+		s.guard.Forget(key)
+	}
+}
+
+func (h *Holds) scope(scope string) *scopeHold {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.scopes[scope]
+}
+
+func (h *Holds) setCount(scope string, n int) {
+	h.countMu.Lock()
+	defer h.countMu.Unlock()
+	h.total += n - h.counts[scope]
+	if n == 0 {
+		delete(h.counts, scope)
+	} else {
+		h.counts[scope] = n
+	}
+	h.onHeld(h.source, h.total)
+}

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/podjanitor/podjanitor/internal/wave"
+	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// tenantWaveFixture: n pods of team-a created 2 h before t0, tenant
+// policies honoured, waves of more than 10 pods (or 50 % of a namespace's
+// pods, when more than 10) held.
+func tenantWaveFixture(t *testing.T, n int) (*tenantFixture, []*corev1.Pod) {
+	t.Helper()
+	var pods []*corev1.Pod
+	for i := range n {
+		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil))
+	}
+	opts := Options{Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
+		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
+	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods)
+	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	return f, pods
+}
+
+// readyOf is the Ready condition of the last status written.
+func (f *tenantFixture) readyOf(writes []*v1alpha1.PodLifetimePolicy) *metav1.Condition {
+	if len(writes) == 0 {
+		return nil
+	}
+	return meta.FindStatusCondition(writes[len(writes)-1].Status.Conditions, v1alpha1.ConditionReady)
+}
+
+// waitEvent waits for an event with prefix that contains each of want.
+func (f *tenantFixture) waitEvent(prefix string, want ...string) {
+	f.t.Helper()
+	var seen []string
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		seen = append(seen, f.events()...)
+		for _, e := range seen {
+			if !strings.HasPrefix(e, prefix) {
+				continue
+			}
+			ok := true
+			for _, w := range want {
+				ok = ok && strings.Contains(e, w)
+			}
+			if ok {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		f.t.Errorf("no event %q with %q among %q", prefix, want, seen)
+	}
+}
+
+func (f *tenantFixture) annotatePolicy(namespace, name, id string) {
+	f.t.Helper()
+	policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies(namespace)
+	p, err := policies.Get(f.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[wave.AnnotationApprove] = id
+	if _, err := policies.Update(f.ctx, p, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestTenantWaveIsHeldUntilApproved: a tenant policy created in a namespace
+// of 12 pods that makes all of them due is held: no pod removed, Ready=False
+// reason RemovalsHeld with the count, a Warning Event on the policy with the
+// approval command, podjanitor_pods_held{source="tenant"}; a wrong ID on the
+// policy approves nothing; the change's ID does, and the 12 pods go.
+func TestTenantWaveIsHeldUntilApproved(t *testing.T) {
+	f, pods := tenantWaveFixture(t, 12)
+	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitQueued(len(pods))
+	f.drain()
+	if n := len(f.podWrites()); n != 0 {
+		t.Fatalf("%d pod writes of a held wave, want none", n)
+	}
+	h, object, ok := f.c.tenantWaves.Held("team-a")
+	if !ok || h.Pods != 12 || object != "team-a/cleanup" {
+		t.Fatalf("held %+v by %q, %v; want 12 pods held by team-a/cleanup", h, object, ok)
+	}
+	if got := metricValue(f.metrics, "podjanitor_pods_held", "source", "tenant"); got != 12 {
+		t.Errorf("podjanitor_pods_held{source=tenant} = %v, want 12", got)
+	}
+	command := "kubectl annotate podlifetimepolicy -n team-a cleanup --overwrite podjanitor.io/approve-wave=" + h.ID
+	ready := f.readyOf(f.waitStatusWrites(1))
+	if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != wave.ReasonRemovalsHeld ||
+		!strings.Contains(ready.Message, "holds 12 pod removal(s)") || !strings.Contains(ready.Message, command) {
+		t.Errorf("Ready = %+v; want False, RemovalsHeld, 12 pods and the command", ready)
+	}
+	f.waitEvent("Warning RemovalsHeld Hold Holding 12 pod removal(s)", command)
+
+	// The file's hold ID or another change's approves nothing.
+	f.annotatePolicy("team-a", "cleanup", "0123456789ab")
+	time.Sleep(100 * time.Millisecond)
+	if _, _, ok := f.c.tenantWaves.Held("team-a"); !ok || f.c.queue.Len() != 0 {
+		t.Fatal("a wrong approval released the wave")
+	}
+
+	f.annotatePolicy("team-a", "cleanup", h.ID)
+	f.waitQueued(len(pods))
+	f.drain()
+	if n := len(f.podWrites()); n != 12 {
+		t.Errorf("%d pods removed after the approval, want 12", n)
+	}
+	if got := metricValue(f.metrics, "podjanitor_pods_held", "source", "tenant"); got != 0 {
+		t.Errorf("podjanitor_pods_held{source=tenant} = %v after the approval, want 0", got)
+	}
+	// Ready again, at the end of the status interval.
+	f.clock.Step(tenantStatusInterval)
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		r := f.readyOf(f.statusWrites())
+		return r != nil && r.Status == metav1.ConditionTrue, nil
+	}); err != nil {
+		t.Errorf("Ready = %+v after the approval, want True", f.readyOf(f.statusWrites()))
+	}
+}
+
+// TestSmallTenantWaveIsNotHeld: a tenant policy that makes 10 pods of its
+// namespace due (threshold 10) is carried out.
+func TestSmallTenantWaveIsNotHeld(t *testing.T) {
+	f, pods := tenantWaveFixture(t, 10)
+	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitQueued(len(pods))
+	f.drain()
+	if n := len(f.podWrites()); n != 10 {
+		t.Errorf("%d pods removed of a wave of 10, want 10", n)
+	}
+	if _, _, ok := f.c.tenantWaves.Held("team-a"); ok {
+		t.Error("a wave of 10 is held")
+	}
+}
+
+// TestTenantWaveRevertedRemovesNothing: a policy `after: 7d` changed to
+// `after: 1h` is held; changed back, the hold ends and no pod is removed:
+// they keep their 7d deadlines.
+func TestTenantWaveRevertedRemovesNothing(t *testing.T) {
+	f, pods := tenantWaveFixture(t, 12)
+	policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a")
+	week := v1alpha1.PodLifetimeRule{Name: "max-age", Clock: "created", After: "7d"}
+	if _, err := policies.Create(f.ctx, lifetimePolicy("team-a", "cleanup", week), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitQueued(len(pods))
+	f.drain()
+	edit := func(rule v1alpha1.PodLifetimeRule, generation int64) {
+		t.Helper()
+		p, err := policies.Get(f.ctx, "cleanup", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Spec.Rules, p.Generation = []v1alpha1.PodLifetimeRule{rule}, generation
+		if _, err := policies.Update(f.ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edit(maxAgeRule, 2)
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		_, _, ok := f.c.tenantWaves.Held("team-a")
+		return ok, nil
+	}); err != nil {
+		t.Fatal("the change to 1h is not held")
+	}
+	f.waitQueued(len(pods))
+	f.drain()
+	edit(week, 3)
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		_, _, ok := f.c.tenantWaves.Held("team-a")
+		return !ok, nil
+	}); err != nil {
+		t.Fatal("the revert did not end the hold")
+	}
+	f.waitQueued(len(pods))
+	f.drain()
+	if n := len(f.podWrites()); n != 0 {
+		t.Errorf("%d pod writes, want none", n)
+	}
+	res, err := f.c.syncHandler(f.ctx, keyOf(pods[0]))
+	if err != nil || res.RequeueAfter != 7*24*time.Hour-2*time.Hour {
+		t.Errorf("syncHandler = %+v, %v; want the pod parked until its 7d deadline", res, err)
+	}
+}
+
+// TestTenantApprovalNeverApprovesTheFile: a held wave of the policy file is
+// not approved by its ID on a tenant policy; only the Lease approves it.
+func TestTenantApprovalNeverApprovesTheFile(t *testing.T) {
+	f, pods := tenantWaveFixture(t, 12)
+	if err := f.c.SetEvaluator(evaluatorWithAfter(t, "1m")); err != nil {
+		t.Fatal(err)
+	}
+	h, ok := f.c.waves.Held()
+	if !ok {
+		t.Fatal("the file's wave is not held")
+	}
+	f.drain()
+	p := lifetimePolicy("team-a", "owner", v1alpha1.PodLifetimeRule{Name: "keep", Clock: "created", After: "30d"})
+	p.Annotations = map[string]string{wave.AnnotationApprove: h.ID}
+	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitQueued(len(pods))
+	f.annotatePolicy("team-a", "owner", h.ID+" ") // an annotation change too
+	time.Sleep(100 * time.Millisecond)
+	if got, ok := f.c.waves.Held(); !ok || got.ID != h.ID {
+		t.Fatalf("the file's hold is %+v, %v after a tenant policy named it; want it held", got, ok)
+	}
+}
