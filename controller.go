@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	clientevents "k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -397,6 +398,11 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, synced...) {
 		return errors.New("pod, namespace and tenant policy caches did not sync")
 	}
+	if c.waves != nil {
+		if err := c.startWave(ctx); err != nil {
+			return err
+		}
+	}
 	wg.Go(func() { c.state.run(ctx, c.queue.Add) })
 	c.room.Store(int64(workers))
 	wg.Go(func() { c.redecide.Run(ctx) })
@@ -654,7 +660,7 @@ func policyJSON(e *policy.Evaluator) []byte {
 func (c *Controller) runWaveRecord(ctx context.Context) {
 	r := c.opts.Waves.Record
 	r.Keep(ctx, c.waves, c.clock, waveRecordInterval, func(h wave.Hold) {
-		c.reporter.RemovalsHeld(r.Ref(), "the reloaded policy file", h.Pods, r.ApproveCommand(h.ID))
+		c.reporter.RemovalsHeld(r.Ref(), waveChange(h.Source), h.Pods, r.ApproveCommand(h.ID))
 	}, func(_ wave.Hold, keys []string) {
 		for _, k := range keys {
 			if name, err := cache.ParseObjectName(k); err == nil {
@@ -662,6 +668,66 @@ func (c *Controller) runWaveRecord(ctx context.Context) {
 			}
 		}
 	})
+}
+
+// waveChange says in an Event what made a held change of the cluster's policy.
+func waveChange(source string) string {
+	if source == wave.SourceStartup {
+		return "the start with a policy file other than the one recorded on this Lease (none recorded: a first install on a backlog)"
+	}
+	return "the reloaded policy file"
+}
+
+// startWave measures the start against the policy the last leader acted
+// on, as the record Lease holds it, before any worker decides: the same
+// policy holds nothing; another is a change like a reload, and its wave is
+// held when too large; none recorded (a first install) is measured against
+// no rules: the pods the policy's rules make due by now+window are the wave,
+// the pods' own annotations are not. A policy recorded by its hash alone (too large to
+// record) counts as none. The Lease cannot be read: the start fails, rather
+// than act on a change it cannot measure.
+func (c *Controller) startWave(ctx context.Context) error {
+	r := c.opts.Waves.Record
+	var hash string
+	var recorded []byte
+	err := retry.OnError(retry.DefaultBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
+		var err error
+		hash, recorded, err = r.Baseline(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("--hold-waves: the policy the last leader acted on: %w", err)
+	}
+	e := c.evaluator.Load()
+	current := policyJSON(e)
+	if hash != "" && hash == wave.BaselineHash(current) {
+		return nil
+	}
+	var oldDecide wave.Decide
+	if recorded != nil {
+		var p policy.Policy
+		if err := json.Unmarshal(recorded, &p); err == nil {
+			if parsed, err := policy.NewPolicy(p.Rules...); err == nil {
+				old := *e
+				old.Policy = parsed
+				oldDecide = c.decider(&old)
+			}
+		}
+	}
+	if oldDecide == nil {
+		// None recorded: measured against no rules at all, so that the pods'
+		// own deadlines (their annotations) are never in the wave.
+		recorded, oldDecide = nil, c.decider(&policy.Evaluator{})
+	}
+	c.waves.Rebase(recorded, oldDecide)
+	logger := klog.FromContext(ctx)
+	if h, held := c.waves.Change(wave.SourceStartup, current, c.decider(e), c.cachedPods(), c.now()); held {
+		logger.Info("Holding the removals of the start: its policy makes too many pods due at once against the one recorded on the Lease (none: a first install)",
+			"change", h.ID, "pods", h.Pods, "firstInstall", recorded == nil, "approve", r.ApproveCommand(h.ID))
+	} else {
+		logger.Info("Started with a policy other than the one recorded on the Lease; its wave is small enough", "firstInstall", recorded == nil)
+	}
+	return nil
 }
 
 // waveRecordInterval is how often the record Lease is read for an approval.

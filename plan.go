@@ -216,16 +216,22 @@ func markHeld(ctx context.Context, r *planReport, record wave.Record, e *policy.
 		klog.Background().Info("Cannot tell held pods from others", "err", err)
 		return nil
 	}
-	if id == "" || baselineJSON == nil || wave.ChangeID(baselineJSON, policyJSON(e)) != id {
+	// A first install's hold (no baseline) is against no rules: every pod
+	// due by a rule, not by its own annotations.
+	firstInstall := id != "" && baselineJSON == nil && wave.ChangeID(nil, policyJSON(e)) == id
+	if !firstInstall && (id == "" || baselineJSON == nil || wave.ChangeID(baselineJSON, policyJSON(e)) != id) {
 		return nil
 	}
-	var recorded policy.Policy
-	if err := json.Unmarshal(baselineJSON, &recorded); err != nil {
-		return fmt.Errorf("lease %s/%s: the held wave's baseline: %w", record.Namespace, record.Name, err)
-	}
 	baseline := *e
-	if baseline.Policy, err = policy.NewPolicy(recorded.Rules...); err != nil {
-		return fmt.Errorf("lease %s/%s: the held wave's baseline: %w", record.Namespace, record.Name, err)
+	baseline.Policy = nil
+	if !firstInstall {
+		var recorded policy.Policy
+		if err := json.Unmarshal(baselineJSON, &recorded); err != nil {
+			return fmt.Errorf("lease %s/%s: the held wave's baseline: %w", record.Namespace, record.Name, err)
+		}
+		if baseline.Policy, err = policy.NewPolicy(recorded.Rules...); err != nil {
+			return fmt.Errorf("lease %s/%s: the held wave's baseline: %w", record.Namespace, record.Name, err)
+		}
 	}
 	byKey := map[string]*corev1.Pod{}
 	for _, p := range pods {
@@ -315,7 +321,7 @@ func printPlan(out io.Writer, r planReport) error {
 				held++
 			}
 		}
-		fmt.Fprintf(out, "\n%d pod(s) HELD: the policy file's change %s made %d pod(s) due at once; podjanitor removes none of them until it is approved:\n  %s\nor the policy file is reverted.\n",
+		fmt.Fprintf(out, "\n%d pod(s) HELD: the policy's change %s made %d pod(s) due at once; podjanitor removes none of them until it is approved:\n  %s\nor the policy file is reverted.\n",
 			held, h.Change, h.Pods, h.Approve)
 	}
 	var notUsed []planTenant

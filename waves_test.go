@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	core "k8s.io/client-go/testing"
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/wave"
@@ -247,5 +248,178 @@ func TestPlanMarksHeldPods(t *testing.T) {
 	r = buildPlan(other, pods, namespaces, t0)
 	if err := markHeld(context.Background(), &r, record, other, pods, namespaces, t0); err != nil || r.Hold != nil {
 		t.Errorf("markHeld for another policy: hold %+v, %v; want none", r.Hold, err)
+	}
+}
+
+// startFixture is a controller under a cluster rule `after: after` over n
+// Running pods created ago before t0, holding waves of more than 10 pods,
+// with the record Lease lease (nil: none, a first install).
+func startFixture(t *testing.T, after string, ago time.Duration, n int, lease *coordinationv1.Lease) (*fixture, []*corev1.Pod) {
+	t.Helper()
+	var pods []*corev1.Pod
+	for i := range n {
+		pods = append(pods, apitest.Pod(fmt.Sprintf("p%03d", i), t0.Add(-ago), corev1.PodSucceeded, nil))
+	}
+	f := newFixture(t, Options{
+		Evaluator: evaluatorWithAfter(t, after),
+		Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
+			Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}},
+	}, pods...)
+	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	if lease != nil {
+		if _, err := f.client.CoordinationV1().Leases("podjanitor").Create(f.ctx, lease, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f, pods
+}
+
+// recordedLease is the record Lease of a leader that acted on `after: after`.
+func recordedLease(t *testing.T, after string) *coordinationv1.Lease {
+	b := policyJSON(evaluatorWithAfter(t, after))
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor",
+		Annotations: map[string]string{wave.AnnotationBaseline: string(b), wave.AnnotationBaselineHash: wave.BaselineHash(b)}}}
+}
+
+// start is Run's start: the wave measured, then every pod decided.
+func (f *fixture) start(pods []*corev1.Pod) {
+	f.t.Helper()
+	if err := f.c.startWave(f.ctx); err != nil {
+		f.t.Fatal(err)
+	}
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+}
+
+// TestRestartWithTheSamePolicyHoldsNothing: the Lease records the policy
+// podjanitor starts with: its 12 overdue pods go, nothing is held.
+func TestRestartWithTheSamePolicyHoldsNothing(t *testing.T) {
+	f, pods := startFixture(t, "1m", time.Hour, 12, recordedLease(t, "1m"))
+	f.start(pods)
+	if _, held := f.c.waves.Held(); held {
+		t.Error("a restart with the same policy is held")
+	}
+	if n := f.deletes(); n != 12 {
+		t.Errorf("%d pods removed, want 12", n)
+	}
+}
+
+// TestStartWithAnotherPolicyIsMeasuredAgainstTheRecord: the Lease records
+// `after: 7d`, podjanitor starts with `after: 1m`: the 12 pods an hour old
+// are held; a pod due under both goes.
+func TestStartWithAnotherPolicyIsMeasuredAgainstTheRecord(t *testing.T) {
+	f, pods := startFixture(t, "1m", time.Hour, 12, recordedLease(t, "7d"))
+	old := apitest.Pod("old", t0.Add(-8*24*time.Hour), corev1.PodSucceeded, nil)
+	if err := f.c.pods.Add(old); err != nil {
+		t.Fatal(err)
+	}
+	f.start(append(pods, old))
+	h, held := f.c.waves.Held()
+	week, minute := policyJSON(evaluatorWithAfter(t, "7d")), policyJSON(evaluatorWithAfter(t, "1m"))
+	if !held || h.Source != wave.SourceStartup || h.Pods != 12 || h.ID != wave.ChangeID(week, minute) {
+		t.Fatalf("held %+v, %v; want the start's change from 7d to 1m holding 12 pods", h, held)
+	}
+	if n := f.deletes(); n != 1 {
+		t.Errorf("%d pods removed, want 1 (due under the recorded policy too)", n)
+	}
+	if got := metricValue(f.metrics, "podjanitor_pods_held", "source", "startup"); got != 12 {
+		t.Errorf("podjanitor_pods_held{source=startup} = %v, want 12", got)
+	}
+}
+
+// TestFirstInstallOnABacklogIsHeld: no policy recorded, 12 pods overdue
+// by the policy's rule: the first start is a wave; none of them is removed
+// (a pod due by its own ttl is: not in the wave), and none of the policy is
+// recorded until it is approved, after which the 12 go and the policy is
+// recorded for the next start.
+func TestFirstInstallOnABacklogIsHeld(t *testing.T) {
+	f, pods := startFixture(t, "1m", time.Hour, 12, nil)
+	own := apitest.Pod("own", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	if err := f.c.pods.Add(own); err != nil {
+		t.Fatal(err)
+	}
+	f.start(append(pods, own))
+	h, held := f.c.waves.Held()
+	if !held || h.ID != wave.ChangeID(nil, policyJSON(evaluatorWithAfter(t, "1m"))) {
+		t.Fatalf("held %+v, %v; want the first install held", h, held)
+	}
+	if n := f.deletes(); n != 1 {
+		t.Fatalf("%d pods removed of a held first install, want 1: the pod due by its own ttl", n)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); f.c.runWaveRecord(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	lease := waitLease(t, f, func(a map[string]string) bool { return a[wave.AnnotationHeld] == h.ID })
+	if _, ok := lease[wave.AnnotationBaselineHash]; ok {
+		t.Errorf("a policy recorded while the first install is held: %v", lease)
+	}
+	approve(t, f, h.ID)
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		f.clock.Step(waveRecordInterval)
+		return f.c.queue.Len() >= len(pods), nil
+	}); err != nil {
+		t.Fatalf("the approval did not decide the held pods again: %d queued", f.c.queue.Len())
+	}
+	for f.c.queue.Len() > 0 {
+		f.next()
+	}
+	removed := map[string]bool{}
+	for _, a := range f.writes() {
+		if d, ok := a.(core.DeleteAction); ok && a.GetResource().Resource == "pods" {
+			removed[d.GetName()] = true
+		}
+	}
+	if len(removed) != 13 {
+		t.Errorf("%d pods removed in all after the approval, want 13", len(removed))
+	}
+	minute := policyJSON(evaluatorWithAfter(t, "1m"))
+	waitLease(t, f, func(a map[string]string) bool {
+		return a[wave.AnnotationBaselineHash] == wave.BaselineHash(minute) && a[wave.AnnotationBaseline] == string(minute) && a[wave.AnnotationHeld] == ""
+	})
+}
+
+// TestFirstInstallOnACleanClusterIsNotHeld: no policy recorded, no pod
+// due: nothing held, and the policy is recorded for the next start.
+func TestFirstInstallOnACleanClusterIsNotHeld(t *testing.T) {
+	f, pods := startFixture(t, "7d", time.Hour, 12, nil)
+	f.start(pods)
+	if _, held := f.c.waves.Held(); held {
+		t.Fatal("a first install with no pod due is held")
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); f.c.runWaveRecord(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	week := policyJSON(evaluatorWithAfter(t, "7d"))
+	waitLease(t, f, func(a map[string]string) bool { return a[wave.AnnotationBaselineHash] == wave.BaselineHash(week) })
+}
+
+// TestPlanMarksAFirstInstallsPods: a held first install (no policy
+// recorded) holds every pod due by a rule, not those due by their own
+// annotations, and plan says so.
+func TestPlanMarksAFirstInstallsPods(t *testing.T) {
+	minute := evaluatorWithAfter(t, "1m")
+	young := apitest.Pod("young", t0.Add(-time.Hour), corev1.PodSucceeded, nil)
+	old := apitest.Pod("old", t0.Add(-8*24*time.Hour), corev1.PodSucceeded, nil)
+	own := apitest.Pod("own", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	pods := []*corev1.Pod{young, old, own}
+	namespaces := map[string]*policy.Namespace{young.Namespace: {}}
+	id := wave.ChangeID(nil, policyJSON(minute))
+	client := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor",
+		Annotations: map[string]string{wave.AnnotationHeld: id, wave.AnnotationHeldPods: "2", wave.AnnotationHeldSource: wave.SourceStartup}}})
+	record := wave.Record{Client: client.CoordinationV1(), Namespace: "podjanitor", Name: "podjanitor"}
+	r := buildPlan(minute, pods, namespaces, t0)
+	if err := markHeld(context.Background(), &r, record, minute, pods, namespaces, t0); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range r.Pods {
+		if e.Held != (e.Pod != "own") {
+			t.Errorf("pod %s HELD %v; want every pod due by a rule held, not the one due by its own ttl", e.Pod, e.Held)
+		}
+	}
+	if r.Hold == nil || r.Hold.Change != id {
+		t.Errorf("hold %+v, want %s", r.Hold, id)
 	}
 }

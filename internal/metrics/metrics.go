@@ -207,6 +207,7 @@ func New(controller, version, commit string) *Metrics {
 	m.policyReloads.WithLabelValues(ResultError)
 	m.podsHeld.WithLabelValues("file")
 	m.podsHeld.WithLabelValues("tenant")
+	m.podsHeld.WithLabelValues("startup")
 	m.tenantPolicies.WithLabelValues("true")
 	m.warningsDropped.WithLabelValues("PolicyNotUsed")
 	m.tenantPolicies.WithLabelValues("false")

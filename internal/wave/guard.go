@@ -14,6 +14,9 @@ import (
 const (
 	// SourceFile is the policy file, reloaded while running.
 	SourceFile = "file"
+	// SourceStartup is the start of a leader with a policy other than the
+	// one the last leader acted on (none recorded: a first install).
+	SourceStartup = "startup"
 )
 
 // Hold is a held change.
@@ -82,6 +85,18 @@ func (g *Guard) Change(source string, newPolicy []byte, decide Decide, pods iter
 	g.held = &Hold{ID: ChangeID(old, newPolicy), Source: source, Pods: len(w.Pods)}
 	g.pending, g.pendingPolicy = decide, newPolicy
 	return *g.held, true
+}
+
+// Rebase makes policy, decided by decide, the baseline (nil: no decision
+// acted on yet, a first install), for a start measured against the policy
+// the last leader acted on. It does nothing while a change is held.
+func (g *Guard) Rebase(policy []byte, decide Decide) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held != nil {
+		return
+	}
+	g.baseline, g.baselinePolicy = decide, policy
 }
 
 // Approve approves the held change id: it becomes the baseline. It returns

@@ -2,6 +2,7 @@ package wave
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"time"
@@ -26,9 +27,13 @@ const (
 	AnnotationHeld       = "podjanitor.io/held-wave"
 	AnnotationHeldPods   = "podjanitor.io/held-wave-pods"
 	AnnotationHeldSource = "podjanitor.io/held-wave-source"
-	// AnnotationBaseline is the policy podjanitor acts on while a change is
-	// held (its JSON), for podjanitor plan to tell held pods from others.
-	AnnotationBaseline = "podjanitor.io/held-wave-baseline"
+	// AnnotationBaseline is the policy the leader acts on (its rules as
+	// JSON), held or not: the next leader's start is measured against it,
+	// and podjanitor plan tells held pods from others by it.
+	// AnnotationBaselineHash is its SHA-256 (hex), recorded even when the
+	// policy is too large to record.
+	AnnotationBaseline     = "podjanitor.io/policy"
+	AnnotationBaselineHash = "podjanitor.io/policy-sha256"
 )
 
 // maxBaseline is the largest baseline written to the Lease; the API server
@@ -68,14 +73,15 @@ func (r Record) Approved(ctx context.Context) (string, error) {
 	return l.Annotations[AnnotationApprove], nil
 }
 
-// Publish writes the held change (nil: none) and the baseline's JSON on the
-// Lease, creating it if it does not exist (leader election off).
+// Publish writes the held change (nil: none) and the baseline's JSON (nil:
+// none acted on yet) on the Lease, creating it if it does not exist (leader
+// election off).
 func (r Record) Publish(ctx context.Context, h *Hold, baseline []byte) error {
 	leases := r.Client.Leases(r.Namespace)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		l, err := leases.Get(ctx, r.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			if h == nil {
+			if h == nil && baseline == nil {
 				return nil
 			}
 			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}}
@@ -108,12 +114,15 @@ func setHeld(l *coordinationv1.Lease, h *Hold, baseline []byte) bool {
 		want[AnnotationHeld] = h.ID
 		want[AnnotationHeldPods] = strconv.Itoa(h.Pods)
 		want[AnnotationHeldSource] = h.Source
+	}
+	if baseline != nil {
+		want[AnnotationBaselineHash] = BaselineHash(baseline)
 		if len(baseline) <= maxBaseline {
 			want[AnnotationBaseline] = string(baseline)
 		}
 	}
 	changed := false
-	for _, k := range []string{AnnotationHeld, AnnotationHeldPods, AnnotationHeldSource, AnnotationBaseline} {
+	for _, k := range []string{AnnotationHeld, AnnotationHeldPods, AnnotationHeldSource, AnnotationBaseline, AnnotationBaselineHash} {
 		v, ok := want[k]
 		if old, had := l.Annotations[k]; had == ok && old == v {
 			continue
@@ -129,6 +138,30 @@ func setHeld(l *coordinationv1.Lease, h *Hold, baseline []byte) bool {
 		l.Annotations[k] = v
 	}
 	return changed
+}
+
+// BaselineHash is the hash of a policy as AnnotationBaselineHash records it.
+func BaselineHash(policy []byte) string {
+	h := PolicyHash(policy)
+	return hex.EncodeToString(h[:])
+}
+
+// Baseline reads the policy the last leader acted on, as the Lease records
+// it: its hash ("" for none recorded: a first install, or no Lease) and its
+// JSON (nil when it was too large to record, or does not match the hash).
+func (r Record) Baseline(ctx context.Context) (hash string, policy []byte, err error) {
+	l, err := r.Client.Leases(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil, nil
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("reading lease %s/%s: %w", r.Namespace, r.Name, err)
+	}
+	hash = l.Annotations[AnnotationBaselineHash]
+	if b, ok := l.Annotations[AnnotationBaseline]; ok && hash != "" && BaselineHash([]byte(b)) == hash {
+		policy = []byte(b)
+	}
+	return hash, policy, nil
 }
 
 // Held reads the hold the Lease records: the change's ID ("" for none or no
@@ -167,7 +200,8 @@ type Options struct {
 }
 
 // Keep keeps the Record in step with g until ctx ends, looking every
-// interval: a new hold is published (and held is told, for its Event), an
+// interval: the policy acted on (the baseline) is recorded for the next
+// leader's start whenever it changes, a new hold is published (and held is told, for its Event), an
 // end of it too, and the approval of the held change found on the Lease is
 // taken (approved gets the keys of the pods it held, to decide again). An
 // approval already on the Lease when a change is held is taken at once: it
@@ -175,6 +209,7 @@ type Options struct {
 func (r Record) Keep(ctx context.Context, g *Guard, clk clock.WithTicker, interval time.Duration, held func(Hold), approved func(Hold, []string)) {
 	logger := klog.FromContext(ctx).WithValues("lease", klog.KRef(r.Namespace, r.Name))
 	var published *Hold
+	var publishedBaseline string
 	ticker := clk.NewTicker(interval)
 	defer ticker.Stop()
 	for {
@@ -195,14 +230,19 @@ func (r Record) Keep(ctx context.Context, g *Guard, clk clock.WithTicker, interv
 		if holding {
 			want = &h
 		}
-		if !sameHold(want, published) {
-			if err := r.Publish(ctx, want, g.BaselinePolicy()); err != nil {
-				logger.Error(err, "Cannot record the held wave")
+		baseline := g.BaselinePolicy()
+		var baselineHash string
+		if baseline != nil {
+			baselineHash = BaselineHash(baseline)
+		}
+		if !sameHold(want, published) || baselineHash != publishedBaseline {
+			if err := r.Publish(ctx, want, baseline); err != nil {
+				logger.Error(err, "Cannot record the held wave and the policy acted on")
 			} else {
-				if want != nil {
+				if want != nil && !sameHold(want, published) {
 					held(h)
 				}
-				published = want
+				published, publishedBaseline = want, baselineHash
 			}
 		}
 		select {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -278,7 +279,7 @@ func startDaemonEnv(t *testing.T, env []string, waitFor string, args ...string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := append([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0", "-v=4"}, args...)
+	all := append([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0", "-v=4"}, ownLease(args)...)
 	cmd := exec.Command(binary, all...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), env...)
@@ -301,6 +302,28 @@ func startDaemonEnv(t *testing.T, env []string, waitFor string, args ...string) 
 		d.waitLog(waitFor, 60*time.Second)
 	}
 	return d
+}
+
+// ownLease gives a daemon watching one namespace (--namespace) its Lease
+// there unless args name one: the Lease records the policy the daemon acts
+// on (--hold-waves), and the tests' daemons, each with its own policy, must
+// not measure their starts against each other's in kube-system.
+func ownLease(args []string) []string {
+	namespace := ""
+	for i, a := range args {
+		if strings.HasPrefix(a, "--leader-elect-resource-namespace") {
+			return args
+		}
+		if a == "--namespace" && i+1 < len(args) {
+			namespace = args[i+1]
+		} else if v, ok := strings.CutPrefix(a, "--namespace="); ok {
+			namespace = v
+		}
+	}
+	if namespace == "" {
+		return args
+	}
+	return append(slices.Clone(args), "--leader-elect-resource-namespace", namespace)
 }
 
 // waitLog waits for a line containing s in the daemon's log.
