@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	clientevents "k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/internal/wave"
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// BenchmarkPolicyReload measures a policy file reload at 10,000 pods, with
+// and without the wave guard (--hold-waves): SetEvaluator (with the guard:
+// the wave computed, every pod decided by the old and the new rules) and
+// every pod decided again by the workers, one op each; set-ms/op is
+// SetEvaluator's share (with the guard: the wave's computation). The reloads switch
+// between `after: 7d` and `after: 8d`, so no wave is held and every pod is
+// parked again. Run it with
+//
+//	go test -run '^$' -bench PolicyReload -benchtime 20x -count 6 .
+func BenchmarkPolicyReload(b *testing.B) {
+	klog.SetLogger(klog.Background().V(10)) // quiet: nothing logs at V(10)
+	for _, hold := range []bool{false, true} {
+		b.Run(fmt.Sprintf("holdWaves=%v", hold), func(b *testing.B) {
+			const n = 10000
+			start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+			clk := testingclock.NewFakeClock(start)
+			client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}})
+			factory := informerFactory(client, scopeFlags{annotationPrefix: policy.DefaultAnnotationPrefix})
+			podInformer := factory.Core().V1().Pods()
+			transform := podcache.PodTransform(policy.DefaultAnnotationPrefix)
+			for i := range n {
+				p := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("pod-%05d", i), UID: types.UID(fmt.Sprint(i)),
+						ResourceVersion: "1", CreationTimestamp: metav1.NewTime(start.Add(-time.Duration(i) * time.Second))},
+					Status: corev1.PodStatus{Phase: corev1.PodRunning},
+				}
+				obj, err := transform(p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := podInformer.Informer().GetIndexer().Add(obj); err != nil {
+					b.Fatal(err)
+				}
+			}
+			nsFactory := informers.NewSharedInformerFactory(client, 0)
+			nsInformer := nsFactory.Core().V1().Namespaces().Informer()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			evaluators := []*policy.Evaluator{benchEvaluator(b, "7d"), benchEvaluator(b, "8d")}
+			opts := Options{Evaluator: evaluators[0]}
+			if hold {
+				opts.Waves = &wave.Options{Threshold: wave.Threshold{Pods: 100, Percent: 10, MinPods: 10}, Window: 5 * time.Minute}
+			}
+			c, err := NewController(ctx, podInformer, nsInformer, client, &clientevents.FakeRecorder{}, clk, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			nsFactory.Start(ctx.Done())
+			if !cache.WaitForCacheSync(ctx.Done(), nsInformer.HasSynced) {
+				b.Fatal("namespace cache did not sync")
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			var set time.Duration
+			for i := range b.N {
+				start := time.Now()
+				if err := c.SetEvaluator(evaluators[(i+1)%2]); err != nil {
+					b.Fatal(err)
+				}
+				set += time.Since(start)
+				for range n {
+					c.processNextWorkItem(ctx, ctx)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(set.Microseconds())/1000/float64(b.N), "set-ms/op")
+			if _, held := heldChange(c); held {
+				b.Fatal("a reload between 7d and 8d was held")
+			}
+		})
+	}
+}
+
+func benchEvaluator(b *testing.B, after string) *policy.Evaluator {
+	b.Helper()
+	e, err := policyEvaluator(policy.DefaultAnnotationPrefix)(policyWithAfter(after))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e
+}
+
+func heldChange(c *Controller) (wave.Hold, bool) {
+	if c.waves == nil {
+		return wave.Hold{}, false
+	}
+	return c.waves.Held()
+}
