@@ -210,6 +210,9 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 		hold = c.holdTenantWave(p, ops)
 	}
 	t.apply(t.store, ops)
+	if !enqueue && c.tenantWaves != nil && t.seen[key].err == nil {
+		c.resumeTenantWave(p)
+	}
 	seen := t.seen[key]
 	c.setTenantMetrics()
 	t.mu.Unlock()
@@ -260,6 +263,41 @@ func (c *Controller) holdTenantWave(p *v1alpha1.PodLifetimePolicy, ops []tenantO
 		return nil
 	}
 	return &h
+}
+
+// resumeTenantWave holds p's change again after a restart (or in a replica
+// that starts): its status, written by the leader, says that this
+// generation's change is held (RemovalsHeld, with the change's ID) and p
+// carries no approval of it. The rules acted on before it are not known
+// any more: the hold is against the namespace's policies without p, so a
+// pod goes only when due both with and without p's rules, until the change
+// is approved (its recorded ID), changed again or deleted. t.mu is held.
+func (c *Controller) resumeTenantWave(p *v1alpha1.PodLifetimePolicy) {
+	h, ok := heldInStatus(p)
+	if !ok || p.Annotations[wave.AnnotationApprove] == h.ID {
+		return
+	}
+	cur := c.tenants.store.For(p.Namespace)
+	without := slices.DeleteFunc(slices.Clone(cur), func(q *policy.TenantPolicy) bool { return q.Name == p.Name })
+	c.tenantWaves.Resume(p.Namespace, p.Namespace+"/"+p.Name, h,
+		tenantsJSON(p.Namespace, without), c.tenantDecider(p.Namespace, without),
+		tenantsJSON(p.Namespace, cur), c.tenantDecider(p.Namespace, cur))
+	klog.Background().Info("Holding the removals of a tenant policy's change again: its status says it is held and not approved",
+		"policy", klog.KObj(p), "change", h.ID, "pods", h.Pods, "approve", tenantApproveCommand(p.Namespace, p.Name, h.ID))
+}
+
+// heldInStatus reads the held change of p's current generation from its
+// Ready condition (tenantHeldMessage), as the leader wrote it.
+func heldInStatus(p *v1alpha1.PodLifetimePolicy) (wave.Hold, bool) {
+	cond := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
+	if cond == nil || cond.Reason != wave.ReasonRemovalsHeld || cond.ObservedGeneration != p.Generation {
+		return wave.Hold{}, false
+	}
+	var h wave.Hold
+	if n, err := fmt.Sscanf(cond.Message, "change %s holds %d pod removal(s)", &h.ID, &h.Pods); err != nil || n != 2 || h.ID == "" {
+		return wave.Hold{}, false
+	}
+	return h, true
 }
 
 // tenantWaveApproved takes the approval annotation of p, if it names the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/podjanitor/podjanitor/internal/wave"
 	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
+	pjfake "github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned/fake"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -226,5 +227,69 @@ func TestTenantApprovalNeverApprovesTheFile(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if got, ok := f.c.waves.Held(); !ok || got.ID != h.ID {
 		t.Fatalf("the file's hold is %+v, %v after a tenant policy named it; want it held", got, ok)
+	}
+}
+
+// heldPolicy is team-a's policy `after: 1h` whose status, as a leader wrote
+// it, says its change id is held.
+func heldPolicy(id string) *v1alpha1.PodLifetimePolicy {
+	p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
+	p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: 1,
+		Reason: wave.ReasonRemovalsHeld, Message: tenantHeldMessage(p, wave.Hold{ID: id, Pods: 12}), LastTransitionTime: metav1.NewTime(t0)}}
+	return p
+}
+
+// restartedTenantFixture is tenantWaveFixture starting with p in the API
+// server: the restart of a replica.
+func restartedTenantFixture(t *testing.T, p *v1alpha1.PodLifetimePolicy) (*tenantFixture, []*corev1.Pod) {
+	t.Helper()
+	var pods []*corev1.Pod
+	for i := range 12 {
+		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil))
+	}
+	opts := Options{Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
+		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
+	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods, func(pj *pjfake.Clientset) {
+		if err := pj.Tracker().Add(p); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	return f, pods
+}
+
+// TestTenantWaveHeldAcrossARestart: a policy whose status says its change
+// is held, not approved, is held again when podjanitor starts (the hold is
+// in the API server, not only in the old leader's memory); its recorded ID
+// approves it.
+func TestTenantWaveHeldAcrossARestart(t *testing.T) {
+	f, pods := restartedTenantFixture(t, heldPolicy("0123456789ab"))
+	if n := len(f.podWrites()); n != 0 {
+		t.Fatalf("%d pod writes after a restart of a held change, want none", n)
+	}
+	if h, _, ok := f.c.tenantWaves.Held("team-a"); !ok || h.ID != "0123456789ab" {
+		t.Fatalf("held %+v, %v; want the recorded change held", h, ok)
+	}
+	f.annotatePolicy("team-a", "cleanup", "0123456789ab")
+	f.waitQueued(len(pods))
+	f.drain()
+	if n := len(f.podWrites()); n != 12 {
+		t.Errorf("%d pods removed after the approval, want 12", n)
+	}
+}
+
+// TestApprovedTenantWaveIsNotHeldAfterARestart: the same, approved before
+// the restart: nothing held, the pods go.
+func TestApprovedTenantWaveIsNotHeldAfterARestart(t *testing.T) {
+	p := heldPolicy("0123456789ab")
+	p.Annotations = map[string]string{wave.AnnotationApprove: "0123456789ab"}
+	f, _ := restartedTenantFixture(t, p)
+	if _, _, ok := f.c.tenantWaves.Held("team-a"); ok {
+		t.Error("an approved change held after a restart")
+	}
+	if n := len(f.podWrites()); n != 12 {
+		t.Errorf("%d pods removed, want 12", n)
 	}
 }

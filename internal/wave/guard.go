@@ -169,6 +169,17 @@ func (g *Guard) Forget(key string) {
 	g.forgetLocked(key)
 }
 
+// resume holds the change h to newPolicy (decided by decide) against the
+// baseline at once, its wave measured before (a hold recorded in the API
+// server, taken up again after a restart).
+func (g *Guard) resume(h Hold, newPolicy []byte, decide Decide) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.endHoldLocked()
+	g.held = &h
+	g.pending, g.pendingPolicy = decide, newPolicy
+}
+
 // endHold ends the hold, if any, without a new baseline.
 func (g *Guard) endHold() {
 	g.mu.Lock()

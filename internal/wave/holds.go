@@ -75,6 +75,21 @@ func (h *Holds) Change(scope, object string, old []byte, oldDecide Decide, new [
 	return hold, true
 }
 
+// Resume holds the change h of scope by object from old to new again, as it
+// was held before a restart (recorded in the API server): without measuring
+// its wave, which was measured then. A scope held already keeps its hold.
+func (h *Holds) Resume(scope, object string, hold Hold, old []byte, oldDecide Decide, new []byte, newDecide Decide) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.scopes[scope] != nil {
+		return
+	}
+	g := NewGuard(h.threshold, h.window, old, oldDecide, func(_ string, n int) { h.setCount(scope, n) })
+	hold.Source = h.source
+	g.resume(hold, new, newDecide)
+	h.scopes[scope] = &scopeHold{guard: g, object: object}
+}
+
 // Held returns the held change of scope and the object that made it.
 func (h *Holds) Held(scope string) (hold Hold, object string, ok bool) {
 	s := h.scope(scope)
