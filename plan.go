@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"text/tabwriter"
 	"time"
@@ -38,8 +39,10 @@ type planEntry struct {
 	Deadline  time.Time `json:"deadline"`
 	In        string    `json:"in"`
 	Overdue   bool      `json:"overdue"`
-	// Held: due, but held with the change of planHold.
-	Held bool `json:"held,omitempty"`
+	// Held: due, but held with the change of planHold (or, for a tenant
+	// policy's change, HeldChange).
+	Held       bool   `json:"held,omitempty"`
+	HeldChange string `json:"heldChange,omitempty"`
 }
 
 // planHold is the held change of the policy file, as podjanitor's Lease
@@ -64,6 +67,8 @@ type planTenant struct {
 	Used      bool   `json:"used"`
 	Reason    string `json:"reason,omitempty"`
 	Error     string `json:"error,omitempty"`
+	// Held is the policy's held change, as its status says (not approved).
+	Held *planHold `json:"held,omitempty"`
 }
 
 type planReport struct {
@@ -121,6 +126,7 @@ func plan(ctx context.Context, o *flagValues, out io.Writer) error {
 	}
 	report := buildPlan(evaluator, pods, namespaces, clients.clock.Now().Add(clients.apiClock.Offset()))
 	report.TenantPolicies = tenants
+	markTenantHeld(&report, evaluator, pods, namespaces, report.GeneratedAt)
 	record := wave.Record{Client: clients.kube.CoordinationV1(), Namespace: cmp.Or(o.lease.namespace, ownNamespace()), Name: o.lease.name}
 	if err := markHeld(ctx, &report, record, evaluator, pods, namespaces, report.GeneratedAt); err != nil {
 		return err
@@ -251,6 +257,37 @@ func markHeld(ctx context.Context, r *planReport, record wave.Record, e *policy.
 	return nil
 }
 
+// markTenantHeld marks HELD the due pods of the tenant policies whose
+// change is held (their status says so): those due with the policy and not
+// without it, as podjanitor holds them after a restart.
+func markTenantHeld(r *planReport, e *policy.Evaluator, pods []*corev1.Pod, namespaces map[string]*policy.Namespace, now time.Time) {
+	if e.Tenants == nil {
+		return
+	}
+	byKey := map[string]*corev1.Pod{}
+	for _, p := range pods {
+		byKey[p.Namespace+"/"+p.Name] = p
+	}
+	for _, t := range r.TenantPolicies {
+		if t.Held == nil {
+			continue
+		}
+		without := *e
+		without.Tenants = tenantOverlay{namespace: t.Namespace, rest: e.Tenants,
+			list: slices.DeleteFunc(slices.Clone(e.Tenants.For(t.Namespace)), func(q *policy.TenantPolicy) bool { return q.Name == t.Name })}
+		for i := range r.Pods {
+			entry := &r.Pods[i]
+			if !entry.Overdue || entry.Held || entry.Namespace != t.Namespace {
+				continue
+			}
+			if d, err := without.Decide(byKey[entry.Namespace+"/"+entry.Pod], namespaces[entry.Namespace], now); err == nil && d.HasDeadline() && !d.Deadline.After(now) {
+				continue
+			}
+			entry.Held, entry.HeldChange = true, t.Held.Change
+		}
+	}
+}
+
 // listTenantPolicies reads the tenant policies of --namespace (else of
 // every namespace) and converts them as the daemon does: the usable ones,
 // and why each of the others is not used.
@@ -272,6 +309,9 @@ func listTenantPolicies(ctx context.Context, client versioned.Interface, scope s
 			}
 		} else {
 			used = append(used, converted)
+			if h, held := heldInStatus(p); held && p.Annotations[wave.AnnotationApprove] != h.ID {
+				entry.Held = &planHold{Change: h.ID, Pods: h.Pods, Approve: tenantApproveCommand(p.Namespace, p.Name, h.ID)}
+			}
 		}
 		all = append(all, entry)
 	}
@@ -297,7 +337,10 @@ func printPlan(out io.Writer, r planReport) error {
 	fmt.Fprintln(w, "NAMESPACE\tPOD\tBY\tACTION\tDEADLINE\tWHEN")
 	for _, e := range r.Pods {
 		when := e.In
-		if e.Held {
+		switch {
+		case e.HeldChange != "":
+			when = "HELD " + e.HeldChange
+		case e.Held && r.Hold != nil:
 			when = "HELD " + r.Hold.Change
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Namespace, e.Pod, e.Source, e.Action, e.Deadline.Format(time.RFC3339), when)
@@ -317,7 +360,7 @@ func printPlan(out io.Writer, r planReport) error {
 	if h := r.Hold; h != nil {
 		held := 0
 		for _, e := range r.Pods {
-			if e.Held {
+			if e.Held && e.HeldChange == "" {
 				held++
 			}
 		}
@@ -335,6 +378,12 @@ func printPlan(out io.Writer, r planReport) error {
 	}
 	for _, t := range notUsed {
 		fmt.Fprintf(out, "  not used: %s/%s (%s): %s\n", t.Namespace, t.Name, t.Reason, t.Error)
+	}
+	for _, t := range r.TenantPolicies {
+		if h := t.Held; h != nil {
+			fmt.Fprintf(out, "  held: %s/%s: its change %s made %d pod(s) of its namespace due at once; none of them is removed until it is approved:\n    %s\n  or the policy is reverted.\n",
+				t.Namespace, t.Name, h.Change, h.Pods, h.Approve)
+		}
 	}
 	if len(r.Invalid) > 0 {
 		fmt.Fprintf(out, "\n%d pod(s) have an annotation that does not parse or that podjanitor does not know; podjanitor leaves them alone:\n", len(r.Invalid))

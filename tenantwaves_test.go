@@ -293,3 +293,39 @@ func TestApprovedTenantWaveIsNotHeldAfterARestart(t *testing.T) {
 		t.Errorf("%d pods removed, want 12", n)
 	}
 }
+
+// TestPlanMarksATenantPolicysHeldPods: plan marks HELD the due pods of a
+// tenant policy whose status says its change is held (due with it, not
+// without it), and prints the approval command on the policy.
+func TestPlanMarksATenantPolicysHeldPods(t *testing.T) {
+	held := heldPolicy("0123456789ab")
+	pj := pjfake.NewSimpleClientset(held)
+	tenants, listed, err := listTenantPolicies(context.Background(), pj, scopeFlags{}, policy.Restrictions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := tenantPod("own", "team-a", t0.Add(-2*time.Hour), nil)
+	own.Annotations = map[string]string{"podjanitor.io/ttl": "1m"}
+	pods := []*corev1.Pod{tenantPod("old", "team-a", t0.Add(-2*time.Hour), nil), own, tenantPod("old", "team-b", t0.Add(-2*time.Hour), nil)}
+	namespaces := map[string]*policy.Namespace{"team-a": {}, "team-b": {}}
+	e := &policy.Evaluator{Tenants: tenants}
+	r := buildPlan(e, pods, namespaces, t0)
+	r.TenantPolicies = listed
+	markTenantHeld(&r, e, pods, namespaces, t0)
+	got := map[string]string{}
+	for _, p := range r.Pods {
+		got[p.Namespace+"/"+p.Pod] = p.HeldChange
+	}
+	if got["team-a/old"] != "0123456789ab" || got["team-a/own"] != "" {
+		t.Errorf("held changes %v; want team-a/old held by the policy's change, team-a/own (its own ttl) not", got)
+	}
+	var out strings.Builder
+	if err := printPlan(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"HELD 0123456789ab", tenantApproveCommand("team-a", "cleanup", "0123456789ab")} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("plan lacks %q:\n%s", want, out.String())
+		}
+	}
+}
