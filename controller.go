@@ -169,6 +169,9 @@ type Controller struct {
 	// tenantWaves holds a large wave of a tenant policy's change, by
 	// namespace; nil with --hold-waves=false or without tenant policies.
 	tenantWaves *wave.Holds
+	// namespaceWaves holds a large wave of a namespace's labels or keep
+	// annotation changing, by namespace; nil with --hold-waves=false.
+	namespaceWaves *wave.Holds
 }
 
 // transientBackoffMax caps the workqueue's backoff for failed syncs, so that
@@ -231,6 +234,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	c.evaluator.Store(opts.Evaluator)
 	if w := opts.Waves; w != nil {
 		c.waves = wave.NewGuard(w.Threshold, w.Window, policyJSON(opts.Evaluator), c.decider(opts.Evaluator), opts.Metrics.SetPodsHeld)
+		c.namespaceWaves = wave.NewHolds(wave.SourceNamespace, w.Threshold, w.Window, opts.Metrics.SetPodsHeld)
 	}
 	// The workers wait for the handlers' registrations, not the informers:
 	// an informer has synced once its cache holds the initial list, its
@@ -289,6 +293,9 @@ func (c *Controller) namespaceEventHandler() cache.ResourceEventHandler {
 		UpdateFunc: func(old, cur interface{}) {
 			oldMeta, err1 := meta.Accessor(old)
 			curMeta, err2 := meta.Accessor(cur)
+			if err1 == nil && err2 == nil {
+				c.namespaceWave(oldMeta, curMeta)
+			}
 			if err1 != nil || err2 != nil || !maps.Equal(oldMeta.GetAnnotations(), curMeta.GetAnnotations()) {
 				c.nsWarnings.forget(curMeta)
 				c.enqueueNamespacePods(cur)
@@ -591,6 +598,7 @@ func (c *Controller) holdWave(logger klog.Logger, key cache.ObjectName, pod *cor
 	if pod == nil || !d.HasDeadline() || d.Deadline.After(now) {
 		if c.waves != nil {
 			c.waves.Forget(key.String())
+			c.namespaceWaves.Forget(key.Namespace, key.String())
 		}
 		if c.tenantWaves != nil {
 			c.tenantWaves.Forget(key.Namespace, key.String())
@@ -610,6 +618,7 @@ func (c *Controller) holdWave(logger klog.Logger, key cache.ObjectName, pod *cor
 	}
 	if c.waves != nil {
 		check(c.waves.Check(key.String(), pod, now))
+		check(c.namespaceWaves.Check(key.Namespace, key.String(), pod, now))
 	}
 	if c.tenantWaves != nil {
 		check(c.tenantWaves.Check(key.Namespace, key.String(), pod, now))

@@ -3,15 +3,19 @@ package main
 // The namespaces as the controller reads them: what the namespace cache
 // knows of one (namespaceInfo), a fresh read before a removal
 // (namespaceReader), one warning per invalid keep value (namespaceWarnings),
+// the hold of a change of its labels or keep annotation (namespaceWave),
 // and the health of the namespace watch (watchHealth).
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -19,8 +23,78 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/internal/wave"
 	"github.com/podjanitor/podjanitor/policy"
 )
+
+// namespaceWave measures a change of a namespace's labels or keep
+// annotation against the namespace's pods before its pods are decided again,
+// and holds it when its wave is too large (a Warning Event on the Namespace
+// says how to approve it); and it takes the approval of the namespace's
+// held change: podjanitor.io/approve-wave=<change-id> on the Namespace,
+// which only those who may update Namespaces (cluster admins, not a
+// namespace's owners) can set.
+func (c *Controller) namespaceWave(old, cur metav1.Object) {
+	if c.namespaceWaves == nil {
+		return
+	}
+	name := cur.GetName()
+	object := "namespace/" + name
+	if before, after := namespaceJSON(old), namespaceJSON(cur); string(before) != string(after) {
+		if h, held := c.namespaceWaves.Change(name, object, before, c.namespaceDecider(old), after, c.namespaceDecider(cur), c.namespacePods(name), c.now()); held {
+			command := namespaceApproveCommand(name, h.ID)
+			klog.Background().Info("Holding the removals of a namespace's change: its labels or keep annotation make too many of its pods due at once",
+				"namespace", name, "change", h.ID, "pods", h.Pods, "approve", command)
+			c.reporter.RemovalsHeld(&corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: name, UID: cur.GetUID()},
+				"this change of the namespace's labels or keep annotation", h.Pods, command)
+		}
+	}
+	if id := cur.GetAnnotations()[podcache.ApproveWaveAnnotation]; id != "" {
+		if keys, ok := c.namespaceWaves.Approve(name, object, id); ok {
+			klog.Background().Info("Namespace's wave approved, removing its pods at the removal rate", "namespace", name, "change", id, "pods", len(keys))
+			for _, k := range keys {
+				if key, err := cache.ParseObjectName(k); err == nil {
+					c.queue.Add(key)
+				}
+			}
+		}
+	}
+}
+
+// namespaceApproveCommand is the one command that approves the held change
+// id of a namespace.
+func namespaceApproveCommand(namespace, id string) string {
+	return fmt.Sprintf("kubectl annotate namespace %s --overwrite %s=%s", namespace, wave.AnnotationApprove, id)
+}
+
+// namespaceJSON names what decisions read of a namespace in a change ID: its
+// labels and the annotations the cache keeps, but the approval.
+func namespaceJSON(m metav1.Object) []byte {
+	annotations := maps.Clone(m.GetAnnotations())
+	delete(annotations, podcache.ApproveWaveAnnotation)
+	if len(annotations) == 0 {
+		annotations = nil // none and an empty map are the same
+	}
+	labels := m.GetLabels()
+	if len(labels) == 0 {
+		labels = nil
+	}
+	b, err := json.Marshal(map[string]any{"namespace": m.GetName(), "labels": labels, "annotations": annotations})
+	if err != nil {
+		return []byte(m.GetName())
+	}
+	return b
+}
+
+// namespaceDecider decides pods as the running evaluator does, with m for
+// their namespace, for a wave.
+func (c *Controller) namespaceDecider(m metav1.Object) wave.Decide {
+	ns := &policy.Namespace{Labels: m.GetLabels(), Annotations: m.GetAnnotations()}
+	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) {
+		return c.evaluator.Load().Decide(pod, ns, now)
+	}
+}
 
 // namespaceInfo is what the namespace cache knows of a namespace; nil when
 // the namespace is not in it (not yet seen, or deleted), which policy.Decide

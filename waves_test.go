@@ -423,3 +423,93 @@ func TestPlanMarksAFirstInstallsPods(t *testing.T) {
 		t.Errorf("hold %+v, want %s", r.Hold, id)
 	}
 }
+
+// namespaceWaveFixture: 12 pods of namespace team-a an hour old under a
+// cluster rule `after: 1m`, team-a annotated keep; waves of more than 10
+// pods held.
+func namespaceWaveFixture(t *testing.T) (*fixture, *corev1.Namespace, []*corev1.Pod) {
+	t.Helper()
+	var pods []*corev1.Pod
+	for i := range 12 {
+		p := apitest.Pod(fmt.Sprintf("p%03d", i), t0.Add(-time.Hour), corev1.PodSucceeded, nil)
+		p.Namespace = "team-a"
+		pods = append(pods, p)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", UID: "uid-team-a", Annotations: map[string]string{"podjanitor.io/keep": "true"}}}
+	f := newFixtureWithNamespaces(t, Options{
+		Evaluator: evaluatorWithAfter(t, "1m"),
+		Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
+			Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}},
+	}, []*corev1.Namespace{ns}, pods...)
+	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	return f, ns, pods
+}
+
+func (f *fixture) setNamespaceAnnotations(ns *corev1.Namespace, annotations map[string]string, n int) {
+	f.t.Helper()
+	ns = ns.DeepCopy()
+	ns.ResourceVersion, ns.Annotations = "", annotations
+	if _, err := f.client.CoreV1().Namespaces().Update(f.ctx, ns, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		f.clock.Step(time.Second) // the coalesced re-decision's interval, if any
+		return f.c.queue.Len() >= n, nil
+	}); err != nil {
+		f.t.Fatalf("%d keys queued after the namespace's change, want %d", f.c.queue.Len(), n)
+	}
+	for f.c.queue.Len() > 0 {
+		f.next()
+	}
+}
+
+// TestNamespaceWaveIsHeldUntilApproved: the keep annotation taken off a
+// namespace of 12 due pods is a wave: none is removed, a Warning Event on
+// the Namespace has the command, podjanitor_pods_held{source="namespace"}
+// is 12; the change's ID on the Namespace approves it and the 12 go.
+func TestNamespaceWaveIsHeldUntilApproved(t *testing.T) {
+	f, ns, pods := namespaceWaveFixture(t)
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	f.setNamespaceAnnotations(ns, nil, len(pods))
+	if n := f.deletes(); n != 0 {
+		t.Fatalf("%d pods removed of a held namespace wave", n)
+	}
+	h, _, ok := f.c.namespaceWaves.Held("team-a")
+	if !ok || h.Pods != 12 || h.Source != wave.SourceNamespace {
+		t.Fatalf("held %+v, %v; want 12 pods held", h, ok)
+	}
+	if got := metricValue(f.metrics, "podjanitor_pods_held", "source", "namespace"); got != 12 {
+		t.Errorf("podjanitor_pods_held{source=namespace} = %v, want 12", got)
+	}
+	command := "kubectl annotate namespace team-a --overwrite podjanitor.io/approve-wave=" + h.ID
+	found := false
+	for _, e := range f.waitEvents(1) {
+		found = found || strings.HasPrefix(e, "Warning RemovalsHeld Hold Holding 12 pod removal(s)") && strings.Contains(e, command)
+	}
+	if !found {
+		t.Error("no RemovalsHeld warning with the approval command")
+	}
+	f.setNamespaceAnnotations(ns, map[string]string{wave.AnnotationApprove: h.ID}, len(pods))
+	if n := f.deletes(); n != 12 {
+		t.Errorf("%d pods removed after the approval, want 12", n)
+	}
+}
+
+// TestNamespaceWaveRevertedRemovesNothing: keep taken off, then put back:
+// the hold ends, nothing is removed.
+func TestNamespaceWaveRevertedRemovesNothing(t *testing.T) {
+	f, ns, pods := namespaceWaveFixture(t)
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	f.setNamespaceAnnotations(ns, nil, len(pods))
+	f.setNamespaceAnnotations(ns, map[string]string{"podjanitor.io/keep": "true"}, len(pods))
+	if n := f.deletes(); n != 0 {
+		t.Errorf("%d pods removed, want none", n)
+	}
+	if _, _, ok := f.c.namespaceWaves.Held("team-a"); ok {
+		t.Error("held after the revert")
+	}
+}

@@ -208,6 +208,7 @@ func New(controller, version, commit string) *Metrics {
 	m.podsHeld.WithLabelValues("file")
 	m.podsHeld.WithLabelValues("tenant")
 	m.podsHeld.WithLabelValues("startup")
+	m.podsHeld.WithLabelValues("namespace")
 	m.tenantPolicies.WithLabelValues("true")
 	m.warningsDropped.WithLabelValues("PolicyNotUsed")
 	m.tenantPolicies.WithLabelValues("false")

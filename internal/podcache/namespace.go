@@ -5,9 +5,17 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
+// ApproveWaveAnnotation approves a namespace's held change (wave.AnnotationApprove);
+// a value longer than maxApproveWave is no change ID and is not kept.
+const (
+	ApproveWaveAnnotation = "podjanitor.io/approve-wave"
+	maxApproveWave        = 64
+)
+
 // NamespaceTransform returns the namespace informer's transform: of each
 // namespace's metadata, only what decisions read (labels for rules'
-// namespaceSelector, the keep annotation) and what the informer needs.
+// namespaceSelector, the keep annotation), the approval of a held change of
+// them, and what the informer needs.
 func NamespaceTransform(keepKey string) cache.TransformFunc {
 	return func(obj interface{}) (interface{}, error) {
 		m, ok := obj.(*metav1.PartialObjectMetadata)
@@ -22,6 +30,12 @@ func NamespaceTransform(keepKey string) cache.TransformFunc {
 		}
 		if value, ok := m.Annotations[keepKey]; ok {
 			lean.Annotations = map[string]string{keepKey: value}
+		}
+		if value, ok := m.Annotations[ApproveWaveAnnotation]; ok && len(value) <= maxApproveWave {
+			if lean.Annotations == nil {
+				lean.Annotations = map[string]string{}
+			}
+			lean.Annotations[ApproveWaveAnnotation] = value
 		}
 		return lean, nil
 	}

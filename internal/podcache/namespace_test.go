@@ -29,3 +29,18 @@ func TestNamespaceTransformKeepsLabelsAndKeep(t *testing.T) {
 		t.Errorf("transformed namespace (-want,+got):\n%s", diff)
 	}
 }
+
+// TestNamespaceTransformKeepsTheApproval: the approval of a held change of
+// the namespace is kept, a value longer than a change ID is not.
+func TestNamespaceTransformKeepsTheApproval(t *testing.T) {
+	for value, kept := range map[string]bool{"0123456789ab": true, string(make([]byte, maxApproveWave+1)): false} {
+		full := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "ci", Annotations: map[string]string{ApproveWaveAnnotation: value}}}
+		got, err := NamespaceTransform("podjanitor.io/keep")(full)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := got.(*metav1.PartialObjectMetadata).Annotations[ApproveWaveAnnotation]; ok != kept {
+			t.Errorf("approval of %d bytes kept %v, want %v", len(value), ok, kept)
+		}
+	}
+}

@@ -12,6 +12,9 @@ import (
 // or changed.
 const SourceTenant = "tenant"
 
+// SourceNamespace is a namespace's labels or keep annotation, changed.
+const SourceNamespace = "namespace"
+
 // ReasonRemovalsHeld is the Ready condition's reason of a PodLifetimePolicy
 // whose change is held.
 const ReasonRemovalsHeld = "RemovalsHeld"
