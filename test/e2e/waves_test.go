@@ -1,0 +1,232 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
+)
+
+// The acceptance of held waves (issue 32) against the real API server: a
+// change that makes many pods due at once removes none of them until a
+// person approves it, or reverts it.
+
+const (
+	approveWave = "podjanitor.io/approve-wave"
+	heldWave    = "podjanitor.io/held-wave"
+)
+
+// wavePods creates n Pending pods labelled wave=value in ns.
+func wavePods(t *testing.T, ns, value string, n int) []*corev1.Pod {
+	t.Helper()
+	return createPods(t, n, func(i int) *corev1.Pod { return pod(ns, fmt.Sprintf("wave-%04d", i), label("wave", value)) })
+}
+
+// impersonating is a client of the admin kubeconfig impersonating user.
+func impersonating(t *testing.T, user string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+const waveRule = `
+  - name: wave
+    match: {labelSelector: "wave=yes"}
+    clock: created
+    after: %s
+`
+
+// heldOnLease waits until the Lease ns/name records a held change and
+// returns its ID.
+func heldOnLease(t *testing.T, ns, name string) string {
+	t.Helper()
+	var id string
+	err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := client.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		id = l.Annotations[heldWave]
+		return id != "", nil
+	})
+	if err != nil {
+		t.Fatalf("no held change recorded on lease %s/%s", ns, name)
+	}
+	return id
+}
+
+// noneRemoved asserts that none of pods has been removed.
+func noneRemoved(t *testing.T, r *removals, pods []*corev1.Pod) {
+	t.Helper()
+	n := 0
+	for _, p := range pods {
+		if _, ok := r.get(p.UID); ok {
+			n++
+		}
+	}
+	if n > 0 {
+		t.Fatalf("%d of %d held pods removed", n, len(pods))
+	}
+}
+
+// removalsHeldEvent waits for a RemovalsHeld Warning in ns naming command.
+func removalsHeldEvent(t *testing.T, ns, command string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := client.EventsV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=RemovalsHeld"})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range list.Items {
+			if e.Type == corev1.EventTypeWarning && strings.Contains(e.Note, command) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("no RemovalsHeld Warning in %s naming %q", ns, command)
+	}
+}
+
+// TestReloadWaveIsHeld: 150 pods under `after: 168h`; the policy file is
+// reloaded with `after: 1s`: none is removed while the change is held (the
+// Lease records it, a Warning there has the command); approved, all go.
+// Reverted instead (a second namespace), none goes.
+func TestReloadWaveIsHeld(t *testing.T) {
+	t.Parallel()
+	for _, approve := range []bool{true, false} {
+		t.Run(fmt.Sprintf("approve=%v", approve), func(t *testing.T) {
+			t.Parallel()
+			ns := newNamespace(t)
+			r := watchRemovalsDurably(t, ns)
+			pods := wavePods(t, ns, "yes", 150)
+			cfg := writePolicy(t, "", fmt.Sprintf(waveRule, "168h"))
+			d := startDaemon(t, "--namespace", ns, "--config", cfg, "--leader-elect-resource-namespace", ns)
+			writePolicy(t, cfg, fmt.Sprintf(waveRule, "1s"))
+			d.waitLog("Holding the removals of the reloaded policy", 30*time.Second)
+			id := heldOnLease(t, ns, "podjanitor")
+			command := "kubectl annotate lease -n " + ns + " podjanitor --overwrite " + approveWave + "=" + id
+			removalsHeldEvent(t, ns, command)
+			time.Sleep(10 * time.Second)
+			noneRemoved(t, r.removals, pods)
+
+			if !approve {
+				writePolicy(t, cfg, fmt.Sprintf(waveRule, "168h"))
+				if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+					l, err := client.CoordinationV1().Leases(ns).Get(ctx, "podjanitor", metav1.GetOptions{})
+					return err == nil && l.Annotations[heldWave] == "", nil
+				}); err != nil {
+					t.Fatal("the revert did not end the hold")
+				}
+				time.Sleep(10 * time.Second)
+				noneRemoved(t, r.removals, pods)
+				return
+			}
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, approveWave, id)
+			if _, err := client.CoordinationV1().Leases(ns).Patch(ctxFor(t), "podjanitor", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pods {
+				r.waitRemoved(t, p, 2*time.Minute)
+			}
+		})
+	}
+}
+
+// TestRestartWithTheSamePolicyHoldsNothing: podjanitor records the policy it
+// acts on; restarted with it, 50 pods that came due while it was down go at
+// once (a first install would hold them: 50 of 50 pods).
+func TestRestartWithTheSamePolicyHoldsNothing(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	r := watchRemovalsDurably(t, ns)
+	cfg := writePolicy(t, "", fmt.Sprintf(waveRule, "1s"))
+	first := startDaemon(t, "--namespace", ns, "--config", cfg, "--leader-elect-resource-namespace", ns)
+	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := client.CoordinationV1().Leases(ns).Get(ctx, "podjanitor", metav1.GetOptions{})
+		return err == nil && l.Annotations["podjanitor.io/policy-sha256"] != "", nil
+	}); err != nil {
+		t.Fatal("the policy acted on is not recorded on the Lease")
+	}
+	first.kill()
+	pods := wavePods(t, ns, "yes", 50)
+	time.Sleep(2 * time.Second) // due while podjanitor is down
+	d := startDaemon(t, "--namespace", ns, "--config", cfg, "--leader-elect-resource-namespace", ns)
+	for _, p := range pods {
+		r.waitRemoved(t, p, time.Minute)
+	}
+	if d.logContains("Holding the removals") {
+		t.Error("a restart with the same policy held a wave")
+	}
+}
+
+// TestTenantWaveIsHeld: a namespace editor's PodLifetimePolicy with no
+// selector and `after: 10s` over 150 pods is held (Ready=False,
+// RemovalsHeld) and approved by the editor on the policy; the editor cannot
+// annotate podjanitor's Lease (another namespace); a policy that makes 10
+// pods due goes without a hold.
+func TestTenantWaveIsHeld(t *testing.T) {
+	t.Parallel()
+	installCRD(t)
+	ctx := ctxFor(t)
+	big, small, home := newNamespace(t), newNamespace(t), newNamespace(t)
+	user, tenant := editorOf(t, big)
+	_, smallTenant := editorOf(t, small)
+	rb, rs := watchRemovalsDurably(t, big), watchRemovalsDurably(t, small)
+	run := fmt.Sprintf("r%06d", rand.IntN(1000000)) // only this test's pods: other tests share the cluster
+	bigPods, smallPods := wavePods(t, big, run, 150), wavePods(t, small, run, 10)
+	startDaemon(t, "--tenant-policies", "--label-selector", "wave="+run, "--leader-elect-resource-namespace", home)
+	rule := v1alpha1.PodLifetimeRule{Name: "all", Clock: "created", After: "10s"}
+	if _, err := tenant.PodjanitorV1alpha1().PodLifetimePolicies(big).Create(ctx, lifetimePolicy("all", rule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := smallTenant.PodjanitorV1alpha1().PodLifetimePolicies(small).Create(ctx, lifetimePolicy("all", rule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range smallPods {
+		rs.waitRemoved(t, p, time.Minute)
+	}
+	p := waitReady(t, tenant, big, "all", metav1.ConditionFalse, time.Minute)
+	cond := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
+	if cond.Reason != "RemovalsHeld" || !strings.Contains(cond.Message, "holds 150 pod removal(s)") {
+		t.Fatalf("Ready %+v, want RemovalsHeld with 150 pods", cond)
+	}
+	id, _, _ := strings.Cut(strings.TrimPrefix(cond.Message, "change "), " ")
+	removalsHeldEvent(t, big, approveWave+"="+id)
+	time.Sleep(15 * time.Second) // past every pod's 10s
+	noneRemoved(t, rb.removals, bigPods)
+
+	// The editor of big cannot write podjanitor's Lease in home.
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, approveWave, id)
+	editor := impersonating(t, user)
+	if _, err := editor.CoordinationV1().Leases(home).Patch(ctx, "podjanitor", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("%s annotating podjanitor's Lease: %v, want Forbidden", user, err)
+	}
+	if _, err := tenant.PodjanitorV1alpha1().PodLifetimePolicies(big).Patch(ctx, "all", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range bigPods {
+		rb.waitRemoved(t, p, 2*time.Minute)
+	}
+}
