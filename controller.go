@@ -172,6 +172,9 @@ type Controller struct {
 	// namespaceWaves holds a large wave of a namespace's labels or keep
 	// annotation changing, by namespace; nil with --hold-waves=false.
 	namespaceWaves *wave.Holds
+	// running: Run has started (this replica leads): it reports holds in
+	// Events, which every replica's informers hear of.
+	running atomic.Bool
 }
 
 // transientBackoffMax caps the workqueue's backoff for failed syncs, so that
@@ -410,6 +413,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 			return err
 		}
 	}
+	c.running.Store(true)
 	wg.Go(func() { c.state.run(ctx, c.queue.Add) })
 	c.room.Store(int64(workers))
 	wg.Go(func() { c.redecide.Run(ctx) })

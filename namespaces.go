@@ -46,8 +46,10 @@ func (c *Controller) namespaceWave(old, cur metav1.Object) {
 			command := namespaceApproveCommand(name, h.ID)
 			klog.Background().Info("Holding the removals of a namespace's change: its labels or keep annotation make too many of its pods due at once",
 				"namespace", name, "change", h.ID, "pods", h.Pods, "approve", command)
-			c.reporter.RemovalsHeld(&corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: name, UID: cur.GetUID()},
-				"this change of the namespace's labels or keep annotation", h.Pods, command)
+			if c.running.Load() { // the leader's Event, not every replica's
+				c.reporter.RemovalsHeld(&corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: name, UID: cur.GetUID()},
+					"this change of the namespace's labels or keep annotation", h.Pods, command)
+			}
 		}
 	}
 	if id := cur.GetAnnotations()[podcache.ApproveWaveAnnotation]; id != "" {

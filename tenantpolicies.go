@@ -255,10 +255,15 @@ func (c *Controller) holdTenantWave(p *v1alpha1.PodLifetimePolicy, ops []tenantO
 	if slices.Equal(old, cur) {
 		return nil
 	}
-	h, held := c.tenantWaves.Change(p.Namespace, p.Namespace+"/"+p.Name,
+	key := p.Namespace + "/" + p.Name
+	_, before, wasHeld := c.tenantWaves.Held(p.Namespace)
+	h, held := c.tenantWaves.Change(p.Namespace, key,
 		tenantsJSON(p.Namespace, old), c.tenantDecider(p.Namespace, old),
 		tenantsJSON(p.Namespace, cur), c.tenantDecider(p.Namespace, cur),
 		c.namespacePods(p.Namespace), c.now())
+	if wasHeld && before != key {
+		t.status.Mark(before) // another policy's change was held: it is not, or no more by that one
+	}
 	if !held {
 		return nil
 	}

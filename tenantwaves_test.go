@@ -329,3 +329,56 @@ func TestPlanMarksATenantPolicysHeldPods(t *testing.T) {
 		}
 	}
 }
+
+// TestSecondTenantChangeTakesOverTheHold: while p's change is held, q's in
+// the same namespace is measured against the policies acted on (with p's
+// wave in it): held by q, approved on q with its own ID; p's status is
+// written again and no longer says it holds anything.
+func TestSecondTenantChangeTakesOverTheHold(t *testing.T) {
+	f, pods := tenantWaveFixture(t, 12)
+	policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a")
+	if _, err := policies.Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitQueued(len(pods))
+	f.drain()
+	first, _, _ := f.c.tenantWaves.Held("team-a")
+	q := lifetimePolicy("team-a", "later", v1alpha1.PodLifetimeRule{Name: "none", Match: v1alpha1.PodLifetimeMatch{LabelSelector: "app=none"}, Clock: "created", After: "30d"})
+	q.UID = "uid-policy-later"
+	if _, err := policies.Create(f.ctx, q, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var second wave.Hold
+	var object string
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		second, object, _ = f.c.tenantWaves.Held("team-a")
+		return object == "team-a/later", nil
+	}); err != nil {
+		t.Fatalf("hold by %q, want team-a/later", object)
+	}
+	if second.ID == first.ID || second.Pods != 12 {
+		t.Errorf("second hold %+v (first %+v); want its own ID over the 12 pods", second, first)
+	}
+	f.clock.Step(tenantStatusInterval)
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		var cleanup, later *metav1.Condition
+		for _, w := range f.statusWrites() {
+			c := meta.FindStatusCondition(w.Status.Conditions, v1alpha1.ConditionReady)
+			if c != nil && strings.Contains(c.Message, "rule(s) for the pods of namespace") && c.Status == metav1.ConditionTrue {
+				cleanup = c
+			}
+			if c != nil && c.Reason == wave.ReasonRemovalsHeld && strings.Contains(c.Message, second.ID) {
+				later = c
+			}
+		}
+		return cleanup != nil && later != nil, nil
+	}); err != nil {
+		t.Error("no status writes of cleanup Ready again and later RemovalsHeld with the second ID")
+	}
+	f.annotatePolicy("team-a", "later", second.ID)
+	f.waitQueued(len(pods))
+	f.drain()
+	if n := len(f.podWrites()); n != 12 {
+		t.Errorf("%d pods removed after the approval on the second policy, want 12", n)
+	}
+}

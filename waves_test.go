@@ -442,6 +442,7 @@ func namespaceWaveFixture(t *testing.T) (*fixture, *corev1.Namespace, []*corev1.
 			Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}},
 	}, []*corev1.Namespace{ns}, pods...)
 	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	f.c.running.Store(true) // the leader: it reports holds in Events
 	return f, ns, pods
 }
 
