@@ -232,7 +232,10 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	c.nsReader = newNamespaceReader(client, clk, opts.WriteTimeout)
 	c.state = newPodStates(clk, c.now, opts.Metrics.SetPodsParked)
 	c.room.Store(math.MaxInt64) // until Run: as many as there are
-	c.redecide = redecide.New(clk, opts.RedecisionInterval, c.namespacePodKeys, c.enqueueKey,
+	c.redecide = redecide.New(clk, opts.RedecisionInterval, func(namespace string) []string {
+		c.applyPendingTenants(namespace) // a namespace's tenant changes take effect at its pass
+		return c.namespacePodKeys(namespace)
+	}, c.enqueueKey,
 		func() bool { return int64(c.queue.Len()) < c.room.Load() })
 	c.evaluator.Store(opts.Evaluator)
 	if w := opts.Waves; w != nil {

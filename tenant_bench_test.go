@@ -20,6 +20,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/internal/wave"
 	"github.com/podjanitor/podjanitor/internal/tenant"
 	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
 	pjfake "github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned/fake"
@@ -41,11 +42,15 @@ import (
 //	go test -run '^$' -bench TenantPolicyChange -benchtime 20x .
 func BenchmarkTenantPolicyChange(b *testing.B) {
 	for _, writes := range []int{1, 40} {
-		b.Run(fmt.Sprintf("writes=%d", writes), func(b *testing.B) { benchmarkTenantPolicyChange(b, writes) })
+		b.Run(fmt.Sprintf("writes=%d", writes), func(b *testing.B) { benchmarkTenantPolicyChange(b, writes, false) })
+	}
+	// With --hold-waves: each write's wave measured over the namespace.
+	for _, writes := range []int{1, 40} {
+		b.Run(fmt.Sprintf("writes=%d/holdWaves", writes), func(b *testing.B) { benchmarkTenantPolicyChange(b, writes, true) })
 	}
 }
 
-func benchmarkTenantPolicyChange(b *testing.B, writes int) {
+func benchmarkTenantPolicyChange(b *testing.B, writes int, holdWaves bool) {
 	klog.SetLogger(klog.Background().V(10)) // quiet: nothing logs at V(10)
 	const n = 10000
 	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
@@ -75,7 +80,11 @@ func benchmarkTenantPolicyChange(b *testing.B, writes int) {
 	nsInformer := nsFactory.Core().V1().Namespaces().Informer()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := NewController(ctx, podInformer, nsInformer, client, &clientevents.FakeRecorder{}, clk, Options{Evaluator: &policy.Evaluator{}, RedecisionInterval: time.Second})
+	opts := Options{Evaluator: &policy.Evaluator{}, RedecisionInterval: time.Second}
+	if holdWaves {
+		opts.Waves = &wave.Options{Threshold: wave.Threshold{Pods: 100, Percent: 10, MinPods: 10}, Window: 5 * time.Minute}
+	}
+	c, err := NewController(ctx, podInformer, nsInformer, client, &clientevents.FakeRecorder{}, clk, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -118,6 +127,11 @@ func benchmarkTenantPolicyChange(b *testing.B, writes int) {
 	}
 	if got := c.state.len(); got != n {
 		b.Fatalf("%d pods parked, want %d", got, n)
+	}
+	if c.tenantWaves != nil {
+		if _, _, held := c.tenantWaves.Held("bench"); held {
+			b.Fatal("a change between 1h and 2h was held")
+		}
 	}
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N*writes), "cpu-ms/op")
 	b.ReportMetric(float64(decided)/b.Elapsed().Seconds(), "pods/s")

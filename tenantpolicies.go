@@ -74,6 +74,12 @@ type tenantPolicies struct {
 	// the limit they pass (the metrics, kept as seen changes).
 	notReady  int
 	overLimit map[string]int
+	// pending are the changes of the store by namespace that wait for the
+	// namespace's coalesced pass to be measured (--hold-waves) and made, and
+	// pendingBy the last policy that made one: a storm of writes costs one
+	// measurement per pass, not one per write.
+	pending   map[string][]tenantOp
+	pendingBy map[string]*v1alpha1.PodLifetimePolicy
 }
 
 // tenantConverted is the conversion of one generation of a policy: the
@@ -124,6 +130,8 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 		reader:       tenant.NewReader(c.clock, c.opts.WriteTimeout, readTenantPolicy(client)),
 		converted:    map[string]map[string]tenantConverted{},
 		overLimit:    map[string]int{},
+		pending:      map[string][]tenantOp{},
+		pendingBy:    map[string]*v1alpha1.PodLifetimePolicy{},
 	}
 	t.status = tenant.NewStatusWriter(c.clock, statusInterval, func(ctx context.Context, key string) error {
 		return c.writeTenantStatus(ctx, key)
@@ -205,11 +213,13 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 	}
 	t.converted[p.Namespace][p.Name] = conv
 	changed, ops := t.admit(p.Namespace, key)
-	var hold *wave.Hold
 	if enqueue && c.tenantWaves != nil {
-		hold = c.holdTenantWave(p, ops)
+		// Measured and made by the namespace's pass (applyPendingTenants).
+		t.pending[p.Namespace] = append(t.pending[p.Namespace], ops...)
+		t.pendingBy[p.Namespace] = p
+	} else {
+		t.apply(t.store, ops)
 	}
-	t.apply(t.store, ops)
 	if !enqueue && c.tenantWaves != nil && t.seen[key].err == nil {
 		c.resumeTenantWave(p)
 	}
@@ -227,15 +237,58 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 			t.status.Mark(k)
 		}
 	}
-	if hold != nil {
-		klog.Background().Info("Holding the removals of a changed tenant policy: it makes too many pods of its namespace due at once",
-			"policy", key, "change", hold.ID, "pods", hold.Pods, "approve", tenantApproveCommand(p.Namespace, p.Name, hold.ID))
-		if p.Annotations[wave.AnnotationApprove] == hold.ID {
-			c.tenantWaveApproved(p) // approved before: the approval is in the API server
-		}
-	}
 	if enqueue {
 		c.enqueueNamespace(p.Namespace)
+	}
+}
+
+// applyPendingTenants makes the pending changes of namespace's tenant
+// policies, their wave measured first (holdTenantWave): the namespace's
+// pass calls it before it lists the pods to decide again, so that the
+// changes of one interval are measured once, before any worker decides by
+// them.
+func (c *Controller) applyPendingTenants(namespace string) {
+	t := c.tenants
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	p, hold := c.applyPendingLocked(namespace)
+	t.mu.Unlock()
+	c.reportTenantWave(p, hold)
+}
+
+// applyPendingLocked measures and makes the pending changes of namespace
+// and returns the policy that made the last of them and the hold, if any;
+// t.mu is held.
+func (c *Controller) applyPendingLocked(namespace string) (*v1alpha1.PodLifetimePolicy, *wave.Hold) {
+	t := c.tenants
+	ops, p := t.pending[namespace], t.pendingBy[namespace]
+	delete(t.pending, namespace)
+	delete(t.pendingBy, namespace)
+	if p == nil {
+		return nil, nil
+	}
+	hold := c.holdTenantWave(p, ops)
+	t.apply(t.store, ops)
+	return p, hold
+}
+
+// reportTenantWave logs a hold p's change made, marks p's status for a
+// write, and takes an approval p carries already.
+func (c *Controller) reportTenantWave(p *v1alpha1.PodLifetimePolicy, hold *wave.Hold) {
+	if p == nil {
+		return
+	}
+	key := p.Namespace + "/" + p.Name
+	c.tenants.status.Mark(key)
+	if hold == nil {
+		return
+	}
+	klog.Background().Info("Holding the removals of a changed tenant policy: it makes too many pods of its namespace due at once",
+		"policy", key, "change", hold.ID, "pods", hold.Pods, "approve", tenantApproveCommand(p.Namespace, p.Name, hold.ID))
+	if p.Annotations[wave.AnnotationApprove] == hold.ID {
+		c.tenantWaveApproved(p) // approved before: the approval is in the API server
 	}
 }
 
@@ -407,9 +460,12 @@ func (c *Controller) tenantPolicyDeleted(obj interface{}) {
 	}
 	t := c.tenants
 	key := m.GetNamespace() + "/" + m.GetName()
+	t.mu.Lock()
+	// Changes pending before the deletion are measured and made first (one
+	// of them may set this very policy).
+	pendingBy, hold := c.applyPendingLocked(m.GetNamespace())
 	t.store.Delete(m.GetNamespace(), m.GetName())
 	t.reader.Forget(m.GetNamespace(), m.GetName())
-	t.mu.Lock()
 	delete(t.converted[m.GetNamespace()], m.GetName())
 	if len(t.converted[m.GetNamespace()]) == 0 {
 		delete(t.converted, m.GetNamespace())
@@ -419,6 +475,7 @@ func (c *Controller) tenantPolicyDeleted(obj interface{}) {
 	t.apply(t.store, ops)
 	c.setTenantMetrics()
 	t.mu.Unlock()
+	c.reportTenantWave(pendingBy, hold)
 	t.status.Forget(key)
 	for _, k := range changed {
 		t.status.Mark(k)

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/podjanitor/podjanitor/internal/redecide"
 	"github.com/podjanitor/podjanitor/internal/wave"
 	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
 	pjfake "github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned/fake"
@@ -356,6 +357,8 @@ func TestSecondTenantChangeTakesOverTheHold(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("hold by %q, want team-a/later", object)
 	}
+	f.waitQueued(len(pods)) // the namespace's pass after the second change
+	f.drain()
 	if second.ID == first.ID || second.Pods != 12 {
 		t.Errorf("second hold %+v (first %+v); want its own ID over the 12 pods", second, first)
 	}
@@ -376,9 +379,34 @@ func TestSecondTenantChangeTakesOverTheHold(t *testing.T) {
 		t.Error("no status writes of cleanup Ready again and later RemovalsHeld with the second ID")
 	}
 	f.annotatePolicy("team-a", "later", second.ID)
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		_, _, held := f.c.tenantWaves.Held("team-a")
+		return !held, nil
+	}); err != nil {
+		t.Fatal("the approval on the second policy was not taken")
+	}
 	f.waitQueued(len(pods))
 	f.drain()
 	if n := len(f.podWrites()); n != 12 {
 		t.Errorf("%d pods removed after the approval on the second policy, want 12", n)
+	}
+}
+
+// TestTenantPolicyDeletedWhilePendingStaysDeleted: a policy created and
+// deleted before its namespace's pass (its change pending, to be measured
+// there) is not put back by that pass.
+func TestTenantPolicyDeletedWhilePendingStaysDeleted(t *testing.T) {
+	f, _ := tenantWaveFixture(t, 12)
+	p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
+	// No pass runs on its own: the change stays pending until the test's.
+	f.c.redecide = redecide.New(f.clock, time.Hour, func(string) []string { return nil }, func(string) {}, func() bool { return false })
+	f.c.tenantPolicyChanged(p, true)
+	f.c.tenants.mu.Lock()
+	pending := len(f.c.tenants.pending["team-a"])
+	f.c.tenants.mu.Unlock()
+	f.c.tenantPolicyDeleted(p)
+	f.c.applyPendingTenants("team-a") // the pass
+	if got := f.c.tenants.store.For("team-a"); len(got) != 0 || pending == 0 {
+		t.Errorf("store %v after the deletion (%d change(s) were pending); want the policy gone", got, pending)
 	}
 }
