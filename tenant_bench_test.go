@@ -20,8 +20,8 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/podjanitor/podjanitor/internal/podcache"
-	"github.com/podjanitor/podjanitor/internal/wave"
 	"github.com/podjanitor/podjanitor/internal/tenant"
+	"github.com/podjanitor/podjanitor/internal/wave"
 	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
 	pjfake "github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned/fake"
 	"github.com/podjanitor/podjanitor/policy"
