@@ -74,11 +74,13 @@ type tenantPolicies struct {
 	// the limit they pass (the metrics, kept as seen changes).
 	notReady  int
 	overLimit map[string]int
-	// pending are the changes of the store by namespace that wait for the
-	// namespace's coalesced pass to be measured (--hold-waves) and made, and
-	// pendingBy the last policy that made one: a storm of writes costs one
-	// measurement per pass, not one per write.
-	pending   map[string][]tenantOp
+	// pending are the changes of the store by namespace and policy name
+	// (the last of each: a replica that does not lead, whose passes wait,
+	// keeps one per policy) that wait for the namespace's coalesced pass to
+	// be measured (--hold-waves) and made, and pendingBy the last policy
+	// that made one: a storm of writes costs one measurement per pass, not
+	// one per write.
+	pending   map[string]map[string]tenantOp
 	pendingBy map[string]*v1alpha1.PodLifetimePolicy
 }
 
@@ -130,7 +132,7 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 		reader:       tenant.NewReader(c.clock, c.opts.WriteTimeout, readTenantPolicy(client)),
 		converted:    map[string]map[string]tenantConverted{},
 		overLimit:    map[string]int{},
-		pending:      map[string][]tenantOp{},
+		pending:      map[string]map[string]tenantOp{},
 		pendingBy:    map[string]*v1alpha1.PodLifetimePolicy{},
 	}
 	t.status = tenant.NewStatusWriter(c.clock, statusInterval, func(ctx context.Context, key string) error {
@@ -215,7 +217,12 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 	changed, ops := t.admit(p.Namespace, key)
 	if enqueue && c.tenantWaves != nil {
 		// Measured and made by the namespace's pass (applyPendingTenants).
-		t.pending[p.Namespace] = append(t.pending[p.Namespace], ops...)
+		if t.pending[p.Namespace] == nil {
+			t.pending[p.Namespace] = map[string]tenantOp{}
+		}
+		for _, op := range ops {
+			t.pending[p.Namespace][op.name] = op
+		}
 		t.pendingBy[p.Namespace] = p
 	} else {
 		t.apply(t.store, ops)
@@ -263,7 +270,7 @@ func (c *Controller) applyPendingTenants(namespace string) {
 // t.mu is held.
 func (c *Controller) applyPendingLocked(namespace string) (*v1alpha1.PodLifetimePolicy, *wave.Hold) {
 	t := c.tenants
-	ops, p := t.pending[namespace], t.pendingBy[namespace]
+	ops, p := slices.Collect(maps.Values(t.pending[namespace])), t.pendingBy[namespace]
 	delete(t.pending, namespace)
 	delete(t.pendingBy, namespace)
 	if p == nil {

@@ -410,3 +410,26 @@ func TestTenantPolicyDeletedWhilePendingStaysDeleted(t *testing.T) {
 		t.Errorf("store %v after the deletion (%d change(s) were pending); want the policy gone", got, pending)
 	}
 }
+
+// TestPendingTenantChangesKeepOnePerPolicy: a replica whose passes wait (a
+// follower) keeps the last change of each policy, not one per write.
+func TestPendingTenantChangesKeepOnePerPolicy(t *testing.T) {
+	f, _ := tenantWaveFixture(t, 1)
+	f.c.redecide = redecide.New(f.clock, time.Hour, func(string) []string { return nil }, func(string) {}, func() bool { return false })
+	p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
+	for g := range 50 {
+		p = p.DeepCopy()
+		p.Generation = int64(g + 1)
+		f.c.tenantPolicyChanged(p, true)
+	}
+	f.c.tenants.mu.Lock()
+	n := len(f.c.tenants.pending["team-a"])
+	f.c.tenants.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d pending changes after 50 writes of one policy, want 1", n)
+	}
+	f.c.applyPendingTenants("team-a")
+	if got := f.c.tenants.store.For("team-a"); len(got) != 1 || got[0].Generation != 50 {
+		t.Errorf("store %v, want the policy's generation 50", got)
+	}
+}
