@@ -256,15 +256,20 @@ func TestPlanMarksHeldPods(t *testing.T) {
 // with the record Lease lease (nil: none, a first install).
 func startFixture(t *testing.T, after string, ago time.Duration, n int, lease *coordinationv1.Lease) (*fixture, []*corev1.Pod) {
 	t.Helper()
+	return startFixtureWith(t, Options{}, after, ago, n, lease)
+}
+
+// startFixtureWith is startFixture with opts (DryRun) besides the policy and waves.
+func startFixtureWith(t *testing.T, opts Options, after string, ago time.Duration, n int, lease *coordinationv1.Lease) (*fixture, []*corev1.Pod) {
+	t.Helper()
 	var pods []*corev1.Pod
 	for i := range n {
 		pods = append(pods, apitest.Pod(fmt.Sprintf("p%03d", i), t0.Add(-ago), corev1.PodSucceeded, nil))
 	}
-	f := newFixture(t, Options{
-		Evaluator: evaluatorWithAfter(t, after),
-		Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
-			Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}},
-	}, pods...)
+	opts.Evaluator = evaluatorWithAfter(t, after)
+	opts.Waves = &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
+		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}
+	f := newFixture(t, opts, pods...)
 	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
 	if lease != nil {
 		if _, err := f.client.CoordinationV1().Leases("podjanitor").Create(f.ctx, lease, metav1.CreateOptions{}); err != nil {
@@ -512,5 +517,35 @@ func TestNamespaceWaveRevertedRemovesNothing(t *testing.T) {
 	}
 	if _, _, ok := f.c.namespaceWaves.Held("team-a"); ok {
 		t.Error("held after the revert")
+	}
+}
+
+// TestDryRunReportsAHeldWaveAsItWouldBe: with --dry-run, a first install on
+// a backlog is held as it would be: no WouldRemove for its pods, the hold
+// counted; a pod due by its own ttl is reported WouldRemove.
+func TestDryRunReportsAHeldWaveAsItWouldBe(t *testing.T) {
+	f, pods := startFixtureWith(t, Options{DryRun: true}, "1m", time.Hour, 12, nil)
+	own := apitest.Pod("own", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	if err := f.c.pods.Add(own); err != nil {
+		t.Fatal(err)
+	}
+	f.start(append(pods, own))
+	if _, held := f.c.waves.Held(); !held {
+		t.Fatal("the dry run's first install on a backlog is not held")
+	}
+	var would []string
+	for _, e := range f.waitEvents(1) {
+		if strings.Contains(e, "WouldRemove") {
+			would = append(would, e)
+		}
+	}
+	if len(would) != 1 || !strings.Contains(would[0], "(podjanitor.io/ttl)") {
+		t.Errorf("WouldRemove events %q, want one, of the pod due by its own ttl", would)
+	}
+	if got := metricValue(f.metrics, "podjanitor_pods_held", "source", "startup"); got != 12 {
+		t.Errorf("podjanitor_pods_held{source=startup} = %v, want 12", got)
+	}
+	if n := f.deletes(); n != 0 {
+		t.Errorf("%d deletes in a dry run", n)
 	}
 }
