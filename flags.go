@@ -168,9 +168,9 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 	fs.Float64Var(&o.maxRemovalsPerSecond, "max-deletions-per-second", 50, "Cluster-wide cap on removals per second; 0 means no cap. Removals over the cap wait, they are never dropped.")
 	fs.IntVar(&o.removalBurst, "deletion-burst", 100, "Removals allowed at once above --max-deletions-per-second.")
 	fs.BoolVar(&o.waves.hold, "hold-waves", true,
-		"Hold a policy file reload that makes many pods due at once (its wave: due now or within --wave-window, not due before) until a person approves it on the Lease (--leader-elect-resource-name); see docs/policy.md.")
+		"Hold a change that makes many pods due at once (its wave: due now or within --wave-window, not due before) until a person approves it: a policy file reload or a start with a policy other than the one recorded on the Lease (--leader-elect-resource-name; none recorded: a first install), approved on the Lease; a tenant policy's change, approved on the policy; a namespace's labels or keep, approved on the Namespace; see docs/policy.md.")
 	fs.IntVar(&o.waves.threshold.Pods, "wave-hold-pods", 100, "A wave of more than this many pods is held.")
-	fs.Float64Var(&o.waves.threshold.Percent, "wave-hold-percent", 10, "A wave of more than this percentage of the watched pods is held (when it has more than --wave-hold-min-pods); 0 turns this test off.")
+	fs.Float64Var(&o.waves.threshold.Percent, "wave-hold-percent", 10, "A wave of more than this percentage of the watched pods (of the namespace's, for a tenant policy or a namespace) is held (when it has more than --wave-hold-min-pods); 0 turns this test off.")
 	fs.IntVar(&o.waves.threshold.MinPods, "wave-hold-min-pods", 10, "A wave of at most this many pods is never held for its percentage.")
 	fs.DurationVar(&o.waves.window, "wave-window", 5*time.Minute, "Pods a change makes due within this time count in its wave.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader on a Lease before acting; only the leader removes pods.")
