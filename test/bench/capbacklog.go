@@ -61,13 +61,20 @@ type capBacklogResult struct {
 	RawRate         float64            `json:"raw_pods_per_second"`
 	RawShare        float64            `json:"raw_share_of_cap"`
 	ShareOfRaw      float64            `json:"podjanitor_share_of_raw"`
-	RawErrors       int64              `json:"raw_errors"`
+	RawErrors       int64              `json:"raw_errors"`           // failed attempts, each retried after 1 s (up to 10 per pod)
+	RawErrorsBy     map[string]int64   `json:"raw_errors_by_reason"` // by HTTP code and reason
 	RawRequests     map[string]int64   `json:"raw_requests"`
 	Requests        apiRequests        `json:"podjanitor_api_requests"`
 	RemovalErrs     map[string]float64 `json:"podjanitor_removal_errors_by_kind"`
 	CPUSeconds      float64            `json:"podjanitor_cpu_seconds"`
 	PeakRSS         float64            `json:"podjanitor_peak_rss_bytes"`
 	CreateSecond    float64            `json:"create_seconds"`
+	// The API server's own duration of the removal requests (POST
+	// pods/eviction, or DELETE pods) during each drain, and their codes.
+	ServerRemoval    histQ              `json:"apiserver_removal_duration_podjanitor"`
+	ServerCodes      map[string]float64 `json:"apiserver_removal_codes_podjanitor"`
+	RawServerRemoval histQ              `json:"apiserver_removal_duration_raw"`
+	RawServerCodes   map[string]float64 `json:"apiserver_removal_codes_raw"`
 }
 
 // capSide is one remover's pods: their namespaces and names.
@@ -124,6 +131,19 @@ func (b *bench) capBacklog(ctx context.Context, scenario string) (*capBacklogRes
 	if err != nil {
 		return nil, err
 	}
+	removals := []string{`verb="DELETE"`, `resource="pods"`, `subresource=""`}
+	if evict {
+		removals = []string{`verb="POST"`, `resource="pods"`, `subresource="eviction"`}
+	}
+	server := func(before metrics) (histQ, map[string]float64, metrics) {
+		after, err := apiServerMetrics(ctx, b.cs)
+		if err != nil || before == nil {
+			return histQ{}, nil, after
+		}
+		d := after.minus(before).only(removals...)
+		return quantiles(d, "apiserver_request_duration_seconds"), d.byLabel("apiserver_request_total", "code"), after
+	}
+	serverBefore, _ := apiServerMetrics(ctx, b.cs)
 	logf("%s: podjanitor at its default flags, %d pods (%s) in %d namespace(s)", scenario, n, out.Action, namespaces)
 	j, err := startJanitorWith(b.cfg, strings.Fields(b.cfg.podjanitor), scenario,
 		[]string{"--label-selector=" + workload.LabelScenario + "=" + pj.label}, "")
@@ -144,6 +164,7 @@ func (b *bench) capBacklog(ctx context.Context, scenario string) (*capBacklogRes
 	if scrapeErr != nil {
 		return nil, scrapeErr
 	}
+	out.ServerRemoval, out.ServerCodes, serverBefore = server(serverBefore)
 	if seen < n {
 		return out, fmt.Errorf("%s: podjanitor removed %d of %d pods in %v", scenario, seen, n, timeout)
 	}
@@ -173,15 +194,16 @@ func (b *bench) capBacklog(ctx context.Context, scenario string) (*capBacklogRes
 		return out, err
 	}
 	first, last, seen = waitSideGone(ctx, rtr, raw, time.Minute, scenario+" raw")
+	out.RawServerRemoval, out.RawServerCodes, _ = server(serverBefore)
+	out.RawErrors, out.RawErrorsBy = rr.errors.Load(), rr.errorsBy()
 	if seen < n {
-		return out, fmt.Errorf("%s: the raw remover removed %d of %d pods (%d errors)", scenario, seen, n, rr.errors.Load())
+		return out, fmt.Errorf("%s: the raw remover removed %d of %d pods (errors %v)", scenario, seen, n, rr.errorsBy())
 	}
 	out.RawSeconds = last.Sub(start).Seconds()
 	out.RawFirstSeconds = first.Sub(start).Seconds()
 	out.RawRate = float64(n) / out.RawSeconds
 	out.RawShare = out.CapSeconds / out.RawSeconds
 	out.ShareOfRaw = out.RawSeconds / out.Seconds
-	out.RawErrors = rr.errors.Load()
 	out.RawRequests = rr.byVerb()
 	logf("%s: podjanitor %.1f pods/s (%.0f%% of the cap), raw %.1f pods/s (%.0f%%): podjanitor / raw %.0f%%",
 		scenario, out.Rate, 100*out.ShareOfCap, out.RawRate, 100*out.RawShare, 100*out.ShareOfRaw)
@@ -321,6 +343,33 @@ func waitSideGone(ctx context.Context, t *tracker, side capSide, timeout time.Du
 // rawResult counts the raw remover's requests and failures.
 type rawResult struct {
 	gets, nsGets, evictions, deletes, errors atomic.Int64
+
+	mu       sync.Mutex
+	byReason map[string]int64
+}
+
+func (r *rawResult) failed(err error) {
+	r.errors.Add(1)
+	code := 0
+	if s, ok := err.(apierrors.APIStatus); ok {
+		code = int(s.Status().Code)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byReason == nil {
+		r.byReason = map[string]int64{}
+	}
+	r.byReason[fmt.Sprintf("%d %s", code, apierrors.ReasonForError(err))]++
+}
+
+func (r *rawResult) errorsBy() map[string]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int64{}
+	for k, v := range r.byReason {
+		out[k] = v
+	}
+	return out
 }
 
 func (r *rawResult) byVerb() map[string]int64 {
@@ -342,7 +391,10 @@ func rawClient(restCfg *rest.Config, qps float64, burst int) (kubernetes.Interfa
 // under a token bucket at podjanitor's default cap: an eviction reads the pod
 // and evicts it with that read's UID and resourceVersion; a delete reads its
 // namespace first unless it was read in the last second (by now), and
-// carries no preconditions (their cost is the same).
+// carries no preconditions (their cost is the same). A failed removal is
+// made again, requests and all, after a second (up to 10 times) without
+// another token, as podjanitor decides a pod again after a 409 and retries
+// a refusal without taking a token.
 func rawRemove(ctx context.Context, cs kubernetes.Interface, side capSide, evict bool, workers int, now func() time.Time) (*rawResult, error) {
 	limiter := rate.NewLimiter(defaultCap, defaultCapBurst)
 	var mu sync.Mutex
@@ -357,8 +409,16 @@ func rawRemove(ctx context.Context, cs kubernetes.Interface, side capSide, evict
 				if limiter.Wait(ctx) != nil {
 					return
 				}
-				if err := rawRemoveOne(ctx, cs, res, k.ns, k.name, evict, now, &mu, nsRead); err != nil {
-					res.errors.Add(1)
+				for attempt := 1; ; attempt++ {
+					err := rawRemoveOne(ctx, cs, res, k.ns, k.name, evict, now, &mu, nsRead)
+					if err == nil || ctx.Err() != nil {
+						break
+					}
+					res.failed(err)
+					if attempt == 10 {
+						break
+					}
+					time.Sleep(time.Second)
 				}
 			}
 		})
@@ -419,8 +479,11 @@ func printCapBacklog(w *tabwriter.Writer, runs []*capBacklogResult) {
 			r.Seconds, r.Rate, 100*r.ShareOfCap, r.RawSeconds, r.RawRate, 100*r.RawShare, 100*r.ShareOfRaw)
 	}
 	for _, r := range runs {
-		fmt.Fprintf(w, "%s: first removal %.2f s after podjanitor's cache sync (%.1f s), %.2f s after the raw remover's first request; podjanitor requests by method %v, by code %v, removal errors %v; CPU %.1f s; raw requests %v, %d errors\n",
-			r.Scenario, r.FirstSeconds, r.SyncSeconds, r.RawFirstSeconds, roundMap(r.Requests.ByMethod), roundMap(r.Requests.ByCode), roundMap(r.RemovalErrs), r.CPUSeconds, r.RawRequests, r.RawErrors)
+		fmt.Fprintf(w, "%s: first removal %.2f s after podjanitor's cache sync (%.1f s), %.2f s after the raw remover's first request; podjanitor requests by method %v, by code %v, removal errors %v; CPU %.1f s; raw requests %v, errors %v\n",
+			r.Scenario, r.FirstSeconds, r.SyncSeconds, r.RawFirstSeconds, roundMap(r.Requests.ByMethod), roundMap(r.Requests.ByCode), roundMap(r.RemovalErrs), r.CPUSeconds, r.RawRequests, r.RawErrorsBy)
+		fmt.Fprintf(w, "%s: the API server's %s, podjanitor's drain: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, codes %v; the raw remover's: p50 %.1f ms, p90 %.1f ms, p99 %.1f ms, codes %v\n",
+			r.Scenario, r.Action, 1000*r.ServerRemoval.P50, 1000*r.ServerRemoval.P90, 1000*r.ServerRemoval.P99, roundMap(r.ServerCodes),
+			1000*r.RawServerRemoval.P50, 1000*r.RawServerRemoval.P90, 1000*r.RawServerRemoval.P99, roundMap(r.RawServerCodes))
 	}
 }
 

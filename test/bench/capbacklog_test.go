@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -121,5 +122,36 @@ func TestRawRemoverEvictsWithTheReadsPreconditions(t *testing.T) {
 	}
 	if g := res.byVerb(); g["GET pod"] != 2 || g["POST eviction"] != 2 || g["GET namespace"] != 0 || res.errors.Load() != 0 {
 		t.Fatalf("counted %v, %d errors", g, res.errors.Load())
+	}
+}
+
+// A refused eviction is made again, the pod read afresh, as podjanitor
+// retries it; the refusal is counted by code and reason.
+func TestRawRemoverRetriesARefusedEviction(t *testing.T) {
+	side := capSide{namespaces: []string{"e"}, names: [][]string{{"e-0"}}}
+	cs := fake.NewClientset(capPod("e", "e-0", "uid-0", "17"))
+	refused := false
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		if !refused {
+			refused = true
+			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+		}
+		return true, nil, nil
+	})
+	cs.ClearActions()
+
+	res, err := rawRemove(context.Background(), cs, side, true, 1, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"get pods e/e-0", "create pods/eviction e/e-0", "get pods e/e-0", "create pods/eviction e/e-0"}
+	if got := requests(cs); len(got) != len(want) || got[2] != want[2] || got[3] != want[3] {
+		t.Fatalf("requests %q, want %q", got, want)
+	}
+	if by := res.errorsBy(); res.errors.Load() != 1 || by["429 TooManyRequests"] != 1 {
+		t.Fatalf("errors %d by %v, want one 429 TooManyRequests", res.errors.Load(), by)
 	}
 }
