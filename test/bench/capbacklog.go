@@ -127,7 +127,11 @@ func (b *bench) capBacklog(ctx context.Context, scenario string) (*capBacklogRes
 
 	// podjanitor at its defaults: only what points it at its pods.
 	pj := sides["pj"]
-	tr, err := watchNamespace(ctx, b.cs, "") // every namespace
+	// The watchers of every namespace end with the scenario, not with the
+	// run: they would see every later scenario's pods.
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	tr, err := watchNamespace(wctx, b.cs, "") // every namespace
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +183,7 @@ func (b *bench) capBacklog(ctx context.Context, scenario string) (*capBacklogRes
 
 	// The raw remover: the same requests, the same cap, no client-side bound.
 	raw := sides["raw"]
-	rtr, err := watchNamespace(ctx, b.cs, "")
+	rtr, err := watchNamespace(wctx, b.cs, "")
 	if err != nil {
 		return nil, err
 	}
