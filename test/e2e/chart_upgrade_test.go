@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -64,6 +65,12 @@ func TestHelmUpgradeFromV010(t *testing.T) {
 		}
 	})
 
+	// The v0.1.0 release runs this build's image (no v0.1.0 image offline),
+	// which reads namespaces; v0.1.0's binary did not, and its chart grants
+	// no namespace rights. The test grants them to the release's
+	// ServiceAccount while v0.1.0 runs, and takes them back before the
+	// upgrade, whose pod has the new chart's RBAC alone.
+	grant := grantNamespaceReads(t, ns, release+"-podjanitor")
 	selector := "app.kubernetes.io/instance=" + release
 	old := waitReadyPod(t, ns, selector, "", 2*time.Minute)
 	t.Logf("v0.1.0 chart: pod %s Ready", old.Name)
@@ -71,6 +78,7 @@ func TestHelmUpgradeFromV010(t *testing.T) {
 	due := createPod(t, apps, "due-v010", ttl(3*time.Second))
 	r.checkOnTime(t, due, created(due).Add(3*time.Second))
 
+	grant()
 	helm(t, append([]string{"upgrade", release, chartPath}, set...)...)
 	pod := waitReadyPod(t, ns, selector, old.Name, 2*time.Minute)
 	t.Logf("upgraded: pod %s Ready", pod.Name)
@@ -106,6 +114,32 @@ func TestHelmUpgradeFromV010(t *testing.T) {
 	if _, err := dc.Resource(crdGVR).Get(ctx, crdName, metav1.GetOptions{}); err != nil {
 		t.Errorf("the CRD after helm uninstall: %v, want it kept (helm.sh/resource-policy: keep)", err)
 	}
+}
+
+// grantNamespaceReads lets the ServiceAccount get, list and watch
+// namespaces until the returned func takes the right back.
+func grantNamespaceReads(t *testing.T, ns, serviceAccount string) (revoke func()) {
+	t.Helper()
+	ctx := ctxFor(t)
+	name := "e2e-" + ns + "-namespace-reads"
+	rbac := client.RbacV1()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list", "watch"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: serviceAccount, Namespace: ns}}}
+	if _, err := rbac.ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	revoke = func() {
+		_ = rbac.ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = rbac.ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
+	}
+	t.Cleanup(revoke)
+	return revoke
 }
 
 // localClusterPostRenderer writes a helm post-renderer that applies the
