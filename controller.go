@@ -582,14 +582,16 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 		logger.V(4).Info("Pod is not due yet", "deadline", decision.Deadline, "wait", wait, "by", decision.Source)
 		return Result{RequeueAfter: wait, parking: untilDeadline}, nil
 	}
-	decision, due, result, err := c.decideFresh(ctx, pod, now)
-	if !due {
-		return result, err
-	}
-
+	// The slot first, then the fresh reads: a pod waiting for its slot in
+	// a backlog reads its namespace (and tenant policy) once, when it may
+	// go, so the reads follow the removal cap, not the backlog's size.
 	if delay := c.state.reserve(key, pod.UID, c.limiter); delay > 0 {
 		logger.V(4).Info("Removal rate limit reached, waiting for the reserved slot", "delay", delay)
 		return Result{RequeueAfter: delay}, nil
+	}
+	decision, due, result, err := c.decideFresh(ctx, pod, c.now())
+	if !due {
+		return result, err
 	}
 	return c.removePod(ctx, pod, decision)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -452,5 +453,36 @@ func TestReadyzFollowsTheNamespaceWatch(t *testing.T) {
 	failing.Store(true)
 	if code, body := get(); code != http.StatusServiceUnavailable || !strings.Contains(body, "namespace watch failing since") {
 		t.Errorf("/readyz while the namespace watch fails = %d %q, want 503 saying why", code, body)
+	}
+}
+
+// TestBacklogReadsEachNamespaceOncePerRemoval proves that a backlog over
+// many namespaces reads each pod's namespace once, when its removal slot
+// comes, not once when it is found due and again when its slot comes: the
+// reads follow the removal cap (docs/operations.md, "Request budget").
+func TestBacklogReadsEachNamespaceOncePerRemoval(t *testing.T) {
+	var pods []*corev1.Pod
+	for i := range 6 {
+		p := apitest.Pod(fmt.Sprintf("p%d", i), t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+		p.Namespace = fmt.Sprintf("ns-%d", i)
+		pods = append(pods, p)
+	}
+	f := newFixtureWithNamespaces(t, Options{MaxRemovalsPerSecond: 1, RemovalBurst: 1}, nil, pods...)
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	for second := 1; len(f.writes()) < len(pods); second++ {
+		if second > 20 {
+			t.Fatalf("only %d of %d pods deleted after 20s at 1/s", len(f.writes()), len(pods))
+		}
+		if !f.stepAndCheckReady(time.Second) {
+			t.Fatalf("second %d: no key came back after the reservation delay", second)
+		}
+		for f.c.queue.Len() > 0 {
+			f.next()
+		}
+	}
+	if got := f.namespaceGets(); got != len(pods) {
+		t.Errorf("%d namespace reads for %d removals in %d namespaces, want one each", got, len(pods), len(pods))
 	}
 }

@@ -12,7 +12,9 @@
 # Environment (the Makefile passes its BENCH_* variables):
 #   BENCH_PODS          N for the idle and steady scenarios      (default 10000)
 #   BENCH_BACKLOG_PODS  pods per backlog run and per deleter     (default 3000)
-#   BENCH_SCENARIOS     idle,backlog,steady,churn,recovery       (default all five);
+#   BENCH_CAP_PODS      pods per side of evict-backlog, ns-backlog (default 600)
+#   BENCH_SCENARIOS     idle,backlog,evict-backlog,ns-backlog,steady,churn,recovery (default all seven);
+#                       evict-backlog needs kwok (the local cluster, not bench-kind);
 #                       idle-standin alone needs no cluster (pods served by the driver);
 #                       recovery needs the local cluster (not BENCH_KUBECONFIG);
 #                       peer (not in the default) runs the descheduler beside podjanitor,
@@ -45,7 +47,8 @@ args=(
   -out "$out"
   -pods "${BENCH_PODS:-10000}"
   -backlog-pods "${BENCH_BACKLOG_PODS:-3000}"
-  -scenarios "${BENCH_SCENARIOS:-idle,backlog,steady,churn,recovery}"
+  -cap-pods "${BENCH_CAP_PODS:-600}"
+  -scenarios "${BENCH_SCENARIOS:-idle,backlog,evict-backlog,ns-backlog,steady,churn,recovery}"
   -runs "${BENCH_RUNS:-3}"
   -windows "${BENCH_WINDOWS:-5m,1m}"
   -workers "${BENCH_WORKERS:-16}"
@@ -60,7 +63,7 @@ eval "extra=(${BENCH_ARGS:-})"
 # The command and commit, recorded with the results and beside every chart.
 quote() { case $1 in *[!A-Za-z0-9_.,:/=+@%-]*|'') printf "'%s'" "${1//\'/\'\\\'\'}" ;; *) printf %s "$1" ;; esac; }
 command="make bench"
-for v in BENCH_PODS BENCH_BACKLOG_PODS BENCH_SCENARIOS BENCH_RUNS BENCH_WINDOWS BENCH_WORKERS BENCH_QPS \
+for v in BENCH_PODS BENCH_BACKLOG_PODS BENCH_CAP_PODS BENCH_SCENARIOS BENCH_RUNS BENCH_WINDOWS BENCH_WORKERS BENCH_QPS \
   BENCH_BURST BENCH_IDLE BENCH_PODJANITOR BENCH_KUBECONFIG BENCH_ARGS; do
   [ -z "${!v:-}" ] || command+=" $v=$(quote "${!v}")"
 done

@@ -3,14 +3,16 @@
 # cluster BENCH_KIND_CLUSTER (hack/kind/up.sh), deleted after unless
 # BENCH_KEEP_CLUSTER is set; the project's dockerd is stopped again when this
 # run started it. The scenarios are BENCH_SCENARIOS (hack/bench.mk gives
-# idle,backlog,steady,churn: recovery stops and starts a local cluster's API
-# server, which a kind cluster does not have).
+# idle,backlog,ns-backlog,steady,churn: recovery stops and starts a local
+# cluster's API server, which a kind cluster does not have, and evict-backlog
+# binds its pods to the local cluster's kwok nodes).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 name=${BENCH_KIND_CLUSTER:?}
 case ",${BENCH_SCENARIOS:-}," in
   *,recovery,*) echo "[bench-kind] BENCH_SCENARIOS=$BENCH_SCENARIOS: recovery needs the local cluster (make bench), not kind" >&2; exit 2 ;;
+  *,evict-backlog,*) echo "[bench-kind] BENCH_SCENARIOS=$BENCH_SCENARIOS: evict-backlog needs the local cluster's kwok nodes (make bench), not kind" >&2; exit 2 ;;
 esac
 started_dockerd=false
 eval "$(hack/kind/up.sh env)"

@@ -2,7 +2,7 @@
 # Which path hack/kind/up.sh takes (`up.sh plan`), shown without Docker or a
 # registry: stub docker and kubectl programs in PATH stand for a user's, and
 # KIND_BIN_DIR for a checkout whose offline build never ran. Also that
-# `make bench-kind`'s defaults leave out recovery. Seconds; hack/kind/test.sh
+# `make bench-kind`'s defaults leave out recovery and evict-backlog. Seconds; hack/kind/test.sh
 # runs it first.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -48,10 +48,10 @@ check "auto: a Docker that does not answer: offline, in our dockerd" \
 check "offline: our dockerd" \
   "image=podjanitor.local/kind-node:v1.37.2 offline=true docker_host=$ours kubectl=$tmp/path/kubectl" \
   KIND_NODE_IMAGE=offline PATH="$tmp/answering:$tmp/path:$PATH"
-# make bench-kind: its default scenarios run on kind (no recovery), and
-# recovery asked for is refused before anything starts.
-if make -n --no-print-directory bench-kind 2>/dev/null | grep -q 'BENCH_SCENARIOS=idle,backlog,steady,churn BENCH_KIND'; then
-  echo "ok   bench-kind: default scenarios without recovery"
+# make bench-kind: its default scenarios run on kind (no recovery, no
+# evict-backlog), and those two asked for are refused before anything starts.
+if make -n --no-print-directory bench-kind 2>/dev/null | grep -q 'BENCH_SCENARIOS=idle,backlog,ns-backlog,steady,churn BENCH_KIND'; then
+  echo "ok   bench-kind: default scenarios without recovery or evict-backlog"
 else
   echo "FAIL bench-kind: default scenarios: $(make -n --no-print-directory bench-kind 2>&1 | grep -o 'BENCH_SCENARIOS=[^ ]*' | tr '\n' ' ')"
   failed=1
@@ -61,5 +61,11 @@ if out=$(BENCH_KIND_CLUSTER=x BENCH_SCENARIOS=steady,recovery hack/kind/bench.sh
   failed=1
 else
   case $out in *"recovery needs the local cluster"*) echo "ok   bench-kind: recovery refused" ;; *) echo "FAIL bench-kind: recovery: $out"; failed=1 ;; esac
+fi
+if out=$(BENCH_KIND_CLUSTER=x BENCH_SCENARIOS=ns-backlog,evict-backlog hack/kind/bench.sh 2>&1); then
+  echo "FAIL bench-kind: BENCH_SCENARIOS with evict-backlog ran"
+  failed=1
+else
+  case $out in *"evict-backlog needs the local cluster"*) echo "ok   bench-kind: evict-backlog refused" ;; *) echo "FAIL bench-kind: evict-backlog: $out"; failed=1 ;; esac
 fi
 exit $failed

@@ -18,9 +18,20 @@ type writeLog struct {
 	mu     sync.Mutex
 	writes map[string][]time.Time
 	wrote  chan string
+	// hold, when set, makes the next write wait inside write until it is
+	// closed, after sending on entered.
+	hold, entered chan struct{}
 }
 
 func (l *writeLog) write(_ context.Context, key string) error {
+	l.mu.Lock()
+	hold, entered := l.hold, l.entered
+	l.hold = nil
+	l.mu.Unlock()
+	if hold != nil {
+		entered <- struct{}{}
+		<-hold
+	}
 	l.mu.Lock()
 	l.writes[key] = append(l.writes[key], l.clock.Now())
 	l.mu.Unlock()
@@ -200,7 +211,19 @@ func TestStatusWriterForgetsDeletedPolicies(t *testing.T) {
 	go func() { w.Run(ctx, nil); close(done) }()
 	defer func() { cancel(); <-done }()
 	log.expectWrite(t, "a/kept")
+	// The churn while the writer is busy writing a/kept again, so that it
+	// cannot take a churned policy before its deletion: the deletions, and
+	// the marks after them, must leave nothing to write.
+	hold, entered := make(chan struct{}), make(chan struct{})
+	log.mu.Lock()
+	log.hold, log.entered = hold, entered
+	log.mu.Unlock()
+	w.Mark("a/kept")
+	clk.Step(time.Second)
+	<-entered
 	churn()
+	close(hold)
+	log.expectWrite(t, "a/kept")
 	clk.Step(time.Second)
 	log.expectNoWrite(t)
 	if n := w.Len(); n != 1 {

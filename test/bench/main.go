@@ -76,6 +76,7 @@ type config struct {
 	podjanitorAlt                  string
 	podjanitorEnv                  []string
 	pods, backlogPods, runs        int
+	capPods, capNamespaces         int // evict-backlog, ns-backlog (capbacklog.go)
 	workers, burst, createConc     int
 	qps, maxDeletions              float64
 	scenarios                      []string
@@ -109,8 +110,10 @@ func main() {
 	flag.StringVar(&cfg.outDir, "out", "_output/bench", "directory for results JSON and podjanitor logs")
 	flag.IntVar(&cfg.pods, "pods", 10000, "N: pods for the idle and steady scenarios")
 	flag.IntVar(&cfg.backlogPods, "backlog-pods", 0, "pods per backlog run (each for podjanitor and for the raw deleter); 0 = -pods")
+	flag.IntVar(&cfg.capPods, "cap-pods", 600, "evict-backlog, ns-backlog: overdue pods for podjanitor at its default flags, and as many for the raw remover")
+	flag.IntVar(&cfg.capNamespaces, "cap-namespaces", 200, "ns-backlog: namespaces the -cap-pods pods are spread over (each side)")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs of the short measurements (backlog; idle cache sync/heap restarts); the median is reported")
-	flag.StringVar(&scen, "scenarios", "idle,backlog,steady", "scenarios to run: idle, idle-standin, backlog, steady, churn, recovery, peer, kyverno, clock")
+	flag.StringVar(&scen, "scenarios", "idle,backlog,evict-backlog,ns-backlog,steady", "scenarios to run: idle, idle-standin, backlog, evict-backlog, ns-backlog, steady, churn, recovery, peer, kyverno, clock")
 	flag.StringVar(&wins, "windows", "5m,1m", "steady scenario: windows over which the N deadlines are spread, one run each")
 	flag.IntVar(&cfg.workers, "workers", 16, "podjanitor --workers, and the raw deleter's goroutines")
 	flag.Float64Var(&cfg.qps, "qps", 1000, "podjanitor --kube-api-qps, and the raw deleter's client QPS")
@@ -216,21 +219,23 @@ func splitList(s string) []string {
 // ------------------------------------------------------------------ results
 
 type results struct {
-	Started  time.Time       `json:"started"`
-	Finished time.Time       `json:"finished"`
-	Machine  machine         `json:"machine"`
-	Config   map[string]any  `json:"config"`
-	PodJSON  map[string]int  `json:"pod_json_bytes"`
-	Idle     *idleResult     `json:"idle,omitempty"`
-	Backlog  *backlogResult  `json:"backlog,omitempty"`
-	Steady   []*steadyResult `json:"steady,omitempty"`
-	Churn    *churnResult    `json:"churn,omitempty"`
-	Recovery *recoveryResult `json:"recovery,omitempty"`
-	Peer     *peerResult     `json:"peer,omitempty"`
-	Kyverno  *kyvernoResult  `json:"kyverno,omitempty"`
-	Clock    *clockResult    `json:"clock,omitempty"`
-	Tenants  *tenantResult   `json:"tenant_policies,omitempty"` // with -tenant-policies (tenant.go)
-	Charts   []string        `json:"charts,omitempty"`          // PNGs and their data (chart.go)
+	Started  time.Time      `json:"started"`
+	Finished time.Time      `json:"finished"`
+	Machine  machine        `json:"machine"`
+	Config   map[string]any `json:"config"`
+	PodJSON  map[string]int `json:"pod_json_bytes"`
+	Idle     *idleResult    `json:"idle,omitempty"`
+	Backlog  *backlogResult `json:"backlog,omitempty"`
+	// AtCap are evict-backlog and ns-backlog, podjanitor at its default flags.
+	AtCap    []*capBacklogResult `json:"backlogs_at_cap,omitempty"`
+	Steady   []*steadyResult     `json:"steady,omitempty"`
+	Churn    *churnResult        `json:"churn,omitempty"`
+	Recovery *recoveryResult     `json:"recovery,omitempty"`
+	Peer     *peerResult         `json:"peer,omitempty"`
+	Kyverno  *kyvernoResult      `json:"kyverno,omitempty"`
+	Clock    *clockResult        `json:"clock,omitempty"`
+	Tenants  *tenantResult       `json:"tenant_policies,omitempty"` // with -tenant-policies (tenant.go)
+	Charts   []string            `json:"charts,omitempty"`          // PNGs and their data (chart.go)
 }
 
 type machine struct {
@@ -274,7 +279,7 @@ func requestsFrom(m metrics) apiRequests {
 
 func run(ctx context.Context, cfg *config) error {
 	res := &results{Started: time.Now(), PodJSON: map[string]int{}, Config: map[string]any{
-		"pods": cfg.pods, "backlog_pods": cfg.backlogPods, "runs": cfg.runs, "scenarios": cfg.scenarios,
+		"pods": cfg.pods, "backlog_pods": cfg.backlogPods, "cap_pods": cfg.capPods, "cap_namespaces": cfg.capNamespaces, "runs": cfg.runs, "scenarios": cfg.scenarios,
 		"windows": fmtDurations(cfg.windows), "workers": cfg.workers, "kube_api_qps": cfg.qps, "kube_api_burst": cfg.burst,
 		"max_deletions_per_second": cfg.maxDeletions, "create_concurrency": cfg.createConc, "idle": cfg.idle.String(),
 		"idle_bound": cfg.idleBound, "nodes": cfg.nodes, "churn_pods": cfg.churnPods, "churn_live": cfg.churnLive,
@@ -342,6 +347,12 @@ func run(ctx context.Context, cfg *config) error {
 			res.Idle, err = b.idleStandin()
 		case "backlog":
 			res.Backlog, err = b.backlog(ctx)
+		case "evict-backlog", "ns-backlog":
+			var r *capBacklogResult
+			r, err = b.capBacklog(ctx, s)
+			if r != nil {
+				res.AtCap = append(res.AtCap, r)
+			}
 		case "steady":
 			for _, w := range cfg.windows {
 				var r *steadyResult
@@ -364,7 +375,7 @@ func run(ctx context.Context, cfg *config) error {
 		case "clock":
 			res.Clock, err = b.clock(ctx)
 		default:
-			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, steady, churn, recovery, peer, kyverno, clock)", s)
+			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, evict-backlog, ns-backlog, steady, churn, recovery, peer, kyverno, clock)", s)
 		}
 		if err != nil {
 			b.write()
@@ -657,6 +668,7 @@ func printReport(w0 *os.File, r *results) {
 		fmt.Fprintf(w, "podjanitor during drain: CPU %.1f s, peak RSS %s\n", bl.Runs[0].CPUSeconds, mib(bl.Runs[0].PeakRSS))
 		printRequests(w, "Scenario 4 (backlog run 1)", bl.Runs[0].Requests)
 	}
+	printCapBacklog(w, r.AtCap)
 	if len(r.Steady) > 0 {
 		fmt.Fprintf(w, "\n== Scenario 1: steady expiry (lateness = removal seen by a watcher − deadline; podjanitor's histogram beside it)\n")
 		fmt.Fprintln(w, "pods\twindow\trate\tmeasured\tp50\tp90\tp99\tmax\tpodjanitor p50\tp90\tp99\tnot removed\tcreated late")

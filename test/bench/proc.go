@@ -85,33 +85,34 @@ func startJanitor(cfg *config, name, ns string, workers int) (*janitor, error) {
 
 // command is the binary and any extra arguments, which follow the driver's.
 func startJanitorBinary(cfg *config, command []string, name, ns string, workers int) (*janitor, error) {
-	binary := command[0]
-	if podMode != nil && strings.Join(command, " ") == cfg.podjanitor {
-		return podMode.start(cfg, append([]string{
-			"--namespace=" + ns,
-			fmt.Sprintf("--workers=%d", workers),
-			fmt.Sprintf("--kube-api-qps=%g", cfg.qps),
-			fmt.Sprintf("--kube-api-burst=%d", cfg.burst),
-			fmt.Sprintf("--max-deletions-per-second=%g", cfg.maxDeletions),
-		}, command[1:]...), name)
-	}
-	logPath := fmt.Sprintf("%s/podjanitor-%s.log", cfg.outDir, name)
-	lf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	args := []string{
-		"--kubeconfig=" + cfg.kubeconfig,
+	return startJanitorWith(cfg, command, name, []string{
 		"--namespace=" + ns,
 		fmt.Sprintf("--workers=%d", workers),
 		fmt.Sprintf("--kube-api-qps=%g", cfg.qps),
 		fmt.Sprintf("--kube-api-burst=%d", cfg.burst),
 		fmt.Sprintf("--max-deletions-per-second=%g", cfg.maxDeletions),
+	}, ns)
+}
+
+// startJanitorWith starts command with the driver's flags (after the
+// kubeconfig, before the metrics addresses; as a pod with -pod-manifests);
+// tenantNS is the namespace whose tenant policies (-tenant-policies) are
+// ensured first, if any.
+func startJanitorWith(cfg *config, command []string, name string, flags []string, tenantNS string) (*janitor, error) {
+	if podMode != nil && strings.Join(command, " ") == cfg.podjanitor {
+		return podMode.start(cfg, append(flags, command[1:]...), name)
+	}
+	lf, err := os.Create(fmt.Sprintf("%s/podjanitor-%s.log", cfg.outDir, name))
+	if err != nil {
+		return nil, err
+	}
+	binary := command[0]
+	args := append(append([]string{"--kubeconfig=" + cfg.kubeconfig}, flags...),
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", cfg.metricsPort),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", cfg.metricsPort+1),
-	}
-	if tenants != nil {
-		if err := tenants.ensure(ns); err != nil {
+	)
+	if tenants != nil && tenantNS != "" {
+		if err := tenants.ensure(tenantNS); err != nil {
 			lf.Close()
 			return nil, err
 		}

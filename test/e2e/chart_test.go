@@ -70,6 +70,9 @@ func impersonate(t *testing.T, ns, sa string) kubernetes.Interface {
 // cluster-wide objects are gone.
 func TestHelmInstallClusterScope(t *testing.T) {
 	t.Parallel()
+	// The CRD exists before the release: parallel installs would each render
+	// it (templates/crd.yaml) and all but one fail on an object that exists.
+	installCRD(t)
 	ctx := ctxFor(t)
 	ns := newNamespace(t)
 	other := newNamespace(t)
@@ -143,6 +146,9 @@ func TestHelmInstallClusterScope(t *testing.T) {
 // of that ServiceAccount, and uninstalls.
 func TestHelmInstallNamespaceScope(t *testing.T) {
 	t.Parallel()
+	// The CRD exists before the release: parallel installs would each render
+	// it (templates/crd.yaml) and all but one fail on an object that exists.
+	installCRD(t)
 	ctx := ctxFor(t)
 	ns := newNamespace(t)
 	apps := newNamespace(t)
@@ -386,6 +392,7 @@ func startInstalled(t *testing.T, ctx context.Context, ns, fullname, cfgPath, wa
 // its pods stayed.
 func TestHelmTwoReleasesInOneNamespace(t *testing.T) {
 	t.Parallel()
+	installCRD(t) // as in TestHelmInstallClusterScope
 	ctx := ctxFor(t)
 	ns := newNamespace(t)
 	run := rand.IntN(10000)
