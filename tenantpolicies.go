@@ -261,7 +261,16 @@ func (c *Controller) applyPendingTenants(namespace string) {
 	}
 	t.mu.Lock()
 	p, hold := c.applyPendingLocked(namespace)
+	var keys []string // their status waited for this pass (writeTenantStatus)
+	if p != nil {
+		for name := range t.converted[namespace] {
+			keys = append(keys, namespace+"/"+name)
+		}
+	}
 	t.mu.Unlock()
+	for _, key := range keys {
+		t.status.Mark(key)
+	}
 	c.reportTenantWave(p, hold)
 }
 
@@ -633,9 +642,15 @@ func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
 	}
 	t.mu.Lock()
 	seen, ok := t.seen[key]
+	_, pending := t.pendingBy[namespace]
 	t.mu.Unlock()
 	if !ok || seen.uid != p.UID {
 		return nil // not read yet: its event marks it again
+	}
+	if pending {
+		// A change of the namespace's policies waits for its pass, which
+		// may hold it: the pass marks every policy of the namespace.
+		return tenant.ErrNotYet
 	}
 	status := c.tenantStatus(p, seen)
 	if apiequality.Semantic.DeepEqual(status, p.Status) {

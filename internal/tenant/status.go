@@ -2,6 +2,7 @@ package tenant
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -125,6 +126,11 @@ func (w *StatusWriter) Len() int {
 	return len(keys)
 }
 
+// ErrNotYet is what a write returns when the status may not be written yet
+// and whoever made it so marks the policy again: the write is not counted
+// against the interval, and not retried.
+var ErrNotYet = errors.New("the status may not be written yet")
+
 // Run writes until ctx is cancelled. Its first writes wait until ready is
 // closed (the pods decided once, so that the first status has the real
 // figures), one interval at most; nil ready: no wait.
@@ -156,12 +162,22 @@ func (w *StatusWriter) Run(ctx context.Context, ready <-chan struct{}) {
 		w.mu.Lock()
 		known := w.known[key] && w.pending[key]
 		delete(w.pending, key)
+		prev, hadPrev := w.last[key]
 		if known {
 			w.last[key] = w.clock.Now()
 		}
 		w.mu.Unlock()
 		if known {
-			if err := w.write(ctx, key); err != nil && ctx.Err() == nil {
+			switch err := w.write(ctx, key); {
+			case errors.Is(err, ErrNotYet):
+				w.mu.Lock() // not written: the interval runs from the last write
+				if _, ok := w.last[key]; ok && hadPrev {
+					w.last[key] = prev
+				} else if ok {
+					delete(w.last, key)
+				}
+				w.mu.Unlock()
+			case err != nil && ctx.Err() == nil:
 				utilruntime.HandleErrorWithContext(ctx, err, "Writing the status of a tenant policy failed, will retry", "policy", key)
 				w.Mark(key)
 			}

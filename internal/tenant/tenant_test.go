@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -253,5 +254,42 @@ func TestTrackerExpect(t *testing.T) {
 	case <-tr.Expect(nil):
 	default:
 		t.Fatal("Expect(nil) not closed at once")
+	}
+}
+
+// TestStatusWriterNotYetIsNotAWrite proves that a write answered ErrNotYet
+// (a change of the policy's namespace waits for its pass) does not count
+// against the interval: the pass's mark writes at once, not an interval
+// later.
+func TestStatusWriterNotYetIsNotAWrite(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	var notYet atomic.Bool
+	notYet.Store(true)
+	wrote := make(chan string, 10)
+	w := NewStatusWriter(clk, time.Minute, func(_ context.Context, key string) error {
+		if notYet.Load() {
+			wrote <- "not yet"
+			return ErrNotYet
+		}
+		wrote <- key
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx, nil); close(done) }()
+	defer func() { cancel(); <-done }()
+	w.Add("a/p")
+	if got := <-wrote; got != "not yet" {
+		t.Fatalf("first write %q, want the not-yet answer", got)
+	}
+	notYet.Store(false)
+	w.Mark("a/p") // the pass
+	select {
+	case got := <-wrote:
+		if got != "a/p" {
+			t.Fatalf("wrote %q, want a/p", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the mark after a not-yet answer waited for the interval")
 	}
 }

@@ -95,12 +95,17 @@ func (h *Holds) Resume(scope, object string, hold Hold, old []byte, oldDecide De
 
 // Held returns the held change of scope and the object that made it.
 func (h *Holds) Held(scope string) (hold Hold, object string, ok bool) {
-	s := h.scope(scope)
+	h.mu.Lock()
+	s := h.scopes[scope]
+	if s != nil {
+		object = s.object // Change sets it under h.mu
+	}
+	h.mu.Unlock()
 	if s == nil {
 		return Hold{}, "", false
 	}
 	hold, ok = s.guard.Held()
-	return hold, s.object, ok
+	return hold, object, ok
 }
 
 // Approve approves the held change id of scope, given on object: the scope

@@ -270,7 +270,7 @@ func TestPrometheusAlerts(t *testing.T) {
 		t.Fatalf("only %d alerts in %s", len(short), prometheusRuleFile)
 	}
 
-	scenarios := []string{"healthy", "dryrun", "noleader", "policy", "errors", "refused", "blocked", "late", "nswatch"}
+	scenarios := []string{"healthy", "dryrun", "noleader", "policy", "errors", "refused", "blocked", "late", "nswatch", "held"}
 	ns := map[string]string{}
 	for _, s := range scenarios {
 		ns[s] = promNamespace(t, s)
@@ -468,6 +468,21 @@ func TestPrometheusAlerts(t *testing.T) {
 			e.expectFiring(t, prom, "PodJanitorRemovalsLate", n, fmt.Sprintf("each DELETE held %v", slow), due, shipped, short, slow)
 		})
 
+		t.Run("PodJanitorRemovalsHeld", func(t *testing.T) {
+			t.Parallel()
+			n := ns["held"]
+			r := watchRemovals(t, n)
+			pods := wavePods(t, n, "yes", 150)
+			cfg := writePolicy(t, "", fmt.Sprintf(waveRule, "168h"))
+			d := e.janitor(t, n, "podjanitor-held", "", "--config", cfg, "--leader-elect-resource-namespace", n)
+			waitScraped(t, prom, n, 1)
+			writePolicy(t, cfg, fmt.Sprintf(waveRule, "1s")) // every pod due at once: held
+			at := time.Now()
+			d.waitLog("Holding the removals of the reloaded policy", 30*time.Second)
+			e.expectFiring(t, prom, "PodJanitorRemovalsHeld", n, "a policy reload making 150 pods due at once", at, shipped, short, 0)
+			noneRemoved(t, r, pods)
+		})
+
 		t.Run("PodJanitorNamespaceWatchFailing", func(t *testing.T) {
 			t.Parallel()
 			n := ns["nswatch"]
@@ -486,7 +501,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	t.Run("OnlyTheBrokenInstallationsAlert", func(t *testing.T) {
 		want := map[string]string{"noleader": "PodJanitorNoLeader", "policy": "PodJanitorPolicyRejected", "errors": "PodJanitorRemovalErrors",
 			"refused": "PodJanitorRemovalsRefused", "blocked": "PodJanitorEvictionsBlocked", "late": "PodJanitorRemovalsLate",
-			"nswatch": "PodJanitorNamespaceWatchFailing"}
+			"nswatch": "PodJanitorNamespaceWatchFailing", "held": "PodJanitorRemovalsHeld"}
 		for _, s := range scenarios {
 			if want[s] != "" && !e.ran(want[s]) {
 				continue // not run (go test -run)

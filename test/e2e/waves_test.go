@@ -4,8 +4,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -109,18 +111,22 @@ func removalsHeldEvent(t *testing.T, ns, command string) {
 	}
 }
 
-// TestReloadWaveIsHeld: 150 pods under `after: 168h`; the policy file is
-// reloaded with `after: 1s`: none is removed while the change is held (the
-// Lease records it, a Warning there has the command); approved, all go.
-// Reverted instead (a second namespace), none goes.
+// TestReloadWaveIsHeld: 400 pods under `after: 168h`; the policy file is
+// reloaded with `after: 1s`: none is removed for two minutes while the
+// change is held (the Lease records it, a Warning there has the command,
+// `podjanitor plan` shows the 400 HELD with the command); approved, all go
+// at the cap, none before its deadline. Reverted instead (a second
+// namespace), none goes and plan gives them their 168h deadlines again.
+// PodJanitorRemovalsHeld firing on it: TestPrometheusAlerts.
 func TestReloadWaveIsHeld(t *testing.T) {
 	t.Parallel()
+	const n = 400
 	for _, approve := range []bool{true, false} {
 		t.Run(fmt.Sprintf("approve=%v", approve), func(t *testing.T) {
 			t.Parallel()
 			ns := newNamespace(t)
 			r := watchRemovalsDurably(t, ns)
-			pods := wavePods(t, ns, "yes", 150)
+			pods := wavePods(t, ns, "yes", n)
 			cfg := writePolicy(t, "", fmt.Sprintf(waveRule, "168h"))
 			d := startDaemon(t, "--namespace", ns, "--config", cfg, "--leader-elect-resource-namespace", ns)
 			writePolicy(t, cfg, fmt.Sprintf(waveRule, "1s"))
@@ -128,9 +134,12 @@ func TestReloadWaveIsHeld(t *testing.T) {
 			id := heldOnLease(t, ns, "podjanitor")
 			command := "kubectl annotate lease -n " + ns + " podjanitor --overwrite " + approveWave + "=" + id
 			removalsHeldEvent(t, ns, command)
-			time.Sleep(10 * time.Second)
+			plan := runWavePlan(t, ns, cfg)
+			if plan.Hold == nil || plan.Hold.Change != id || plan.Hold.Approve != command || plan.Held != n {
+				t.Errorf("plan: hold %+v and %d pod(s) held, want change %s, %d held, approve %q", plan.Hold, plan.Held, id, n, command)
+			}
+			time.Sleep(2 * time.Minute)
 			noneRemoved(t, r.removals, pods)
-
 			if !approve {
 				writePolicy(t, cfg, fmt.Sprintf(waveRule, "168h"))
 				if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -141,17 +150,78 @@ func TestReloadWaveIsHeld(t *testing.T) {
 				}
 				time.Sleep(10 * time.Second)
 				noneRemoved(t, r.removals, pods)
+				plan := runWavePlan(t, ns, cfg)
+				if plan.Hold != nil || plan.Held != 0 || plan.Overdue != 0 || plan.Scanned < n || plan.MinIn < 167*time.Hour {
+					t.Errorf("plan after the revert: hold %+v, %d held, %d overdue, %d scanned, soonest in %v; want no hold and every deadline ~168h away",
+						plan.Hold, plan.Held, plan.Overdue, plan.Scanned, plan.MinIn)
+				}
 				return
 			}
 			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, approveWave, id)
+			approved := time.Now()
 			if _, err := client.CoordinationV1().Leases(ns).Patch(ctxFor(t), "podjanitor", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 				t.Fatal(err)
 			}
+			var last time.Time
 			for _, p := range pods {
-				r.waitRemoved(t, p, 2*time.Minute)
+				at := r.waitRemoved(t, p, 2*time.Minute)
+				if at.Before(created(p).Add(time.Second)) {
+					t.Errorf("pod %s removed before its deadline", p.Name)
+				}
+				if at.After(last) {
+					last = at
+				}
 			}
+			// The cap (50/s, burst 100): 400 pods take ~6 s; the approval is
+			// read within 2 s.
+			t.Logf("approved: %d pods removed within %v of the approval", n, last.Sub(approved).Round(100*time.Millisecond))
 		})
 	}
+}
+
+// wavePlan is what TestReloadWaveIsHeld reads of `podjanitor plan -o json`.
+type wavePlan struct {
+	Hold *struct {
+		Change, Approve string
+		Pods            int
+	}
+	Scanned, Held, Overdue int
+	MinIn                  time.Duration // the soonest deadline's distance
+}
+
+func runWavePlan(t *testing.T, ns, cfg string) wavePlan {
+	t.Helper()
+	out, err := exec.Command(binary, "plan", "--kubeconfig", kubeconfig, "--namespace", ns, "--config", cfg,
+		"--leader-elect-resource-namespace", ns, "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("podjanitor plan: %v", err)
+	}
+	var raw struct {
+		Pods []struct {
+			Deadline time.Time
+			Overdue  bool
+			Held     bool
+		}
+		Scanned int
+		Hold    *struct {
+			Change, Approve string
+			Pods            int
+		}
+	}
+	if err := json.Unmarshal(out, &raw); err != nil {
+		t.Fatalf("plan -o json: %v\n%s", err, out)
+	}
+	p := wavePlan{Hold: raw.Hold, Scanned: raw.Scanned, MinIn: time.Duration(1<<63 - 1)}
+	for _, e := range raw.Pods {
+		if e.Held {
+			p.Held++
+		}
+		if e.Overdue {
+			p.Overdue++
+		}
+		p.MinIn = min(p.MinIn, time.Until(e.Deadline))
+	}
+	return p
 }
 
 // TestRestartWithTheSamePolicyHoldsNothing: podjanitor records the policy it
@@ -182,7 +252,7 @@ func TestRestartWithTheSamePolicyHoldsNothing(t *testing.T) {
 }
 
 // TestTenantWaveIsHeld: a namespace editor's PodLifetimePolicy with no
-// selector and `after: 10s` over 150 pods is held (Ready=False,
+// selector and `after: 10s` over 300 pods is held (Ready=False,
 // RemovalsHeld) and approved by the editor on the policy; the editor cannot
 // annotate podjanitor's Lease (another namespace); a policy that makes 10
 // pods due goes without a hold.
@@ -195,7 +265,7 @@ func TestTenantWaveIsHeld(t *testing.T) {
 	_, smallTenant := editorOf(t, small)
 	rb, rs := watchRemovalsDurably(t, big), watchRemovalsDurably(t, small)
 	run := fmt.Sprintf("r%06d", rand.IntN(1000000)) // only this test's pods: other tests share the cluster
-	bigPods, smallPods := wavePods(t, big, run, 150), wavePods(t, small, run, 10)
+	bigPods, smallPods := wavePods(t, big, run, 300), wavePods(t, small, run, 10)
 	startDaemon(t, "--tenant-policies", "--label-selector", "wave="+run, "--leader-elect-resource-namespace", home)
 	rule := v1alpha1.PodLifetimeRule{Name: "all", Clock: "created", After: "10s"}
 	if _, err := tenant.PodjanitorV1alpha1().PodLifetimePolicies(big).Create(ctx, lifetimePolicy("all", rule), metav1.CreateOptions{}); err != nil {
@@ -209,8 +279,8 @@ func TestTenantWaveIsHeld(t *testing.T) {
 	}
 	p := waitReady(t, tenant, big, "all", metav1.ConditionFalse, time.Minute)
 	cond := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
-	if cond.Reason != "RemovalsHeld" || !strings.Contains(cond.Message, "holds 150 pod removal(s)") {
-		t.Fatalf("Ready %+v, want RemovalsHeld with 150 pods", cond)
+	if cond.Reason != "RemovalsHeld" || !strings.Contains(cond.Message, "holds 300 pod removal(s)") {
+		t.Fatalf("Ready %+v, want RemovalsHeld with 300 pods", cond)
 	}
 	id, _, _ := strings.Cut(strings.TrimPrefix(cond.Message, "change "), " ")
 	removalsHeldEvent(t, big, approveWave+"="+id)
