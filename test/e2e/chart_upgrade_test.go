@@ -57,6 +57,13 @@ func TestHelmUpgradeFromV010(t *testing.T) {
 	set := []string{"--namespace", ns, "--post-renderer", postRenderer,
 		"--set", "scope=namespace", "--set", "watchNamespace=" + apps, "--set", "leaderElection.enabled=false",
 		"--set", "image.repository=local/podjanitor", "--set", "image.tag=dev"}
+	// The v0.1.0 release runs this build's image (no v0.1.0 image offline),
+	// which reads namespaces and records the policy it acts on on its Lease
+	// (held waves); v0.1.0's binary did neither, and its chart, with
+	// leader election off, grants no right to either. The test grants them
+	// to the release's ServiceAccount while v0.1.0 runs, and takes them back
+	// before the upgrade, whose pod has the new chart's RBAC alone.
+	grant := grantNamespaceReads(t, ns, release+"-podjanitor")
 	helm(t, append([]string{"install", release, chartV010}, set...)...)
 	installed := true
 	t.Cleanup(func() {
@@ -65,12 +72,6 @@ func TestHelmUpgradeFromV010(t *testing.T) {
 		}
 	})
 
-	// The v0.1.0 release runs this build's image (no v0.1.0 image offline),
-	// which reads namespaces; v0.1.0's binary did not, and its chart grants
-	// no namespace rights. The test grants them to the release's
-	// ServiceAccount while v0.1.0 runs, and takes them back before the
-	// upgrade, whose pod has the new chart's RBAC alone.
-	grant := grantNamespaceReads(t, ns, release+"-podjanitor")
 	selector := "app.kubernetes.io/instance=" + release
 	old := waitReadyPod(t, ns, selector, "", 2*time.Minute)
 	t.Logf("v0.1.0 chart: pod %s Ready", old.Name)
@@ -117,7 +118,8 @@ func TestHelmUpgradeFromV010(t *testing.T) {
 }
 
 // grantNamespaceReads lets the ServiceAccount get, list and watch
-// namespaces until the returned func takes the right back.
+// namespaces, and use Leases in its namespace, until the returned func takes
+// the rights back.
 func grantNamespaceReads(t *testing.T, ns, serviceAccount string) (revoke func()) {
 	t.Helper()
 	ctx := ctxFor(t)
@@ -134,9 +136,23 @@ func grantNamespaceReads(t *testing.T, ns, serviceAccount string) (revoke func()
 	if _, err := rbac.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	leases := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+			Verbs: []string{"get", "list", "watch", "create", "update", "patch"}}}}
+	leasesBinding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects: binding.Subjects}
+	if _, err := rbac.Roles(ns).Create(ctx, leases, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.RoleBindings(ns).Create(ctx, leasesBinding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	revoke = func() {
 		_ = rbac.ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
 		_ = rbac.ClusterRoles().Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = rbac.RoleBindings(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = rbac.Roles(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
 	}
 	t.Cleanup(revoke)
 	return revoke

@@ -279,7 +279,7 @@ func startDaemonEnv(t *testing.T, env []string, waitFor string, args ...string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := append([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0", "-v=4"}, ownLease(args)...)
+	all := append([]string{"--kubeconfig", kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0", "-v=4"}, ownLease(args, env)...)
 	cmd := exec.Command(binary, all...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), env...)
@@ -305,10 +305,17 @@ func startDaemonEnv(t *testing.T, env []string, waitFor string, args ...string) 
 }
 
 // ownLease gives a daemon watching one namespace (--namespace) its Lease
-// there unless args name one: the Lease records the policy the daemon acts
-// on (--hold-waves), and the tests' daemons, each with its own policy, must
-// not measure their starts against each other's in kube-system.
-func ownLease(args []string) []string {
+// there unless args name one or env sets POD_NAMESPACE (a daemon run as an
+// installation runs, whose Lease is in its own namespace): the Lease records
+// the policy the daemon acts on (--hold-waves), and the tests' daemons, each
+// with its own policy, must not measure their starts against each other's in
+// kube-system.
+func ownLease(args, env []string) []string {
+	for _, e := range env {
+		if strings.HasPrefix(e, "POD_NAMESPACE=") {
+			return args
+		}
+	}
 	namespace := ""
 	for i, a := range args {
 		if strings.HasPrefix(a, "--leader-elect-resource-namespace") {

@@ -57,6 +57,7 @@ func TestSecureMetricsHostileCallers(t *testing.T) {
 	noRightsToken := serviceAccountToken(t, ctx, ns, "no-rights")
 
 	d := startDaemonAs(t, saKubeconfig, "Started workers", "--namespace", ns,
+		"--hold-waves=false", // held waves need the Lease, which the deploy's RBAC grants in its own namespace only
 		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0",
 		"--metrics-secure", "--profiling", "--http-idle-timeout", hostileIdleTimeout.String())
 	addr := d.endpoints()["metrics"]

@@ -52,6 +52,7 @@ func TestSecureMetrics(t *testing.T) {
 	certDir := t.TempDir()
 	writeMountedCert(t, certDir, "first.podjanitor.e2e")
 	d := startDaemonAs(t, saKubeconfig, "Started workers", "--namespace", ns,
+		"--hold-waves=false", // held waves need the Lease, which the deploy's RBAC grants in its own namespace only
 		"--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0",
 		"--metrics-secure", "--metrics-cert-dir", certDir, "--profiling")
 	addr := d.endpoints()["metrics"]
