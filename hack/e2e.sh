@@ -35,4 +35,4 @@ E2E_KUBECONFIG="$root/_output/e2e/kubeconfig" PODJANITOR_BIN="$root/_output/bin/
   HELM_BIN="${HELM_BIN:-$root/_output/bin/helm}" \
   E2E_CLUSTER_DIR="$root/_output/e2e" E2E_IMAGE_ARCHIVE="$root/_output/images/podjanitor.tar" \
   KUSTOMIZE_BIN="$root/_output/bin/kustomize" PROMETHEUS_BIN="$root/_output/bin/prometheus" \
-  go test -tags e2e -count=1 -timeout 30m -v ./test/e2e/ "$@"
+  go test -tags e2e -count=1 -timeout 45m -v ./test/e2e/ "$@"
