@@ -146,6 +146,27 @@ func (f *fixture) next() {
 	}
 }
 
+// stepUntilWritten steps the fake clock a second at a time and handles the
+// keys that come back, until n writes are made (at most limit seconds);
+// check, when not nil, sees each second's end.
+func (f *fixture) stepUntilWritten(n, limit int, check func(second int)) {
+	f.t.Helper()
+	for second := 1; len(f.writes()) < n; second++ {
+		if second > limit {
+			f.t.Fatalf("only %d of %d pods removed after %ds", len(f.writes()), n, limit)
+		}
+		if !f.stepAndCheckReady(time.Second) {
+			f.t.Fatalf("second %d: no key came back after the reservation delay", second)
+		}
+		for f.c.queue.Len() > 0 {
+			f.next()
+		}
+		if check != nil {
+			check(second)
+		}
+	}
+}
+
 // waitReady steps the fake clock by d and says whether a key became ready.
 func (f *fixture) stepAndCheckReady(d time.Duration) bool {
 	f.t.Helper()
@@ -465,20 +486,11 @@ func TestRemovalRateLimitDelaysButNeverDrops(t *testing.T) {
 	if got := len(f.writes()); got != 1 {
 		t.Fatalf("deletes in the first instant = %d, want 1 (burst 1)", got)
 	}
-	for second := 1; len(f.writes()) < len(pods); second++ {
-		if second > 10 {
-			t.Fatalf("only %d of %d pods deleted after 10s at 1/s", len(f.writes()), len(pods))
-		}
-		if !f.stepAndCheckReady(time.Second) {
-			t.Fatalf("second %d: no key came back after the reservation delay", second)
-		}
-		for f.c.queue.Len() > 0 {
-			f.next()
-		}
+	f.stepUntilWritten(len(pods), 10, func(second int) {
 		if got := len(f.writes()); got > second+1 {
 			t.Fatalf("after %ds: %d deletes, limit allows %d", second, got, second+1)
 		}
-	}
+	})
 	var want []core.Action
 	for _, p := range pods {
 		want = append(want, deleteAction(p))

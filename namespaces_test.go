@@ -471,17 +471,7 @@ func TestBacklogReadsEachNamespaceOncePerRemoval(t *testing.T) {
 	for _, p := range pods {
 		f.process(keyOf(p))
 	}
-	for second := 1; len(f.writes()) < len(pods); second++ {
-		if second > 20 {
-			t.Fatalf("only %d of %d pods deleted after 20s at 1/s", len(f.writes()), len(pods))
-		}
-		if !f.stepAndCheckReady(time.Second) {
-			t.Fatalf("second %d: no key came back after the reservation delay", second)
-		}
-		for f.c.queue.Len() > 0 {
-			f.next()
-		}
-	}
+	f.stepUntilWritten(len(pods), 20, nil)
 	if got := f.namespaceGets(); got != len(pods) {
 		t.Errorf("%d namespace reads for %d removals in %d namespaces, want one each", got, len(pods), len(pods))
 	}

@@ -14,12 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/tools/cache"
 	clientevents "k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/internal/tenant"
 	"github.com/podjanitor/podjanitor/internal/wave"
 	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
@@ -57,45 +55,28 @@ func benchmarkTenantPolicyChange(b *testing.B, writes int, holdWaves bool) {
 	clk := testingclock.NewFakeClock(start)
 	client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "other"}})
-	factory := informerFactory(client, scopeFlags{annotationPrefix: policy.DefaultAnnotationPrefix})
-	podInformer := factory.Core().V1().Pods()
-	transform := podcache.PodTransform(policy.DefaultAnnotationPrefix)
+	var pods []*corev1.Pod
 	for _, ns := range []string{"bench", "other"} {
 		for i := range n {
-			p := &corev1.Pod{
+			pods = append(pods, &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("pod-%05d", i), UID: types.UID(fmt.Sprintf("%s-%d", ns, i)),
 					ResourceVersion: "1", CreationTimestamp: metav1.NewTime(start.Add(-time.Duration(i) * 100 * time.Millisecond)), Labels: map[string]string{"app": "batch"}},
 				Status: corev1.PodStatus{Phase: corev1.PodPending},
-			}
-			obj, err := transform(p)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := podInformer.Informer().GetIndexer().Add(obj); err != nil {
-				b.Fatal(err)
-			}
+			})
 		}
 	}
-	nsFactory := informers.NewSharedInformerFactory(client, 0)
-	nsInformer := nsFactory.Core().V1().Namespaces().Informer()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts := Options{Evaluator: &policy.Evaluator{}, RedecisionInterval: time.Second}
 	if holdWaves {
 		opts.Waves = &wave.Options{Threshold: wave.Threshold{Pods: 100, Percent: 10, MinPods: 10}, Window: 5 * time.Minute}
 	}
-	c, err := NewController(ctx, podInformer, nsInformer, client, &clientevents.FakeRecorder{}, clk, opts)
-	if err != nil {
-		b.Fatal(err)
-	}
 	pj := pjfake.NewSimpleClientset()
-	if err := c.SetTenantPolicies(ctx, newTenantInformer(pj, scopeFlags{}, 0), pj, policy.Restrictions{}, time.Hour); err != nil {
-		b.Fatal(err)
-	}
-	nsFactory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), nsInformer.HasSynced) {
-		b.Fatal("namespace cache did not sync")
-	}
+	c := newBenchController(b, ctx, clk, client, pods, opts, func(c *Controller) {
+		if err := c.SetTenantPolicies(ctx, newTenantInformer(pj, scopeFlags{}, 0), pj, policy.Restrictions{}, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	})
 	p := &v1alpha1.PodLifetimePolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "max-age", UID: "uid-max-age"},
 		Spec: v1alpha1.PodLifetimePolicySpec{Rules: []v1alpha1.PodLifetimeRule{

@@ -21,6 +21,39 @@ import (
 	"github.com/podjanitor/podjanitor/policy"
 )
 
+// newBenchController is a controller over client with pods in its cache (as
+// the informer's transform stores them) and its namespace cache synced;
+// before is called before the namespace informer starts (nil: nothing).
+func newBenchController(b *testing.B, ctx context.Context, clk *testingclock.FakeClock, client *fake.Clientset,
+	pods []*corev1.Pod, opts Options, before func(*Controller)) *Controller {
+	b.Helper()
+	podInformer := informerFactory(client, scopeFlags{annotationPrefix: policy.DefaultAnnotationPrefix}).Core().V1().Pods()
+	transform := podcache.PodTransform(policy.DefaultAnnotationPrefix)
+	for _, p := range pods {
+		obj, err := transform(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := podInformer.Informer().GetIndexer().Add(obj); err != nil {
+			b.Fatal(err)
+		}
+	}
+	nsFactory := informers.NewSharedInformerFactory(client, 0)
+	nsInformer := nsFactory.Core().V1().Namespaces().Informer()
+	c, err := NewController(ctx, podInformer, nsInformer, client, &clientevents.FakeRecorder{}, clk, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if before != nil {
+		before(c)
+	}
+	nsFactory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), nsInformer.HasSynced) {
+		b.Fatal("namespace cache did not sync")
+	}
+	return c
+}
+
 // BenchmarkPolicyReload measures a policy file reload at 10,000 pods, with
 // and without the wave guard (--hold-waves): SetEvaluator (with the guard:
 // the wave computed, every pod decided by the old and the new rules) and
@@ -38,25 +71,14 @@ func BenchmarkPolicyReload(b *testing.B) {
 			start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 			clk := testingclock.NewFakeClock(start)
 			client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}})
-			factory := informerFactory(client, scopeFlags{annotationPrefix: policy.DefaultAnnotationPrefix})
-			podInformer := factory.Core().V1().Pods()
-			transform := podcache.PodTransform(policy.DefaultAnnotationPrefix)
+			var pods []*corev1.Pod
 			for i := range n {
-				p := &corev1.Pod{
+				pods = append(pods, &corev1.Pod{
 					ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("pod-%05d", i), UID: types.UID(fmt.Sprint(i)),
 						ResourceVersion: "1", CreationTimestamp: metav1.NewTime(start.Add(-time.Duration(i) * time.Second))},
 					Status: corev1.PodStatus{Phase: corev1.PodRunning},
-				}
-				obj, err := transform(p)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := podInformer.Informer().GetIndexer().Add(obj); err != nil {
-					b.Fatal(err)
-				}
+				})
 			}
-			nsFactory := informers.NewSharedInformerFactory(client, 0)
-			nsInformer := nsFactory.Core().V1().Namespaces().Informer()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			evaluators := []*policy.Evaluator{benchEvaluator(b, "7d"), benchEvaluator(b, "8d")}
@@ -64,14 +86,7 @@ func BenchmarkPolicyReload(b *testing.B) {
 			if hold {
 				opts.Waves = &wave.Options{Threshold: wave.Threshold{Pods: 100, Percent: 10, MinPods: 10}, Window: 5 * time.Minute}
 			}
-			c, err := NewController(ctx, podInformer, nsInformer, client, &clientevents.FakeRecorder{}, clk, opts)
-			if err != nil {
-				b.Fatal(err)
-			}
-			nsFactory.Start(ctx.Done())
-			if !cache.WaitForCacheSync(ctx.Done(), nsInformer.HasSynced) {
-				b.Fatal("namespace cache did not sync")
-			}
+			c := newBenchController(b, ctx, clk, client, pods, opts, nil)
 			b.ReportAllocs()
 			b.ResetTimer()
 			var set time.Duration

@@ -331,14 +331,9 @@ func (m *Metrics) CountRemovalError(a policy.Action, kind string) {
 
 // SetLeader records whether this process is the acting leader.
 func (m *Metrics) SetLeader(leading bool) {
-	if m == nil {
-		return
+	if m != nil {
+		setBool(m.leader, leading)
 	}
-	v := 0.0
-	if leading {
-		v = 1
-	}
-	m.leader.Set(v)
 }
 
 // SetPodsParked sets podjanitor_pods_scheduled, the number of pods parked
@@ -358,14 +353,9 @@ func (m *Metrics) SetPodsHeld(source string, n int) {
 
 // SetNamespaceWatchHealthy sets podjanitor_namespace_watch_healthy.
 func (m *Metrics) SetNamespaceWatchHealthy(healthy bool) {
-	if m == nil {
-		return
+	if m != nil {
+		setBool(m.namespaceWatch, healthy)
 	}
-	v := 0.0
-	if healthy {
-		v = 1
-	}
-	m.namespaceWatch.Set(v)
 }
 
 // SetTenantPolicies sets podjanitor_tenant_policies: how many tenant
@@ -381,12 +371,17 @@ func (m *Metrics) SetTenantPolicies(ready, notReady int) {
 // whether the tenant policies are honoured (their informer runs).
 func (m *Metrics) SetTenantPoliciesAvailable(available bool) {
 	if m != nil {
-		v := 0.0
-		if available {
-			v = 1
-		}
-		m.tenantAPI.Set(v)
+		setBool(m.tenantAPI, available)
 	}
+}
+
+// setBool sets a 0/1 gauge.
+func setBool(g prometheus.Gauge, b bool) {
+	v := 0.0
+	if b {
+		v = 1
+	}
+	g.Set(v)
 }
 
 // CountWarningDropped counts a Warning left out over its budget.
