@@ -43,6 +43,9 @@ DOCKER_SOCK="$KIND_DOCKER_DIR/docker.sock"
 CONTAINERD_SOCK="$KIND_DOCKER_DIR/containerd.sock"
 PIDFILE="$KIND_DOCKER_DIR/dockerd.pid"
 CONTAINERD_PIDFILE="$KIND_DOCKER_DIR/containerd.pid"
+# Every task our containerd's shims ran, "<namespace>/<id>", as runc-wrapper
+# records it: what names their sockets in /run/containerd/s.
+TASK_LOG="$KIND_DOCKER_DIR/tasks"
 NETENV="$KIND_DOCKER_DIR/net.env"
 LOG="$KIND_DOCKER_DIR/dockerd.log"
 KIND_ID=$(printf '%s' "$root" | sha256sum | cut -c1-6)
@@ -179,7 +182,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.a
 [plugins."io.containerd.internal.v1.opt"]
   path = "$KIND_DOCKER_DIR/containerd/opt"
 EOF
-  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$CONTAINERD_PIDFILE" "$bin" --config "$KIND_DOCKER_DIR/containerd/config.toml" \
+  PODJANITOR_TASK_LOG="$TASK_LOG" setsid bash -c 'echo $$ >"$0"; exec "$@"' "$CONTAINERD_PIDFILE" "$bin" --config "$KIND_DOCKER_DIR/containerd/config.toml" \
     </dev/null >>"$KIND_DOCKER_DIR/containerd.log" 2>&1 &
   local i
   for i in $(seq 1 100); do
@@ -350,13 +353,21 @@ cleanup() {
     find "$h/$CGROUP_PARENT" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done < <(cgroup_hierarchies)
   # The shims' sockets: containerd 1.6 names them /run/containerd/s/ and the
-  # sha256 of "<its address>/<namespace>/<id>"; the tasks are in its state.
-  local t ns id
-  for t in "$KIND_DOCKER_DIR"/containerd/state/io.containerd.runtime.v2.task/*/*; do
-    [ -d "$t" ] || continue
-    id=${t##*/} ns=${t%/*} ns=${ns##*/}
-    rm -f "/run/containerd/s/$(printf '%s' "$CONTAINERD_SOCK/$ns/$id" | sha256sum | cut -c1-64)"
-  done
+  # sha256 of "<its address>/<namespace>/<id>". A shim SIGKILLed while
+  # containerd runs leaves its socket, and containerd removes the task's
+  # bundle from its state: the tasks runc-wrapper recorded name them all.
+  # Nothing of ours runs now, so none of them is in use.
+  local t
+  while read -r t; do
+    [ -n "$t" ] || continue
+    rm -f "/run/containerd/s/$(printf '%s' "$CONTAINERD_SOCK/$t" | sha256sum | cut -c1-64)"
+  done < <({
+    cat "$TASK_LOG" 2>/dev/null || true
+    for t in "$KIND_DOCKER_DIR"/containerd/state/io.containerd.runtime.v2.task/*/*; do
+      [ -d "$t" ] && printf '%s\n' "${t#"$KIND_DOCKER_DIR"/containerd/state/io.containerd.runtime.v2.task/}"
+    done
+  } | sort -u)
+  rm -f "$TASK_LOG"
   rm -f "$PIDFILE" "$CONTAINERD_PIDFILE"
 }
 

@@ -76,12 +76,27 @@ kill_ours() {
 }
 
 snapshot() { hack/host-state.sh snapshot "$work/$1"; }
+# stale_shim_sockets: the entries of /run/containerd/s (shared by every
+# containerd on the host, so not in the scoped snapshot) that were not there
+# at the start and that nothing listens on.
+shim_sockets() { ls /run/containerd/s 2>/dev/null | sort || true; }
+stale_shim_sockets() {
+  local n listening
+  listening=$(ss -xlH 2>/dev/null | grep -o '/run/containerd/s/[0-9a-f]*' || true)
+  for n in $(comm -13 "$work/shim-sockets.before" <(shim_sockets)); do
+    grep -qx "/run/containerd/s/$n" <<<"$listening" || echo "$n"
+  done
+}
+
 compare() {
   local what=$1
   snapshot "$what.after"
   if ! hack/host-state.sh compare "$work/before" "$work/$what.after" >&2; then
     fail "$what: the host state differs from before"
   fi
+  local stale
+  stale=$(stale_shim_sockets)
+  [ -z "$stale" ] || fail "$what: shim sockets left in /run/containerd/s: $(echo $stale)"
   local left
   left=$(ours | sort -u || true)
   [ -z "$left" ] || fail "$what: processes of ours left: $(ps -o pid=,args= -p "$(echo $left | tr ' ' ,)" 2>/dev/null | cut -c1-150)"
@@ -94,13 +109,27 @@ part_dockerd() {
   mkdir -p "$work/img"
   gcc -static -Os -o "$work/img/pause" hack/node/pause.c
   (cd "$work/img" && tar c pause | docker import - podjanitor.local/crash-test:1 >/dev/null)
-  docker rm -f pj-crash-c >/dev/null 2>&1 || true
+  docker rm -f pj-crash-c pj-crash-c2 >/dev/null 2>&1 || true
   docker run -d --name pj-crash-c -p 127.0.0.1::80 podjanitor.local/crash-test:1 /pause >/dev/null
   # A kubelet's write of a host sysctl, recorded first as up.sh does.
   sysctls_save "$root/_output/kind/sysctl.saved"
   local key=kernel.keys.root_maxbytes was
   was=$(sysctl -n $key)
   sysctl -q -w "$key=$((was + 1))"
+  # The shim first, alone: containerd notices, removes the task's bundle
+  # from its state, and the socket the shim made stays (the leak of a crash
+  # mid-run: the task's own directory no longer names it).
+  local shim task=_output/kind/docker/containerd/state/io.containerd.runtime.v2.task/moby
+  shim=$(pgrep -f "containerd-shim.*$root/_output/" | head -1 || true)
+  [ -n "$shim" ] || fail "dockerd: no shim of ours runs"
+  [ -z "$shim" ] || kill -KILL "$shim"
+  local i
+  for i in $(seq 1 40); do
+    [ -n "$(ls "$task" 2>/dev/null)" ] || break
+    sleep 0.25
+  done
+  say "dockerd: the shim (pid $shim) SIGKILLed; tasks left in containerd's state: $(ls "$task" 2>/dev/null | wc -l)"
+  docker run -d --name pj-crash-c2 podjanitor.local/crash-test:1 /pause >/dev/null
   local pids
   pids=$(ours | sort -u)
   say "dockerd: SIGKILL $(echo $pids)"
@@ -224,6 +253,7 @@ part_two() {
 # Nothing of ours may run when it starts: the comparison is with a clean state.
 make --no-print-directory kind-down KIND_CLUSTER=pj-crash >/dev/null 2>&1 || true
 snapshot before
+shim_sockets >"$work/shim-sockets.before"
 parts=${1:-all}
 [ "$parts" != all ] || parts="dockerd daemons kill two"
 start=$SECONDS

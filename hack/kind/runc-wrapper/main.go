@@ -9,6 +9,12 @@
 // starts. Such a capability cannot be had anyway; everything else is passed
 // through unchanged.
 //
+// With PODJANITOR_TASK_LOG set (hack/kind/dockerd.sh sets it on its
+// containerd, whose shims pass it on), each create or run appends its task's
+// "<namespace>/<id>" (the bundle's last two path elements) to that file: the
+// names of the shims' sockets in /run/containerd/s, which a SIGKILLed shim
+// leaves behind even after containerd has removed the task's bundle.
+//
 //	dockerd --add-runtime pj-runc=_output/bin/runc-wrapper --default-runtime pj-runc
 package main
 
@@ -47,6 +53,11 @@ func main() {
 		}
 	}
 	if file, inProcess := specOf(os.Args[1:]); file != "" {
+		if log := os.Getenv("PODJANITOR_TASK_LOG"); log != "" && inProcess {
+			if err := recordTask(log, filepath.Dir(file)); err != nil {
+				fmt.Fprintln(os.Stderr, "runc-wrapper: recording the task:", err)
+			}
+		}
 		bounding, err := boundingSet("/proc/self/status")
 		if err == nil {
 			err = filterFile(file, inProcess, bounding)
@@ -107,6 +118,20 @@ func specOf(args []string) (file string, inProcess bool) {
 	// exec without --process takes its capabilities from --cap flags: runc
 	// checks those against the container's, already filtered.
 	return "", false
+}
+
+// recordTask appends "<namespace>/<id>" of a task's bundle
+// (.../io.containerd.runtime.v2.task/<namespace>/<id>) to the file log.
+func recordTask(log, bundle string) error {
+	f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "%s/%s\n", filepath.Base(filepath.Dir(bundle)), filepath.Base(bundle))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // boundingSet reads CapBnd of a /proc/PID/status file.

@@ -116,3 +116,19 @@ func TestBoundingSet(t *testing.T) {
 		t.Fatalf("boundingSet = %x, %v", got, err)
 	}
 }
+
+func TestRecordTask(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "tasks")
+	for _, b := range []string{"/s/io.containerd.runtime.v2.task/moby/abc", "/s/io.containerd.runtime.v2.task/moby/def/"} {
+		if err := recordTask(log, filepath.Clean(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "moby/abc\nmoby/def\n"; string(got) != want {
+		t.Errorf("log = %q, want %q", got, want)
+	}
+}
