@@ -30,7 +30,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/podjanitor/podjanitor/internal/budgets"
 	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/internal/podcache"
@@ -72,8 +71,6 @@ type Options struct {
 	// namespace's pods after its tenant policies or labels change; changes
 	// in between coalesce into the next. 0: no wait.
 	RedecisionInterval time.Duration
-	// Budgets spaces the evictions under one PodDisruptionBudget (nil: not).
-	Budgets *budgets.Gate
 	// Waves holds a policy reload whose wave is too large for a person to
 	// approve (internal/wave); nil holds nothing (--hold-waves=false).
 	Waves *wave.Options
@@ -817,13 +814,6 @@ func (c *Controller) confirmTenantPolicy(ctx context.Context, pod *corev1.Pod, d
 func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.Decision) (Result, error) {
 	if !c.opts.DryRun {
 		if d.Action == policy.ActionEvict {
-			// Its turn under the pod's budgets first, then the fresh read:
-			// the eviction acts on what is true when it is sent.
-			release, err := c.opts.Budgets.Acquire(ctx, pod)
-			if err != nil {
-				return Result{}, err
-			}
-			defer release()
 			fresh, freshD, result, err := c.freshDecision(ctx, pod, d)
 			if fresh == nil {
 				return result, err

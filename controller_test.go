@@ -30,7 +30,6 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
-	"github.com/podjanitor/podjanitor/internal/budgets"
 	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/policy"
@@ -760,69 +759,5 @@ func TestParkedDeadlinesFollowTheClockOffset(t *testing.T) {
 	}
 	if !f.stepAndCheckReady(time.Millisecond) {
 		t.Fatal("pod did not come due at its deadline in the API server's time as now estimated")
-	}
-}
-
-// TestEvictionWaitsForItsBudgetsTurn: with an eviction in flight under a
-// PodDisruptionBudget (--evictions-per-budget 1), another pod of that budget
-// is neither read nor evicted until the first is done; a pod under no budget
-// is not held up.
-func TestEvictionWaitsForItsBudgetsTurn(t *testing.T) {
-	web := func(name string) *corev1.Pod {
-		p := apitest.Pod(name, t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
-		p.Labels = map[string]string{"app": "web"}
-		return p
-	}
-	first, second := web("first"), web("second")
-	free := apitest.Pod("free", t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	if err := idx.Add(&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
-		Spec: policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}); err != nil {
-		t.Fatal(err)
-	}
-	gate := budgets.NewGate(idx, 1)
-	f := newFixture(t, Options{Budgets: gate}, first, second, free)
-	inFlight, err := gate.Acquire(f.ctx, first) // the first pod's eviction, in flight
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := f.c.syncHandler(f.ctx, keyOf(second))
-		done <- err
-	}()
-	if _, err := f.c.syncHandler(f.ctx, keyOf(free)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		t.Fatalf("the second pod's removal ended (%v) while its budget's turn was taken", err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	for _, a := range f.writes() {
-		if g, ok := a.(core.GetAction); ok && g.GetName() == "second" {
-			t.Fatalf("the second pod was read while its budget's turn was taken: %v", a)
-		}
-	}
-	if n := gate.Waiting(); n != 1 {
-		t.Errorf("evictions waiting = %d, want 1", n)
-	}
-	inFlight()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the second pod's eviction did not go after its budget's turn was given back")
-	}
-	var evicted []string
-	for _, a := range f.writes() {
-		if c, ok := a.(core.CreateAction); ok && a.GetSubresource() == "eviction" {
-			evicted = append(evicted, c.GetObject().(*policyv1.Eviction).Name)
-		}
-	}
-	if !slices.Equal(evicted, []string{"free", "second"}) {
-		t.Errorf("evicted %q, want free (under no budget) and then second", evicted)
 	}
 }

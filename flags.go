@@ -42,7 +42,6 @@ type flagValues struct {
 	shutdownTimeout      time.Duration
 	writeTimeout         time.Duration
 	redecisionInterval   time.Duration // --namespace-redecision-interval
-	evictionsPerBudget   int           // --evictions-per-budget
 	showVersion          bool
 	loggingFormat        string
 	verbosity            int         // klog's -v, for --logging-format=json
@@ -168,8 +167,6 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 		"Record LifetimeExpired events of removals: on each pod, and in bulk one per owner and 10 s. false records none; warnings and dry-run events are recorded regardless.")
 	fs.Float64Var(&o.maxRemovalsPerSecond, "max-deletions-per-second", 50, "Cluster-wide cap on removals per second; 0 means no cap. Removals over the cap wait, they are never dropped.")
 	fs.IntVar(&o.removalBurst, "deletion-burst", 100, "Removals allowed at once above --max-deletions-per-second.")
-	fs.IntVar(&o.evictionsPerBudget, "evictions-per-budget", 1,
-		"Evictions in flight at once under one PodDisruptionBudget (the others wait their turn in podjanitor: concurrent ones conflict at the API server, which retries each after 500 ms); needs list and watch on poddisruptionbudgets. 0: no limit, and no PodDisruptionBudget watch.")
 	fs.BoolVar(&o.waves.hold, "hold-waves", true,
 		"Hold a change that makes many pods due at once (its wave: due now or within --wave-window, not due before) until a person approves it: a policy file reload or a start with a policy other than the one recorded on the Lease (--leader-elect-resource-name; none recorded: a first install), approved on the Lease; a tenant policy's change, approved on the policy; a namespace's labels or keep, approved on the Namespace; see docs/policy.md.")
 	fs.IntVar(&o.waves.threshold.Pods, "wave-hold-pods", 100, "A wave of more than this many pods is held.")
@@ -293,8 +290,6 @@ func (o *flagValues) validate(cmd command) error {
 		return bad("logging-format", "%q: want %s or %s", o.loggingFormat, loggingText, loggingJSON)
 	case o.shutdownTimeout <= 0:
 		return bad("shutdown-timeout", "%v: must be positive", o.shutdownTimeout)
-	case o.evictionsPerBudget < 0:
-		return bad("evictions-per-budget", "%d: must not be negative (0: no limit)", o.evictionsPerBudget)
 	case o.redecisionInterval < 0:
 		return bad("namespace-redecision-interval", "%v: must not be negative", o.redecisionInterval)
 	case o.writeTimeout <= 0:

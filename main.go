@@ -99,7 +99,6 @@ func daemon(ctx context.Context, o *flagValues) error {
 		PodSelector:          podSelector,
 		RedecisionInterval:   o.redecisionInterval,
 		Waves:                o.waves.options(clients.kube, o.lease),
-		Budgets:              budgetGate(ctx, clients.kube, o.scope.namespace, o.evictionsPerBudget),
 	})
 	if err != nil {
 		return err

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
-	policyinformers "k8s.io/client-go/informers/policy/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -25,7 +24,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/podjanitor/podjanitor/internal/apiclock"
-	"github.com/podjanitor/podjanitor/internal/budgets"
 	"github.com/podjanitor/podjanitor/internal/clientfeatures"
 	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/internal/tenant"
@@ -192,24 +190,6 @@ func informerFactory(client kubernetes.Interface, scope scopeFlags) informers.Sh
 		return informer
 	})
 	return factory
-}
-
-// budgetGate watches the PodDisruptionBudgets of namespace (every one when
-// empty), keeping their selectors, and spaces the evictions under each to
-// perBudget at a time (--evictions-per-budget; 0: nil, no watch). It is not
-// waited for: until it has synced, evictions are spaced for the budgets it
-// has (budgets.Gate is never a safety; the API server enforces them).
-func budgetGate(ctx context.Context, client kubernetes.Interface, namespace string, perBudget int) *budgets.Gate {
-	if perBudget == 0 {
-		return nil
-	}
-	informer := policyinformers.NewPodDisruptionBudgetInformer(client, namespace, 0,
-		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	if err := informer.SetTransform(budgets.Transform); err != nil {
-		panic(err) // cannot happen: the informer has not started
-	}
-	go informer.RunWithContext(ctx)
-	return budgets.NewGate(informer.GetIndexer(), perBudget)
 }
 
 // newNamespaceInformer watches the metadata of namespaces, only of
