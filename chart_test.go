@@ -635,12 +635,15 @@ func TestChartHoldWaves(t *testing.T) {
 	if !o.waves.hold || o.waves.threshold != (wave.Threshold{Pods: 100, Percent: 10, MinPods: 10}) || o.waves.window != 5*time.Minute {
 		t.Errorf("defaults: waves %+v, want held above 100 pods or 10 %% (more than 10), window 5m", o.waves)
 	}
-	r = renderChart(t, "holdWaves.pods=500", "json:holdWaves.percent=2.5", "holdWaves.minPods=50", "holdWaves.window=90s", "leaderElection.enabled=false")
-	dep := one(t, "Deployment", r.deployments)
-	o = checkDeployment(t, dep, r.policyConfigMap())
-	if o.waves.threshold != (wave.Threshold{Pods: 500, Percent: 2.5, MinPods: 50}) || o.waves.window != 90*time.Second {
-		t.Errorf("waves %+v did not carry the values", o.waves)
+	// A decimal percent as a number (--set-json) and as --set gives it: a string.
+	for _, percent := range []string{"json:holdWaves.percent=2.5", "holdWaves.percent=2.5"} {
+		r = renderChart(t, "holdWaves.pods=500", percent, "holdWaves.minPods=50", "holdWaves.window=90s", "leaderElection.enabled=false")
+		o = checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
+		if o.waves.threshold != (wave.Threshold{Pods: 500, Percent: 2.5, MinPods: 50}) || o.waves.window != 90*time.Second {
+			t.Errorf("%s: waves %+v did not carry the values", percent, o.waves)
+		}
 	}
+	dep := one(t, "Deployment", r.deployments)
 	checkLeaseRole(t, one(t, "Role", r.roles), deployNamespace, leaseFlag(t, dep))
 	r = renderChart(t, "holdWaves.enabled=false")
 	if o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap()); o.waves.hold {
@@ -660,7 +663,8 @@ func TestChartSchemaRejectsBadValues(t *testing.T) {
 		"leaderElection.leaseName=Not_A_Name",
 		// cert-manager needs an issuer; a reader needs a kind and a name.
 		"metrics.certManager.enabled=true", "metrics.secure=yes", "metrics.readers[0].name=prometheus",
-		"holdWaves.pods=-1", "holdWaves.percent=101", "holdWaves.window=1d", "holdWaves.minPods=-1", "holdWaves.enabled=yes",
+		"holdWaves.pods=-1", "holdWaves.percent=101", "holdWaves.percent=100.5", "holdWaves.percent=-1", "holdWaves.percent=ten",
+		"json:holdWaves.percent=101", "holdWaves.window=1d", "holdWaves.minPods=-1", "holdWaves.enabled=yes",
 	} {
 		if _, err := helmTemplate(t, set); err == nil {
 			t.Errorf("helm template --set %s succeeded, want values.schema.json to refuse it", set)
