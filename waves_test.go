@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
@@ -547,5 +551,59 @@ func TestDryRunReportsAHeldWaveAsItWouldBe(t *testing.T) {
 	}
 	if n := f.deletes(); n != 0 {
 		t.Errorf("%d deletes in a dry run", n)
+	}
+}
+
+// TestStartLeaseReadFailing: the record Lease's read at the start answers
+// 500, 503, 429 and a timeout. A few failures are retried, and the start then
+// measures against what the Lease records (here the same policy: nothing
+// held, the 12 pods go); failures that go on make Run return the error
+// before any worker decides, and nothing is removed.
+func TestStartLeaseReadFailing(t *testing.T) {
+	faults := []error{
+		apierrors.NewInternalError(fmt.Errorf("etcd leader changed")),
+		apierrors.NewServiceUnavailable("unavailable"),
+		apierrors.NewTooManyRequests("slow down", 1),
+		apierrors.NewTimeoutError("request timed out", 1),
+	}
+	failLeaseReads := func(f *fixture, n int) *atomic.Int32 {
+		var reads atomic.Int32
+		f.client.PrependReactor("get", "leases", func(core.Action) (bool, runtime.Object, error) {
+			if i := int(reads.Add(1)); i <= n {
+				return true, nil, faults[(i-1)%len(faults)]
+			}
+			return false, nil, nil
+		})
+		return &reads
+	}
+
+	f, pods := startFixture(t, "1m", time.Hour, 12, recordedLease(t, "1m"))
+	reads := failLeaseReads(f, 3)
+	f.start(pods)
+	if got := reads.Load(); got != 4 {
+		t.Errorf("the Lease was read %d times, want 3 failures and the read that passed", got)
+	}
+	if _, held := f.c.waves.Held(); held {
+		t.Error("the same policy is held after the Lease read recovered")
+	}
+	if n := f.deletes(); n != 12 {
+		t.Errorf("%d pods removed, want 12", n)
+	}
+
+	f, _ = startFixture(t, "1m", time.Hour, 12, recordedLease(t, "1m"))
+	failLeaseReads(f, 1<<30)
+	f.c.podsSynced, f.c.namespacesSynced = alwaysReady, alwaysReady
+	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
+	defer cancel()
+	err := f.c.Run(ctx, 2)
+	var status apierrors.APIStatus
+	if err == nil || !errors.As(err, &status) || !strings.Contains(err.Error(), "--hold-waves: the policy the last leader acted on") {
+		t.Errorf("Run with the Lease unreadable = %v, want the read's error", err)
+	}
+	if ctx.Err() != nil {
+		t.Error("Run did not give up on the Lease read before the test's deadline")
+	}
+	if n := f.deletes(); n != 0 {
+		t.Errorf("%d pods removed with the Lease unreadable, want none", n)
 	}
 }
