@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -91,19 +93,9 @@ func newFixtureWithNamespaces(t *testing.T, opts Options, namespaces []*corev1.N
 		opts.Evaluator = &policy.Evaluator{}
 	}
 	opts.Metrics = f.metrics
-	factory := informerFactory(f.client, scopeFlags{annotationPrefix: strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/")})
-	podInformer := factory.Core().V1().Pods()
+	podInformer := cachedPodInformer(t, f.client, opts.Evaluator, pods)
 	if indexers := podInformer.Informer().GetIndexer().GetIndexers(); len(indexers) != 1 || indexers[cache.NamespaceIndex] == nil {
 		t.Fatalf("the pod cache keeps indexes %v, want the namespace index alone", slices.Collect(maps.Keys(indexers)))
-	}
-	for _, p := range pods { // stored as the informer's transform stores them
-		obj, err := podcache.PodTransform(strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/"))(p.DeepCopy())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := podInformer.Informer().GetIndexer().Add(obj); err != nil {
-			t.Fatal(err)
-		}
 	}
 	nsFactory := informers.NewSharedInformerFactory(f.client, 0)
 	namespaceInformer := nsFactory.Core().V1().Namespaces().Informer()
@@ -126,6 +118,25 @@ func newFixtureWithNamespaces(t *testing.T, opts Options, namespaces []*corev1.N
 	f.c = c
 	f.client.ClearActions()
 	return f
+}
+
+// cachedPodInformer is the pod informer of ev's annotation prefix, not
+// started, with pods in its cache as its transform stores them.
+func cachedPodInformer(tb testing.TB, client kubernetes.Interface, ev *policy.Evaluator, pods []*corev1.Pod) coreinformers.PodInformer {
+	tb.Helper()
+	prefix := strings.TrimSuffix(ev.AnnotationKey(""), "/")
+	podInformer := informerFactory(client, scopeFlags{annotationPrefix: prefix}).Core().V1().Pods()
+	transform := podcache.PodTransform(prefix)
+	for _, p := range pods {
+		obj, err := transform(p.DeepCopy())
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := podInformer.Informer().GetIndexer().Add(obj); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return podInformer
 }
 
 // process adds key to the queue and handles it once.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,7 +22,6 @@ import (
 	"github.com/podjanitor/podjanitor/internal/apiclock"
 	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/metrics"
-	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -68,17 +66,7 @@ func BenchmarkRemovalPath(b *testing.B) {
 			return true, nil, nil
 		})
 		ev := &policy.Evaluator{}
-		factory := informerFactory(client, scopeFlags{annotationPrefix: strings.TrimSuffix(ev.AnnotationKey(""), "/")})
-		podInformer := factory.Core().V1().Pods()
-		for _, p := range pods {
-			obj, err := podcache.PodTransform(strings.TrimSuffix(ev.AnnotationKey(""), "/"))(p.DeepCopy())
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := podInformer.Informer().GetIndexer().Add(obj); err != nil {
-				b.Fatal(err)
-			}
-		}
+		podInformer := cachedPodInformer(b, client, ev, pods)
 		nsFactory := informers.NewSharedInformerFactory(client, 0)
 		nsInformer := nsFactory.Core().V1().Namespaces().Informer()
 		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})

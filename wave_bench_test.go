@@ -16,7 +16,6 @@ import (
 	"k8s.io/klog/v2"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/internal/wave"
 	"github.com/podjanitor/podjanitor/policy"
 )
@@ -27,17 +26,7 @@ import (
 func newBenchController(b *testing.B, ctx context.Context, clk *testingclock.FakeClock, client *fake.Clientset,
 	pods []*corev1.Pod, opts Options, before func(*Controller)) *Controller {
 	b.Helper()
-	podInformer := informerFactory(client, scopeFlags{annotationPrefix: policy.DefaultAnnotationPrefix}).Core().V1().Pods()
-	transform := podcache.PodTransform(policy.DefaultAnnotationPrefix)
-	for _, p := range pods {
-		obj, err := transform(p)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := podInformer.Informer().GetIndexer().Add(obj); err != nil {
-			b.Fatal(err)
-		}
-	}
+	podInformer := cachedPodInformer(b, client, opts.Evaluator, pods)
 	nsFactory := informers.NewSharedInformerFactory(client, 0)
 	nsInformer := nsFactory.Core().V1().Namespaces().Informer()
 	c, err := NewController(ctx, podInformer, nsInformer, client, &clientevents.FakeRecorder{}, clk, opts)
