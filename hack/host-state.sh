@@ -56,6 +56,29 @@ sysctls_save() {
   mv "$file.tmp" "$file"
 }
 
+# containerd_tasks STATE prints "<namespace>/<id>" of the tasks in a
+# containerd's state directory (its runtime v2 bundles).
+containerd_tasks() {
+  local t
+  for t in "$1"/io.containerd.runtime.v2.task/*/*; do
+    [ -d "$t" ] && printf '%s\n' "${t#"$1"/io.containerd.runtime.v2.task/}"
+  done
+  return 0
+}
+
+# remove_shim_sockets ADDRESS removes the sockets of the shims of the
+# containerd at ADDRESS whose tasks, "<namespace>/<id>", stdin lists:
+# containerd 1.6 names them /run/containerd/s/<sha256 of
+# "<address>/<namespace>/<id>">, and a killed shim leaves its own. The caller
+# makes sure that none of those shims runs.
+remove_shim_sockets() {
+  local t
+  while read -r t; do
+    [ -n "$t" ] || continue
+    rm -f "/run/containerd/s/$(printf '%s' "$1/$t" | sha256sum | cut -c1-64)"
+  done
+}
+
 # sysctls_restore FILE: write the values of FILE back, then remove it.
 # Returns 1 (FILE kept) when a value cannot be written.
 sysctls_restore() {

@@ -352,21 +352,12 @@ cleanup() {
     [ -d "$h/$CGROUP_PARENT" ] || continue
     find "$h/$CGROUP_PARENT" -depth -type d -exec rmdir {} \; 2>/dev/null || true
   done < <(cgroup_hierarchies)
-  # The shims' sockets: containerd 1.6 names them /run/containerd/s/ and the
-  # sha256 of "<its address>/<namespace>/<id>". A shim SIGKILLed while
+  # The shims' sockets (remove_shim_sockets). A shim SIGKILLed while
   # containerd runs leaves its socket, and containerd removes the task's
   # bundle from its state: the tasks runc-wrapper recorded name them all.
   # Nothing of ours runs now, so none of them is in use.
-  local t
-  while read -r t; do
-    [ -n "$t" ] || continue
-    rm -f "/run/containerd/s/$(printf '%s' "$CONTAINERD_SOCK/$t" | sha256sum | cut -c1-64)"
-  done < <({
-    cat "$TASK_LOG" 2>/dev/null || true
-    for t in "$KIND_DOCKER_DIR"/containerd/state/io.containerd.runtime.v2.task/*/*; do
-      [ -d "$t" ] && printf '%s\n' "${t#"$KIND_DOCKER_DIR"/containerd/state/io.containerd.runtime.v2.task/}"
-    done
-  } | sort -u)
+  { cat "$TASK_LOG" 2>/dev/null || true; containerd_tasks "$KIND_DOCKER_DIR/containerd/state"; } |
+    sort -u | remove_shim_sockets "$CONTAINERD_SOCK"
   rm -f "$TASK_LOG"
   rm -f "$PIDFILE" "$CONTAINERD_PIDFILE"
 }

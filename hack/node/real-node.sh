@@ -297,9 +297,8 @@ node_stop() {
   stop_proc kubelet
   stop_proc containerd
   local h pids pid i
-  # The shims' sockets, /run/containerd/s/<sha256 of "<address>/<namespace>/<id>">
-  # (containerd 1.6), named before the shims are killed: a killed shim leaves
-  # its socket. The ids from the live shims' command lines and the tasks in
+  # The shims' sockets (remove_shim_sockets), named before the shims are
+  # killed: the ids from the live shims' command lines and the tasks in
   # containerd's state; the CRI's shim is its pod sandbox's, itself a task.
   local shims
   shims=$(node_shim_tasks)
@@ -331,10 +330,7 @@ node_stop() {
     done
     [ ! -d "$h/$CGROUP_NAME" ] || warn "could not remove cgroup $h/$CGROUP_NAME"
   done < <(cgroup_hierarchies)
-  local t
-  for t in $shims $(node_shim_tasks); do
-    rm -f "/run/containerd/s/$(printf '%s' "$CONTAINERD_SOCK/$t" | sha256sum | cut -c1-64)"
-  done
+  { echo "$shims"; node_shim_tasks; } | remove_shim_sockets "$CONTAINERD_SOCK"
   find /var/log/containers -maxdepth 1 -type l -lname "$NODE_DIR/*" -delete 2>/dev/null || true
   rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
   sysctls_restore "$NODE_DIR/sysctl.saved" || warn "could not restore the sysctls of $NODE_DIR/sysctl.saved"
@@ -349,17 +345,14 @@ node_network_down() {
 # node_shim_tasks prints "<namespace>/<id>" of the shims serving the node's
 # containerd (from their command lines) and of the tasks in its state.
 node_shim_tasks() {
-  local f t
+  local f
   for f in /proc/[0-9]*/cmdline; do
     case $({ tr '\0' ' ' <"$f"; } 2>/dev/null) in
       *containerd-shim*" $CONTAINERD_SOCK "* | *containerd-shim*" $CONTAINERD_SOCK")
         tr '\0' '\n' <"$f" 2>/dev/null | awk '$0 == "-namespace" {getline; ns = $0} $0 == "-id" {getline; id = $0} END {if (ns != "" && id != "") print ns "/" id}' ;;
     esac
   done
-  for t in "$NODE_DIR"/containerd/state/io.containerd.runtime.v2.task/*/*; do
-    [ -d "$t" ] && printf '%s\n' "${t#"$NODE_DIR"/containerd/state/io.containerd.runtime.v2.task/}"
-  done
-  return 0
+  containerd_tasks "$NODE_DIR/containerd/state"
 }
 
 # node_leftover_pids prints the processes in the node's cgroups and the
