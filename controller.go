@@ -157,8 +157,13 @@ type Controller struct {
 	// queue holds fewer than room keys: keys that are due go first.
 	redecide *redecide.Namespaces
 	room     atomic.Int64
-	state    *podStates
-	limiter  *rate.Limiter
+	// feed is the way into queue for every key but a failed one's retry:
+	// it holds the keys of a burst (the initial list, a policy reload, many
+	// pods due at once) until the workers take them, so that the queue
+	// never grows to the pod count (queueFeed).
+	feed    *queueFeed
+	state   *podStates
+	limiter *rate.Limiter
 	// transform is the pod informer's (podcache.RememberingPodTransform against the
 	// cache), for pods read afresh before an eviction.
 	transform cache.TransformFunc
@@ -228,6 +233,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 		metrics:   opts.Metrics,
 	}
 	c.namespaces = namespaceInformer.GetIndexer()
+	c.feed = &queueFeed{queue: c.queue, depth: opts.Metrics.WorkqueueDepth(controllerName), limit: queueFeedLimit}
 	c.reporter.OnWarningDropped(opts.Metrics.CountWarningDropped)
 	c.nsReader = newNamespaceReader(client, clk, opts.WriteTimeout)
 	c.state = newPodStates(clk, c.now, opts.Metrics.SetPodsParked)
@@ -268,7 +274,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 }
 
 // Pending is the number of keys ready for a worker (parked keys not counted).
-func (c *Controller) Pending() int { return c.queue.Len() }
+func (c *Controller) Pending() int { return c.queue.Len() + c.feed.Len() }
 
 // FlushEvents records the removals held back for bulk events now; on
 // shutdown, so that none is lost.
@@ -281,7 +287,7 @@ func (c *Controller) enqueue(obj interface{}) {
 		utilruntime.HandleError(err)
 		return
 	}
-	c.queue.Add(key)
+	c.feed.Add(key)
 }
 
 // namespaceEventHandler decides a namespace's pods again when what decisions
@@ -349,7 +355,7 @@ func (c *Controller) enqueueKey(key string) {
 		utilruntime.HandleError(err)
 		return
 	}
-	c.queue.Add(name)
+	c.feed.Add(name)
 }
 
 // SetEvaluator replaces the policy and decides every cached pod again. The
@@ -373,7 +379,7 @@ func (c *Controller) SetEvaluator(e *policy.Evaluator) error {
 		if err != nil {
 			return err
 		}
-		c.queue.Add(name)
+		c.feed.Add(name)
 	}
 	return nil
 }
@@ -417,8 +423,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		}
 	}
 	c.running.Store(true)
-	wg.Go(func() { c.state.run(ctx, c.queue.Add) })
+	wg.Go(func() { c.state.run(ctx, c.feed.Add) })
 	c.room.Store(int64(workers))
+	c.feed.setLimit(max(queueFeedLimit, 2*workers))
 	wg.Go(func() { c.redecide.Run(ctx) })
 	if c.waves != nil {
 		wg.Go(func() { c.runWaveRecord(ctx) })
@@ -449,6 +456,7 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
+	c.feed.drain()    // room for a held key
 	c.redecide.Wake() // room for a key of a namespace decided again
 	if ctx.Err() != nil {
 		return false // shutting down: take no new work
@@ -682,7 +690,7 @@ func (c *Controller) runWaveRecord(ctx context.Context) {
 	}, func(_ wave.Hold, keys []string) {
 		for _, k := range keys {
 			if name, err := cache.ParseObjectName(k); err == nil {
-				c.queue.Add(name)
+				c.feed.Add(name)
 			}
 		}
 	})

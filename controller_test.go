@@ -111,7 +111,7 @@ func newFixtureWithNamespaces(t *testing.T, opts Options, namespaces []*corev1.N
 		t.Fatal("namespace cache did not sync")
 	}
 	done, redecided := make(chan struct{}), make(chan struct{})
-	go func() { defer close(done); c.state.run(runCtx, c.queue.Add) }()
+	go func() { defer close(done); c.state.run(runCtx, c.feed.Add) }()
 	rd := c.redecide // read here: a test may put its own in c.redecide (tenantwaves_test.go)
 	go func() { defer close(redecided); rd.Run(runCtx) }()
 	t.Cleanup(func() { cancel(); <-done; <-redecided; c.queue.ShutDown() })

@@ -57,7 +57,7 @@ func (c *Controller) namespaceWave(old, cur metav1.Object) {
 			klog.Background().Info("Namespace's wave approved, removing its pods at the removal rate", "namespace", name, "change", id, "pods", len(keys))
 			for _, k := range keys {
 				if key, err := cache.ParseObjectName(k); err == nil {
-					c.queue.Add(key)
+					c.feed.Add(key)
 				}
 			}
 		}

@@ -391,7 +391,7 @@ func (c *Controller) tenantWaveApproved(p *v1alpha1.PodLifetimePolicy) {
 	c.tenants.status.Mark(key)
 	for _, k := range keys {
 		if name, err := cache.ParseObjectName(k); err == nil {
-			c.queue.Add(name)
+			c.feed.Add(name)
 		}
 	}
 }
@@ -825,7 +825,7 @@ func (c *Controller) awaitTenantAPI(ctx context.Context, informer cache.SharedIn
 		c.metrics.SetTenantPoliciesAvailable(true)
 		for _, key := range c.pods.ListKeys() {
 			if name, err := cache.ParseObjectName(key); err == nil {
-				c.queue.Add(name)
+				c.feed.Add(name)
 			}
 		}
 		logger.Info("Honouring tenant policies from now on: every pod decided again", "kind", policy.TenantKind)

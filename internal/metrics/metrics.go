@@ -463,3 +463,12 @@ func (w workqueueMetrics) NewLongestRunningProcessorSecondsMetric(n string) work
 func (w workqueueMetrics) NewRetriesMetric(n string) workqueue.CounterMetric {
 	return w.retries.WithLabelValues(n)
 }
+
+// WorkqueueDepth is workqueue_depth's gauge for the named queue, for keys
+// held on the way into it: they count in its depth. Nil without metrics.
+func (m *Metrics) WorkqueueDepth(name string) workqueue.GaugeMetric {
+	if m == nil {
+		return nil
+	}
+	return m.workqueue.depth.WithLabelValues(name)
+}
