@@ -32,6 +32,8 @@ import (
 // streaming initial list (a watch with sendInitialEvents=true, then the
 // "k8s.io/initial-events-end" bookmark), a plain LIST as the fallback, and
 // quiet watches that end at their timeoutSeconds as a real server's do.
+// It also keeps Leases (the record Lease podjanitor reads at its start and
+// writes, and leader election's), as a real server would store them.
 // Anything else is answered 404 and logged. Responses are JSON: podjanitor
 // asks for protobuf and accepts JSON, so its decode time (and so the sync
 // time) is not comparable with a real API server's, but what it keeps in its
@@ -43,6 +45,8 @@ type standin struct {
 	srv            *http.Server
 	mu             sync.Mutex
 	unexpected     []string
+	leases         map[string][]byte // by path: namespaces/<ns>/leases/<name>
+	leaseRV        int
 }
 
 // startStandin serves n pods in namespace ns (and none in any other) on a
@@ -150,6 +154,8 @@ func (s *standin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// podjanitor's clock-offset probes read only the Date header.
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"major":"1","minor":"37","gitVersion":"v1.37.2-standin"}`))
+	case strings.HasPrefix(r.URL.Path, "/apis/coordination.k8s.io/v1/namespaces/"):
+		s.lease(w, r)
 	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/events"):
 		// Echo the event back, as created.
 		w.Header().Set("Content-Type", "application/json")
@@ -167,6 +173,64 @@ func (s *standin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 			Status: metav1.StatusFailure, Reason: metav1.StatusReasonNotFound, Code: http.StatusNotFound,
 			Message: "the stand-in API server does not serve " + r.URL.Path})
+	}
+}
+
+// lease serves GET, POST (create) and PUT (update) of Leases, keeping each
+// as last written with a resourceVersion of its own: enough for podjanitor's
+// record Lease and leader election.
+func (s *standin) lease(w http.ResponseWriter, r *http.Request) {
+	path := strings.TrimPrefix(r.URL.Path, "/apis/coordination.k8s.io/v1/")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leases == nil {
+		s.leases = map[string][]byte{}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	status := func(code int, reason metav1.StatusReason) {
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+			Status: metav1.StatusFailure, Reason: reason, Code: int32(code)})
+	}
+	switch r.Method {
+	case http.MethodGet:
+		if body, ok := s.leases[path]; ok {
+			_, _ = w.Write(body)
+			return
+		}
+		status(http.StatusNotFound, metav1.StatusReasonNotFound)
+	case http.MethodPost, http.MethodPut:
+		var lease map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&lease); err != nil {
+			status(http.StatusBadRequest, metav1.StatusReasonBadRequest)
+			return
+		}
+		meta, _ := lease["metadata"].(map[string]any)
+		if meta == nil {
+			status(http.StatusBadRequest, metav1.StatusReasonBadRequest)
+			return
+		}
+		name, _ := meta["name"].(string)
+		code := http.StatusOK
+		if r.Method == http.MethodPost {
+			path += "/" + name
+			if _, ok := s.leases[path]; ok {
+				status(http.StatusConflict, metav1.StatusReasonAlreadyExists)
+				return
+			}
+			code = http.StatusCreated
+		} else if _, ok := s.leases[path]; !ok {
+			status(http.StatusNotFound, metav1.StatusReasonNotFound)
+			return
+		}
+		s.leaseRV++
+		meta["resourceVersion"] = strconv.Itoa(s.leaseRV)
+		body, _ := json.Marshal(lease)
+		s.leases[path] = body
+		w.WriteHeader(code)
+		_, _ = w.Write(body)
+	default:
+		status(http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed)
 	}
 }
 
