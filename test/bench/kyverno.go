@@ -289,6 +289,7 @@ func (b *bench) kyverno(ctx context.Context) (*kyvernoResult, error) {
 		done[i] = true
 		s.done()
 	}
+	profiled := b.profileRemovals(j, "kyverno-podjanitor-removals.cpu.pprof", time.Until(first.Add(window))+2*time.Second)
 	timeout := time.Until(first.Add(window)) + 2*time.Minute
 	start := time.Now()
 	stop := progress(func() string {
@@ -305,6 +306,7 @@ func (b *bench) kyverno(ctx context.Context) (*kyvernoResult, error) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	stop()
+	<-profiled
 	rssSeries := rss.stop()
 	for i := range sides {
 		if !done[i] {
@@ -352,6 +354,39 @@ func (b *bench) kyverno(ctx context.Context) (*kyvernoResult, error) {
 		[]chartMark{{"creation started", since(createdStart)}, {"creation ended", since(createdEnd)},
 			{"first deadline", since(first)}, {"last deadline", since(first.Add(window))}}))
 	return out, nil
+}
+
+// profileRemovals takes a CPU profile of podjanitor over d, from now, into
+// name in the output directory, when podjanitor serves pprof (--profiling
+// in -podjanitor); the channel closes when it is written or not taken.
+func (b *bench) profileRemovals(j *janitor, name string, d time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	if !strings.Contains(b.cfg.podjanitor, "--profiling") {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(j.metricsURL, "/metrics"), max(1, int(d.Seconds())))
+		resp, err := (&http.Client{Timeout: d + time.Minute}).Get(url)
+		if err != nil {
+			logf("profile: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			logf("profile: %s: %s %v", url, resp.Status, err)
+			return
+		}
+		path := filepath.Join(b.cfg.outDir, name)
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			logf("profile: %v", err)
+			return
+		}
+		logf("profile: podjanitor's CPU over %s of the removals: %s (go tool pprof -top %s)", d.Round(time.Second), path, path)
+	}()
+	return done
 }
 
 // kyvernoCopy maps the i-th pod created to pod k and the namespace of its
