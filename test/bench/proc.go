@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -101,6 +102,15 @@ func startJanitorBinary(cfg *config, command []string, name, ns string, workers 
 func startJanitorWith(cfg *config, command []string, name string, flags []string, tenantNS string) (*janitor, error) {
 	if podMode != nil && strings.Join(command, " ") == cfg.podjanitor {
 		return podMode.start(cfg, append(flags, command[1:]...), name)
+	}
+	// Another process on the ports would answer for this podjanitor, which
+	// fails to bind them (its readiness would be the other one's).
+	for _, port := range []int{cfg.metricsPort, cfg.metricsPort + 1} {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			return nil, fmt.Errorf("podjanitor's port %d is taken (another bench running? -metrics-port moves it): %w", port, err)
+		}
+		ln.Close()
 	}
 	lf, err := os.Create(fmt.Sprintf("%s/podjanitor-%s.log", cfg.outDir, name))
 	if err != nil {

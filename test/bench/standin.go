@@ -14,10 +14,12 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/podjanitor/podjanitor/internal/workload"
 )
@@ -200,17 +202,20 @@ func (s *standin) lease(w http.ResponseWriter, r *http.Request) {
 		}
 		status(http.StatusNotFound, metav1.StatusReasonNotFound)
 	case http.MethodPost, http.MethodPut:
-		var lease map[string]any
-		if err := json.NewDecoder(r.Body).Decode(&lease); err != nil {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
 			status(http.StatusBadRequest, metav1.StatusReasonBadRequest)
 			return
 		}
-		meta, _ := lease["metadata"].(map[string]any)
-		if meta == nil {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(body, nil, nil) // JSON or protobuf, as the client sends
+		lease, ok := obj.(*coordinationv1.Lease)
+		if err != nil || !ok {
 			status(http.StatusBadRequest, metav1.StatusReasonBadRequest)
 			return
 		}
-		name, _ := meta["name"].(string)
+		lease.TypeMeta = metav1.TypeMeta{Kind: "Lease", APIVersion: "coordination.k8s.io/v1"}
+		meta := &lease.ObjectMeta
+		name := meta.Name
 		code := http.StatusOK
 		if r.Method == http.MethodPost {
 			path += "/" + name
@@ -224,8 +229,8 @@ func (s *standin) lease(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.leaseRV++
-		meta["resourceVersion"] = strconv.Itoa(s.leaseRV)
-		body, _ := json.Marshal(lease)
+		meta.ResourceVersion = strconv.Itoa(s.leaseRV)
+		body, _ = json.Marshal(lease)
 		s.leases[path] = body
 		w.WriteHeader(code)
 		_, _ = w.Write(body)
