@@ -75,7 +75,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 	}
 	defer recording.Shutdown()
 
-	factory := informerFactory(clients.kube, o.scope)
+	factory := informerFactory(clients.informerKube, o.scope)
 	podInformer := factory.Core().V1().Pods()
 	namespaceWatch := newWatchHealth(logger, clk, meters.SetNamespaceWatchHealthy)
 	namespaceInformer, err := newNamespaceInformer(clients.metadata, o.scope, namespaceWatch)

@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -39,9 +41,12 @@ import (
 // clients are the API server clients made from one configuration, and the
 // clocks their responses are read with.
 type clients struct {
-	config   *rest.Config
-	kube     kubernetes.Interface
-	metadata metadata.Interface
+	config *rest.Config
+	kube   kubernetes.Interface
+	// informerKube is kube with the pods of CoreV1 decoded lean
+	// (podcache.LeanDecoding), for the pod informer alone.
+	informerKube kubernetes.Interface
+	metadata     metadata.Interface
 	// podjanitor is the client of podjanitor's own resources (tenant policies).
 	podjanitor versioned.Interface
 	// clock is the process's steady clock (apiclock.ProcessClock); apiClock
@@ -95,8 +100,42 @@ func newClients(cfg *rest.Config, wrappers ...transport.WrapperFunc) (*clients, 
 	if err != nil {
 		return nil, fmt.Errorf("creating podjanitor.io clientset: %w", err)
 	}
-	return &clients{config: cfg, kube: kube, metadata: meta, podjanitor: pj}, nil
+	informerKube, err := leanPodsClient(cfg, kube)
+	if err != nil {
+		return nil, err
+	}
+	return &clients{config: cfg, kube: kube, informerKube: informerKube, metadata: meta, podjanitor: pj}, nil
 }
+
+// leanPodsClient is kube with a CoreV1 client that decodes pods with
+// podcache.LeanDecoding, sharing kube's connection and rate limiter: the pod
+// informer's watch then decodes only what its transform keeps.
+func leanPodsClient(cfg *rest.Config, kube *kubernetes.Clientset) (kubernetes.Interface, error) {
+	core, ok := kube.CoreV1().RESTClient().(*rest.RESTClient)
+	if !ok {
+		return kube, nil
+	}
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion, c.APIPath = &corev1.SchemeGroupVersion, "/api"
+	c.NegotiatedSerializer = podcache.LeanDecoding(rest.CodecFactoryForGeneratedClient(scheme.Scheme, scheme.Codecs).WithoutConversion())
+	c.RateLimiter = core.GetRateLimiter()
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	rc, err := rest.RESTClientForConfigAndClient(c, core.Client)
+	if err != nil {
+		return nil, fmt.Errorf("creating the pod informer's client: %w", err)
+	}
+	return leanPods{Interface: kube, core: corev1client.New(rc)}, nil
+}
+
+// leanPods is a clientset whose CoreV1 is the lean one.
+type leanPods struct {
+	kubernetes.Interface
+	core corev1client.CoreV1Interface
+}
+
+func (c leanPods) CoreV1() corev1client.CoreV1Interface { return c.core }
 
 func restConfig(flags clusterFlags) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()

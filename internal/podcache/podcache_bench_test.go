@@ -1,15 +1,19 @@
 package podcache
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
-	"runtime"
+	goruntime "runtime"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/podjanitor/podjanitor/internal/workload"
@@ -53,9 +57,9 @@ func BenchmarkCacheMemory(b *testing.B) {
 		b.Run(v.name, func(b *testing.B) {
 			var perPod float64
 			for b.Loop() {
-				var before, after runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&before)
+				var before, after goruntime.MemStats
+				goruntime.GC()
+				goruntime.ReadMemStats(&before)
 				store := cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{}) // as informerFactory's
 				for _, data := range raw {
 					var obj any = &corev1.Pod{}
@@ -72,13 +76,13 @@ func BenchmarkCacheMemory(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				runtime.GC()
-				runtime.ReadMemStats(&after)
+				goruntime.GC()
+				goruntime.ReadMemStats(&after)
 				if len(store.ListKeys()) != n {
 					b.Fatal("store lost pods")
 				}
 				perPod = float64(after.HeapAlloc-before.HeapAlloc) / n
-				runtime.KeepAlive(store)
+				goruntime.KeepAlive(store)
 			}
 			b.ReportMetric(perPod, "B/pod")
 		})
@@ -113,5 +117,45 @@ func BenchmarkCachedPodUnpack(b *testing.B) {
 		if _, err := Pod(obj); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkPodDecode is what the pod informer spends on each pod it is sent
+// in protobuf, from bytes to the cached pod: whole, as client-go's decoder
+// decodes it, and lean (LeanDecoding). Run it with
+//
+//	go test -run '^$' -bench PodDecode -benchmem ./internal/podcache/
+func BenchmarkPodDecode(b *testing.B) {
+	far := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	pod := workload.Pod("bench-idle", "idle-000001", "idle", 1, far, "kwok-node-0")
+	pod.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
+	pod.UID = "0b6f1d4e-3c2a-4f7e-9d1b-000000000001"
+	pod.ResourceVersion = "100001"
+	pod.CreationTimestamp = metav1.NewTime(far.Add(-24 * time.Hour))
+	pod.Status = workload.RunningStatus(pod, far.Add(-24*time.Hour), 1)
+	pod.ManagedFields = benchManagedFields(far.Add(-24 * time.Hour))
+	var buf bytes.Buffer
+	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(pod, &buf); err != nil {
+		b.Fatal(err)
+	}
+	transform := PodTransform("podjanitor.io")
+	for name, ns := range map[string]runtime.NegotiatedSerializer{
+		"whole": scheme.Codecs.WithoutConversion(),
+		"lean":  LeanDecoding(scheme.Codecs.WithoutConversion()),
+	} {
+		b.Run(name, func(b *testing.B) {
+			info, _ := runtime.SerializerInfoForMediaType(ns.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
+			dec := ns.DecoderToVersion(info.Serializer, corev1.SchemeGroupVersion)
+			b.ReportAllocs()
+			for b.Loop() {
+				obj, err := runtime.Decode(dec, buf.Bytes())
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := transform(obj); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
