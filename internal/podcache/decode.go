@@ -68,135 +68,99 @@ func leanPodProtobuf(data []byte) []byte {
 		return data
 	}
 	envelope := data[len(protobufMagic):]
-	var apiVersion, kind, raw []byte
-	rawStart, rawEnd := -1, -1
-	for b := envelope; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return data
-		}
-		start := len(envelope) - len(b)
-		b = b[n:]
-		if typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return data
+	var apiVersion, kind []byte
+	var raw field // raw.value nil: none yet
+	ok := eachField(envelope, func(f field) bool {
+		switch {
+		case f.num == unknownTypeMeta && f.value != nil:
+			return eachField(f.value, func(t field) bool {
+				switch t.num {
+				case typeMetaAPIVersion:
+					apiVersion = t.value
+				case typeMetaKind:
+					kind = t.value
+				}
+				return true
+			})
+		case f.num == unknownRaw && f.value != nil:
+			if raw.value != nil {
+				return false // one raw, as Kubernetes writes it
 			}
-			b = b[n:]
-			continue
+			raw = f
 		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return data
-		}
-		switch num {
-		case unknownTypeMeta:
-			var ok bool
-			if apiVersion, kind, ok = typeMeta(v); !ok {
-				return data
-			}
-		case unknownRaw:
-			if rawStart >= 0 {
-				return data // one raw, as Kubernetes writes it
-			}
-			raw, rawStart, rawEnd = v, start, len(envelope)-len(b)+n
-		}
-		b = b[n:]
-	}
-	if rawStart < 0 || string(apiVersion) != "v1" || string(kind) != "Pod" {
+		return true
+	})
+	if !ok || raw.value == nil || string(apiVersion) != "v1" || string(kind) != "Pod" {
 		return data
 	}
-	lean, ok := leanPodMessage(raw)
+	lean, ok := leanPodMessage(raw.value)
 	if !ok {
 		return data
 	}
-	out := make([]byte, 0, len(data)-len(raw)+len(lean))
+	out := make([]byte, 0, len(data)-len(raw.value)+len(lean))
 	out = append(out, protobufMagic...)
-	out = append(out, envelope[:rawStart]...)
+	out = append(out, envelope[:raw.start]...)
 	out = protowire.AppendTag(out, unknownRaw, protowire.BytesType)
 	out = protowire.AppendBytes(out, lean)
-	return append(out, envelope[rawEnd:]...)
-}
-
-// typeMeta reads a TypeMeta message's apiVersion and kind.
-func typeMeta(b []byte) (apiVersion, kind []byte, ok bool) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, nil, false
-		}
-		b = b[n:]
-		if typ != protowire.BytesType {
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return nil, nil, false
-			}
-			b = b[n:]
-			continue
-		}
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return nil, nil, false
-		}
-		switch num {
-		case typeMetaAPIVersion:
-			apiVersion = v
-		case typeMetaKind:
-			kind = v
-		}
-		b = b[n:]
-	}
-	return apiVersion, kind, true
+	return append(out, envelope[raw.end:]...)
 }
 
 // leanPodMessage returns a Pod message with its spec reduced to
 // priorityClassName; every other field is kept as it is, in its place.
 func leanPodMessage(pod []byte) ([]byte, bool) {
 	out := make([]byte, 0, len(pod))
-	for b := pod; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, false
-		}
-		field := b
-		b = b[n:]
-		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return nil, false
-		}
-		whole := field[:len(field)-len(b)+n]
-		if num != podSpec || typ != protowire.BytesType {
-			out = append(out, whole...)
-			b = b[n:]
-			continue
-		}
-		spec, _ := protowire.ConsumeBytes(b)
-		kept, ok := specPriorityClass(spec)
-		if !ok {
-			return nil, false
+	ok := eachField(pod, func(f field) bool {
+		if f.num != podSpec || f.value == nil {
+			out = append(out, pod[f.start:f.end]...)
+			return true
 		}
 		out = protowire.AppendTag(out, podSpec, protowire.BytesType)
+		var kept []byte
+		if !eachField(f.value, func(sf field) bool {
+			if sf.num == podSpecPriorityClass { // the only field of the spec PodTransform keeps
+				kept = append(kept, f.value[sf.start:sf.end]...)
+			}
+			return true
+		}) {
+			return false
+		}
 		out = protowire.AppendBytes(out, kept)
-		b = b[n:]
-	}
-	return out, true
+		return true
+	})
+	return out, ok
 }
 
-// specPriorityClass returns the priorityClassName fields of a PodSpec
-// message, the only ones PodTransform keeps.
-func specPriorityClass(spec []byte) ([]byte, bool) {
-	var kept []byte
-	for b := spec; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
+// field is one field of a protobuf message: its number, where it lies in
+// the message (tag included), and a length-delimited field's contents (nil
+// for other wire types).
+type field struct {
+	num        protowire.Number
+	start, end int
+	value      []byte
+}
+
+// eachField calls fn with the fields of msg in order, until fn returns
+// false; it reports false then, or when msg does not parse.
+func eachField(msg []byte, fn func(field) bool) bool {
+	for off := 0; off < len(msg); {
+		num, typ, n := protowire.ConsumeTag(msg[off:])
 		if n < 0 {
-			return nil, false
+			return false
 		}
-		field := b
-		b = b[n:]
-		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-			return nil, false
+		m := protowire.ConsumeFieldValue(num, typ, msg[off+n:])
+		if m < 0 {
+			return false
 		}
-		if num == podSpecPriorityClass {
-			kept = append(kept, field[:len(field)-len(b)+n]...)
+		f := field{num: num, start: off, end: off + n + m}
+		if typ == protowire.BytesType {
+			if f.value, _ = protowire.ConsumeBytes(msg[off+n:]); f.value == nil {
+				f.value = []byte{} // empty, not absent
+			}
 		}
-		b = b[n:]
+		if !fn(f) {
+			return false
+		}
+		off = f.end
 	}
-	return kept, true
+	return true
 }
