@@ -15,12 +15,9 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"net/http/httptrace"
-	"net/textproto"
 	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -225,65 +222,19 @@ func abs(d time.Duration) time.Duration {
 
 // Wrap returns a RoundTripper that feeds the Date header of every response
 // into a: a transport.WrapperFunc for the clients' configuration.
-//
-// The bounds a response gives are as tight as the times of its exchange:
-// the request is taken as sent once the transport has its connection
-// (httptrace's GotConn; the server cannot have read it before), and the
-// response as received when the transport reads its first byte
-// (GotFirstResponseByte; the server wrote the Date before it), not when the
-// caller's goroutine gets the response back, which on a busy machine can
-// be a scheduler's wake-up and the client's other wrappers later. Either
-// hook missing (another transport), the times around RoundTrip stand.
 func (a *Clock) Wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		x := &exchange{clock: a.clock}
-		x.sent.Store(a.clock.Now().UnixNano())
-		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-			GotConn:              x.gotConn,
-			GotFirstResponseByte: x.gotFirstByte,
-			Got1xxResponse:       x.got1xx,
-		}))
+		sent := a.clock.Now()
 		resp, err := rt.RoundTrip(req)
 		if err != nil {
 			return resp, err
 		}
 		received := a.clock.Now()
-		if first := x.firstByte.Load(); first > 0 && first <= received.UnixNano() {
-			received = time.Unix(0, first)
-		}
-		sent := time.Unix(0, x.sent.Load())
 		if date, perr := http.ParseTime(resp.Header.Get("Date")); perr == nil {
 			a.Observe(req.Context(), sent, received, date)
 		}
 		return resp, err
 	})
-}
-
-// exchange holds the local times of one request's exchange, in nanoseconds
-// of the Clock's clock. The transport's hooks may run on its own goroutines.
-type exchange struct {
-	clock           clock.PassiveClock
-	sent, firstByte atomic.Int64
-}
-
-// gotConn moves the sent time up to when the connection was had: the last
-// moment before the request is written. Only ever later, never before the
-// time RoundTrip began.
-func (x *exchange) gotConn(httptrace.GotConnInfo) {
-	if t := x.clock.Now().UnixNano(); t > x.sent.Load() {
-		x.sent.Store(t)
-	}
-}
-
-// gotFirstByte records when the response's first byte was read.
-func (x *exchange) gotFirstByte() { x.firstByte.CompareAndSwap(0, x.clock.Now().UnixNano()) }
-
-// got1xx makes the first byte not count: it was an informational answer's,
-// read before the server wrote the final answer's Date. The response then
-// counts as received when RoundTrip returns it.
-func (x *exchange) got1xx(int, textproto.MIMEHeader) error {
-	x.firstByte.Store(-1)
-	return nil
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
