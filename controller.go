@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -177,6 +178,9 @@ type Controller struct {
 	// namespaceWaves holds a large wave of a namespace's labels or keep
 	// annotation changing, by namespace; nil with --hold-waves=false.
 	namespaceWaves *wave.Holds
+	// publishedNamespaceHolds is what the record Lease holds of them, as
+	// the start read it and runNamespaceHoldRecord wrote it since.
+	publishedNamespaceHolds map[string]wave.ScopeHold
 	// running: Run has started (this replica leads): it reports holds in
 	// Events, which every replica's informers hear of.
 	running atomic.Bool
@@ -319,6 +323,11 @@ func (c *Controller) namespaceEventHandler() cache.ResourceEventHandler {
 			if m, err := meta.Accessor(obj); err == nil {
 				c.nsWarnings.forget(m)
 			}
+			// A deleted namespace's held change goes with it: a namespace
+			// made again under its name starts with nothing held.
+			if name, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil && c.namespaceWaves != nil {
+				c.namespaceWaves.End(name, "namespace/"+name)
+			}
 		},
 	}
 }
@@ -429,6 +438,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	wg.Go(func() { c.redecide.Run(ctx) })
 	if c.waves != nil {
 		wg.Go(func() { c.runWaveRecord(ctx) })
+		wg.Go(func() { c.runNamespaceHoldRecord(ctx) })
 	}
 	if c.tenants != nil {
 		// The first status writes wait for the pods they count.
@@ -714,15 +724,18 @@ func waveChange(source string) string {
 // than act on a change it cannot measure.
 func (c *Controller) startWave(ctx context.Context) error {
 	r := c.opts.Waves.Record
-	var hash string
-	var recorded []byte
+	var lease *coordinationv1.Lease
 	err := retry.OnError(retry.DefaultBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
 		var err error
-		hash, recorded, err = r.Baseline(ctx)
+		lease, err = r.Read(ctx)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("--hold-waves: the policy the last leader acted on: %w", err)
+	}
+	hash, recorded := wave.BaselineOn(lease)
+	if err := c.resumeNamespaceHolds(ctx, lease); err != nil {
+		return err
 	}
 	e := c.evaluator.Load()
 	current := policyJSON(e)

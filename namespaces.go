@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -272,4 +273,84 @@ func (h *watchHealth) check() error {
 		return nil
 	}
 	return fmt.Errorf("namespace watch failing since %s: %v", h.since.UTC().Format(time.RFC3339), h.err)
+}
+
+// resumeNamespaceHolds holds again, at the start, the namespace changes the
+// last leader held (recorded on the record Lease: runNamespaceHoldRecord):
+// each namespace whose labels or keep annotation are still not the ones
+// acted on before its change is measured from those, as the change was
+// then (namespaceWave), so that a restart or a new leader does not act on a
+// change nobody approved. A namespace put back meanwhile, or deleted, is
+// held no more; one approved meanwhile (its annotation names the change)
+// goes by the approval. A record that does not parse fails the start, as a
+// Lease that cannot be read does (startWave, which read lease).
+func (c *Controller) resumeNamespaceHolds(ctx context.Context, lease *coordinationv1.Lease) error {
+	r := c.opts.Waves.Record
+	recorded, err := wave.HeldScopesOn(lease)
+	if err != nil {
+		return fmt.Errorf("--hold-waves: the namespace changes the last leader held: %w", err)
+	}
+	c.publishedNamespaceHolds = recorded
+	logger := klog.FromContext(ctx)
+	for name, rec := range recorded {
+		obj, exists, err := c.namespaces.GetByKey(name)
+		if err != nil || !exists {
+			continue
+		}
+		cur, err := meta.Accessor(obj)
+		if err != nil {
+			continue
+		}
+		var before struct {
+			Labels      map[string]string `json:"labels"`
+			Annotations map[string]string `json:"annotations"`
+		}
+		if err := json.Unmarshal(rec.Before, &before); err != nil {
+			return fmt.Errorf("--hold-waves: the held change of namespace %s recorded on lease %s/%s: %w", name, r.Namespace, r.Name, err)
+		}
+		old := &metav1.ObjectMeta{Name: name, UID: cur.GetUID(), Labels: before.Labels, Annotations: before.Annotations}
+		logger.Info("Measuring again a namespace change the last leader held", "namespace", name, "change", rec.Change, "pods", rec.Pods)
+		c.namespaceWave(old, cur)
+	}
+	return nil
+}
+
+// runNamespaceHoldRecord keeps the record Lease's list of held namespace
+// changes (wave.AnnotationHeldNamespaces) the same as the leader's holds,
+// every waveRecordInterval, until ctx ends: a hold is on the Lease within
+// that interval of its start, and gone within it of its approval, revert or
+// the namespace's deletion.
+func (c *Controller) runNamespaceHoldRecord(ctx context.Context) {
+	t := c.clock.NewTicker(waveRecordInterval)
+	defer t.Stop()
+	for {
+		c.publishNamespaceHolds(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// publishNamespaceHolds writes the held namespace changes to the record
+// Lease when they differ from what it holds.
+func (c *Controller) publishNamespaceHolds(ctx context.Context) {
+	held := c.namespaceWaves.Snapshot()
+	if maps.EqualFunc(held, c.publishedNamespaceHolds, func(a, b wave.ScopeHold) bool {
+		return a.Change == b.Change && a.Pods == b.Pods && string(a.Before) == string(b.Before)
+	}) {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	left, err := c.opts.Waves.Record.PublishScopes(ctx, held)
+	if err != nil {
+		logger.Error(err, "Cannot record the held namespace changes; a restart would not hold them again", "namespaces", len(held))
+		return
+	}
+	if len(left) > 0 {
+		logger.Info("Warning: too many held namespace changes to record on the Lease; a restart does not hold these again",
+			"count", len(left), "first", left[:min(len(left), 10)])
+	}
+	c.publishedNamespaceHolds = held
 }

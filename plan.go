@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -81,6 +82,15 @@ type planReport struct {
 	Scanned        int          `json:"scanned"`
 	// Hold is the held change that the plan's policy file is; absent when none.
 	Hold *planHold `json:"hold,omitempty"`
+	// NamespaceHolds are the held changes of namespaces' labels or keep
+	// annotation, as podjanitor's Lease records them (not approved).
+	NamespaceHolds []planNamespaceHold `json:"namespaceHolds,omitempty"`
+}
+
+// planNamespaceHold is a namespace's held change.
+type planNamespaceHold struct {
+	Namespace string `json:"namespace"`
+	planHold
 }
 
 // runPlan is `podjanitor plan`: what the daemon would do to the cluster now.
@@ -131,6 +141,7 @@ func plan(ctx context.Context, o *flagValues, out io.Writer) error {
 	if err := markHeld(ctx, &report, record, evaluator, pods, namespaces, report.GeneratedAt); err != nil {
 		return err
 	}
+	markNamespaceHeld(ctx, &report, record, evaluator, pods, namespaces, report.GeneratedAt)
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -257,6 +268,50 @@ func markHeld(ctx context.Context, r *planReport, record wave.Record, e *policy.
 	return nil
 }
 
+// markNamespaceHeld marks HELD the due pods of the namespaces whose change
+// of labels or keep annotation is held (the record Lease's): those due with
+// the namespace as it is and not as it was before the change, as podjanitor
+// holds them; a change approved on its Namespace is not held.
+func markNamespaceHeld(ctx context.Context, r *planReport, record wave.Record, e *policy.Evaluator, pods []*corev1.Pod,
+	namespaces map[string]*policy.Namespace, now time.Time) {
+	lease, err := record.Read(ctx)
+	var held map[string]wave.ScopeHold
+	if err == nil {
+		held, err = wave.HeldScopesOn(lease)
+	}
+	if err != nil { // a reader without access to the Lease still gets the plan
+		klog.Background().Info("Cannot tell the pods of held namespace changes from others", "err", err)
+		return
+	}
+	byKey := map[string]*corev1.Pod{}
+	for _, p := range pods {
+		byKey[p.Namespace+"/"+p.Name] = p
+	}
+	for _, name := range slices.Sorted(maps.Keys(held)) {
+		h, ns := held[name], namespaces[name]
+		var before policy.Namespace
+		if ns == nil || ns.Annotations[podcache.ApproveWaveAnnotation] == h.Change || json.Unmarshal(h.Before, &before) != nil {
+			continue
+		}
+		marked := 0
+		for i := range r.Pods {
+			entry := &r.Pods[i]
+			if !entry.Overdue || entry.Held || entry.Namespace != name {
+				continue
+			}
+			if d, err := e.Decide(byKey[entry.Namespace+"/"+entry.Pod], &before, now); err == nil && d.HasDeadline() && !d.Deadline.After(now) {
+				continue
+			}
+			entry.Held, entry.HeldChange = true, h.Change
+			marked++
+		}
+		if marked > 0 {
+			r.NamespaceHolds = append(r.NamespaceHolds, planNamespaceHold{Namespace: name,
+				planHold: planHold{Change: h.Change, Pods: h.Pods, Approve: namespaceApproveCommand(name, h.Change)}})
+		}
+	}
+}
+
 // markTenantHeld marks HELD the due pods of the tenant policies whose
 // change is held (their status says so): those due with the policy and not
 // without it, as podjanitor holds them after a restart.
@@ -366,6 +421,10 @@ func printPlan(out io.Writer, r planReport) error {
 		}
 		fmt.Fprintf(out, "\n%d pod(s) HELD: the policy's change %s made %d pod(s) due at once; podjanitor removes none of them until it is approved:\n  %s\nor the policy file is reverted.\n",
 			held, h.Change, h.Pods, h.Approve)
+	}
+	for _, h := range r.NamespaceHolds {
+		fmt.Fprintf(out, "\nHELD: namespace %s: its change %s of labels or keep annotation made %d pod(s) due at once; podjanitor removes none of them until it is approved:\n  %s\nor the change is reverted.\n",
+			h.Namespace, h.Change, h.Pods, h.Approve)
 	}
 	var notUsed []planTenant
 	for _, t := range r.TenantPolicies {

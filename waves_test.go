@@ -438,19 +438,31 @@ func TestPlanMarksAFirstInstallsPods(t *testing.T) {
 // pods held.
 func namespaceWaveFixture(t *testing.T) (*fixture, *corev1.Namespace, []*corev1.Pod) {
 	t.Helper()
+	return namespaceWaveFixtureWith(t, map[string]string{"podjanitor.io/keep": "true"}, nil)
+}
+
+// namespaceWaveFixtureWith is namespaceWaveFixture with team-a annotated
+// annotations and the record Lease lease (nil: none).
+func namespaceWaveFixtureWith(t *testing.T, annotations map[string]string, lease *coordinationv1.Lease) (*fixture, *corev1.Namespace, []*corev1.Pod) {
+	t.Helper()
 	var pods []*corev1.Pod
 	for i := range 12 {
 		p := apitest.Pod(fmt.Sprintf("p%03d", i), t0.Add(-time.Hour), corev1.PodSucceeded, nil)
 		p.Namespace = "team-a"
 		pods = append(pods, p)
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", UID: "uid-team-a", Annotations: map[string]string{"podjanitor.io/keep": "true"}}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", UID: "uid-team-a", Annotations: annotations}}
 	f := newFixtureWithNamespaces(t, Options{
 		Evaluator: evaluatorWithAfter(t, "1m"),
 		Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
 			Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}},
 	}, []*corev1.Namespace{ns}, pods...)
 	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	if lease != nil {
+		if _, err := f.client.CoordinationV1().Leases("podjanitor").Create(f.ctx, lease, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	f.c.running.Store(true) // the leader: it reports holds in Events
 	return f, ns, pods
 }
@@ -479,10 +491,7 @@ func (f *fixture) setNamespaceAnnotations(ns *corev1.Namespace, annotations map[
 // is 12; the change's ID on the Namespace approves it and the 12 go.
 func TestNamespaceWaveIsHeldUntilApproved(t *testing.T) {
 	f, ns, pods := namespaceWaveFixture(t)
-	for _, p := range pods {
-		f.process(keyOf(p))
-	}
-	f.setNamespaceAnnotations(ns, nil, len(pods))
+	f.takeKeepOff(ns, pods)
 	if n := f.deletes(); n != 0 {
 		t.Fatalf("%d pods removed of a held namespace wave", n)
 	}
@@ -511,10 +520,7 @@ func TestNamespaceWaveIsHeldUntilApproved(t *testing.T) {
 // the hold ends, nothing is removed.
 func TestNamespaceWaveRevertedRemovesNothing(t *testing.T) {
 	f, ns, pods := namespaceWaveFixture(t)
-	for _, p := range pods {
-		f.process(keyOf(p))
-	}
-	f.setNamespaceAnnotations(ns, nil, len(pods))
+	f.takeKeepOff(ns, pods)
 	f.setNamespaceAnnotations(ns, map[string]string{"podjanitor.io/keep": "true"}, len(pods))
 	if n := f.deletes(); n != 0 {
 		t.Errorf("%d pods removed, want none", n)

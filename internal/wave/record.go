@@ -77,15 +77,24 @@ func (r Record) Approved(ctx context.Context) (string, error) {
 // none acted on yet) on the Lease, creating it if it does not exist (leader
 // election off).
 func (r Record) Publish(ctx context.Context, h *Hold, baseline []byte) error {
+	if err := r.update(ctx, func(l *coordinationv1.Lease) bool { return setHeld(l, h, baseline) }); err != nil {
+		return fmt.Errorf("recording the held wave on lease %s/%s: %w", r.Namespace, r.Name, err)
+	}
+	return nil
+}
+
+// update applies set to the Lease, retrying conflicts, and writes it when
+// set reports a change; a Lease not there is created, unless set changes
+// nothing on an empty one.
+func (r Record) update(ctx context.Context, set func(*coordinationv1.Lease) (changed bool)) error {
 	leases := r.Client.Leases(r.Namespace)
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		l, err := leases.Get(ctx, r.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			if h == nil && baseline == nil {
+			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}}
+			if !set(l) {
 				return nil
 			}
-			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}}
-			setHeld(l, h, baseline)
 			_, err = leases.Create(ctx, l, metav1.CreateOptions{})
 			if apierrors.IsAlreadyExists(err) {
 				return apierrors.NewConflict(coordinationv1.Resource("leases"), r.Name, err)
@@ -95,16 +104,12 @@ func (r Record) Publish(ctx context.Context, h *Hold, baseline []byte) error {
 		if err != nil {
 			return err
 		}
-		if !setHeld(l, h, baseline) {
+		if !set(l) {
 			return nil
 		}
 		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("recording the held wave on lease %s/%s: %w", r.Namespace, r.Name, err)
-	}
-	return nil
 }
 
 // setHeld sets the Lease's hold annotations; it reports whether they changed.
@@ -146,26 +151,33 @@ func BaselineHash(policy []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
-// Baseline reads the policy the last leader acted on, as the Lease records
-// it: its hash ("" for none recorded: a first install, or no Lease) and its
-// JSON (nil when it was too large to record, or does not match the hash).
-func (r Record) Baseline(ctx context.Context) (hash string, policy []byte, err error) {
+// Read reads the Lease: nil when it is not there.
+func (r Record) Read(ctx context.Context) (*coordinationv1.Lease, error) {
 	l, err := r.Client.Leases(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", nil, nil
+		return nil, nil
 	}
 	if err != nil {
-		return "", nil, fmt.Errorf("reading lease %s/%s: %w", r.Namespace, r.Name, err)
+		return nil, fmt.Errorf("reading lease %s/%s: %w", r.Namespace, r.Name, err)
+	}
+	return l, nil
+}
+
+// BaselineOn is the policy the last leader acted on, as the Lease l (nil:
+// none) records it: its hash ("" for none recorded: a first install, or no
+// Lease) and its JSON (nil when it was too large to record, or does not
+// match the hash).
+func BaselineOn(l *coordinationv1.Lease) (hash string, policy []byte) {
+	if l == nil {
+		return "", nil
 	}
 	hash = l.Annotations[AnnotationBaselineHash]
 	if b, ok := l.Annotations[AnnotationBaseline]; ok && hash != "" && BaselineHash([]byte(b)) == hash {
 		policy = []byte(b)
 	}
-	return hash, policy, nil
+	return hash, policy
 }
 
-// Held reads the hold the Lease records: the change's ID ("" for none or no
-// Lease), its wave's size, and the baseline's JSON.
 func (r Record) Held(ctx context.Context) (id string, pods int, baseline []byte, err error) {
 	l, err := r.Client.Leases(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

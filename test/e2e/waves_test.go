@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -298,5 +299,54 @@ func TestTenantWaveIsHeld(t *testing.T) {
 	}
 	for _, p := range bigPods {
 		rb.waitRemoved(t, p, 2*time.Minute)
+	}
+}
+
+// TestNamespaceHoldOutlastsARestart: the keep annotation taken off a
+// namespace of 50 due pods is held (50 of its 50 pods); podjanitor is
+// killed and started again with the namespace as changed: it holds the
+// change again, by the ID recorded on its Lease, and removes none of the 50
+// until a cluster admin approves the change on the Namespace. Before, the
+// restart took the changed namespace as the one acted on and removed all 50.
+func TestNamespaceHoldOutlastsARestart(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	patchNamespace(t, ns, map[string]any{"annotations": map[string]any{prefix + "keep": "true"}})
+	r := watchRemovalsDurably(t, ns)
+	cfg := writePolicy(t, "", fmt.Sprintf(waveRule, "1s"))
+	pods := wavePods(t, ns, "yes", 50)
+	args := []string{"--namespace", ns, "--config", cfg, "--leader-elect-resource-namespace", ns}
+	first := startDaemon(t, args...)
+	patchNamespace(t, ns, map[string]any{"annotations": map[string]any{prefix + "keep": nil}})
+	var id string
+	heldLine := regexp.MustCompile(`Holding the removals of a namespace's change.* change="([^"]+)"`)
+	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		if m := heldLine.FindStringSubmatch(first.log()); m != nil {
+			id = m[1]
+		}
+		return id != "", nil
+	}); err != nil {
+		t.Fatal("the namespace's change is not held")
+	}
+	// Recorded on the Lease within 2 s of the hold.
+	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := client.CoordinationV1().Leases(ns).Get(ctx, "podjanitor", metav1.GetOptions{})
+		return err == nil && strings.Contains(l.Annotations["podjanitor.io/held-namespaces"], id), nil
+	}); err != nil {
+		t.Errorf("the namespace's held change %s is not recorded on the Lease", id)
+	}
+	time.Sleep(2 * time.Second) // past every pod's 1s, held
+	noneRemoved(t, r.removals, pods)
+	first.kill()
+
+	second := startDaemon(t, args...)
+	time.Sleep(5 * time.Second)
+	noneRemoved(t, r.removals, pods)
+	if !second.logContains("Measuring again a namespace change the last leader held") || !second.logContains(id) {
+		t.Errorf("the restarted podjanitor does not say it holds the change %s again", id)
+	}
+	patchNamespace(t, ns, map[string]any{"annotations": map[string]any{approveWave: id}})
+	for _, p := range pods {
+		r.waitRemoved(t, p, time.Minute)
 	}
 }

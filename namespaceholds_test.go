@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/podjanitor/podjanitor/internal/apitest"
+	"github.com/podjanitor/podjanitor/internal/wave"
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// takeKeepOff decides team-a's pods, then takes its keep annotation off:
+// a wave of 12, held.
+func (f *fixture) takeKeepOff(ns *corev1.Namespace, pods []*corev1.Pod) {
+	f.t.Helper()
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	f.setNamespaceAnnotations(ns, nil, len(pods))
+}
+
+// publishedLease records the held namespace changes as the leader does and
+// returns the record Lease.
+func (f *fixture) publishedLease() *coordinationv1.Lease {
+	f.t.Helper()
+	f.c.publishNamespaceHolds(f.ctx)
+	l, err := f.client.CoordinationV1().Leases("podjanitor").Get(f.ctx, "podjanitor", metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return l
+}
+
+// heldNamespaceRecord holds team-a's keep taken off in a first podjanitor,
+// records it as the leader does, and returns the record Lease a restart
+// finds (with the policy acted on, as the leader records it too) and the
+// held change.
+func heldNamespaceRecord(t *testing.T) (*coordinationv1.Lease, wave.Hold) {
+	t.Helper()
+	f, ns, pods := namespaceWaveFixture(t)
+	f.takeKeepOff(ns, pods)
+	h, _, ok := f.c.namespaceWaves.Held("team-a")
+	if !ok {
+		t.Fatal("the namespace's change is not held")
+	}
+	l := f.publishedLease()
+	if !strings.Contains(l.Annotations[wave.AnnotationHeldNamespaces], h.ID) {
+		t.Fatalf("recorded %q, want the change %s", l.Annotations[wave.AnnotationHeldNamespaces], h.ID)
+	}
+	lease := recordedLease(t, "1m")
+	lease.Annotations[wave.AnnotationHeldNamespaces] = l.Annotations[wave.AnnotationHeldNamespaces]
+	return lease, h
+}
+
+// TestNamespaceHoldOutlastsARestart: the keep annotation taken off a
+// namespace of 12 due pods is held; podjanitor restarts (or another replica
+// leads) with the namespace as changed. It holds the change again, by the
+// same ID, and removes none of the 12 until the change is approved on the
+// Namespace. Without the record, the restart took the changed namespace as
+// the one acted on and removed all 12.
+func TestNamespaceHoldOutlastsARestart(t *testing.T) {
+	lease, h := heldNamespaceRecord(t)
+	f, ns, pods := namespaceWaveFixtureWith(t, nil, lease)
+	f.start(pods)
+	if n := f.deletes(); n != 0 {
+		t.Fatalf("%d pods removed after the restart of a held namespace change, want none", n)
+	}
+	got, _, ok := f.c.namespaceWaves.Held("team-a")
+	if !ok || got.ID != h.ID {
+		t.Fatalf("held %+v, %v after the restart; want the change %s", got, ok, h.ID)
+	}
+	if v := metricValue(f.metrics, "podjanitor_pods_held", "source", "namespace"); v != 12 {
+		t.Errorf("podjanitor_pods_held{source=namespace} = %v, want 12", v)
+	}
+	f.setNamespaceAnnotations(ns, map[string]string{wave.AnnotationApprove: h.ID}, len(pods))
+	if n := f.deletes(); n != 12 {
+		t.Errorf("%d pods removed after the approval, want 12", n)
+	}
+	if v, ok := f.publishedLease().Annotations[wave.AnnotationHeldNamespaces]; ok {
+		t.Errorf("the approved change is still recorded: %q", v)
+	}
+}
+
+// TestNamespaceHoldApprovedWhileDown: the change was approved on the
+// Namespace while no podjanitor ran: the start takes the approval, and the
+// 12 pods go.
+func TestNamespaceHoldApprovedWhileDown(t *testing.T) {
+	lease, h := heldNamespaceRecord(t)
+	f, _, pods := namespaceWaveFixtureWith(t, map[string]string{wave.AnnotationApprove: h.ID}, lease)
+	f.start(pods)
+	for f.c.queue.Len() > 0 {
+		f.next()
+	}
+	if n := f.deletes(); n != 12 {
+		t.Errorf("%d pods removed, want the 12 the approval lets go", n)
+	}
+	if _, _, ok := f.c.namespaceWaves.Held("team-a"); ok {
+		t.Error("still held after its approval")
+	}
+}
+
+// TestNamespaceHoldRevertedWhileDown: keep put back while no podjanitor ran:
+// nothing is held, nothing removed, and the record is cleared.
+func TestNamespaceHoldRevertedWhileDown(t *testing.T) {
+	lease, _ := heldNamespaceRecord(t)
+	f, _, pods := namespaceWaveFixtureWith(t, map[string]string{"podjanitor.io/keep": "true"}, lease)
+	f.start(pods)
+	if n := f.deletes(); n != 0 {
+		t.Errorf("%d pods removed of a kept namespace", n)
+	}
+	if _, _, ok := f.c.namespaceWaves.Held("team-a"); ok {
+		t.Error("held after the revert")
+	}
+	l := f.publishedLease()
+	if v, ok := l.Annotations[wave.AnnotationHeldNamespaces]; ok {
+		t.Errorf("the reverted change is still recorded: %q", v)
+	}
+	if want := recordedLease(t, "1m").Annotations; !maps.Equal(l.Annotations, want) {
+		t.Errorf("the Lease's other annotations changed: %v, want %v", l.Annotations, want)
+	}
+}
+
+// TestNamespaceHoldRecordThatDoesNotParse: the start fails, naming the
+// annotation, rather than act on changes it cannot tell were held.
+func TestNamespaceHoldRecordThatDoesNotParse(t *testing.T) {
+	lease := recordedLease(t, "1m")
+	lease.Annotations[wave.AnnotationHeldNamespaces] = "{not json"
+	f, _, _ := namespaceWaveFixtureWith(t, nil, lease)
+	err := f.c.startWave(f.ctx)
+	if err == nil || !strings.Contains(err.Error(), wave.AnnotationHeldNamespaces) {
+		t.Fatalf("start: %v, want an error naming %s", err, wave.AnnotationHeldNamespaces)
+	}
+	if n := f.deletes(); n != 0 {
+		t.Errorf("%d pods removed", n)
+	}
+}
+
+// TestNamespaceHoldEndsWithTheNamespace: a held namespace deleted takes its
+// hold and its record with it.
+func TestNamespaceHoldEndsWithTheNamespace(t *testing.T) {
+	f, ns, pods := namespaceWaveFixture(t)
+	f.takeKeepOff(ns, pods)
+	f.publishedLease()
+	if err := f.client.CoreV1().Namespaces().Delete(f.ctx, ns.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		_, _, held := f.c.namespaceWaves.Held("team-a")
+		return !held, nil
+	}); err != nil {
+		t.Fatal("the deleted namespace's change is still held")
+	}
+	if v, ok := f.publishedLease().Annotations[wave.AnnotationHeldNamespaces]; ok {
+		t.Errorf("the deleted namespace's change is still recorded: %q", v)
+	}
+}
+
+// TestPlanMarksHeldNamespacePods: plan marks HELD the due pods of a
+// namespace whose change the Lease records as held (due with the namespace
+// as it is, not as it was), not another namespace's, and prints the
+// approval command; once the Namespace carries the approval, nothing is
+// held.
+func TestPlanMarksHeldNamespacePods(t *testing.T) {
+	minute := evaluatorWithAfter(t, "1m")
+	held := apitest.Pod("held", t0.Add(-time.Hour), corev1.PodSucceeded, nil)
+	held.Namespace = "team-a"
+	other := apitest.Pod("other", t0.Add(-time.Hour), corev1.PodSucceeded, nil)
+	other.Namespace = "team-b"
+	pods := []*corev1.Pod{held, other}
+	before := []byte(`{"annotations":{"podjanitor.io/keep":"true"},"labels":null,"namespace":"team-a"}`)
+	id := wave.ChangeID(before, []byte(`{"annotations":null,"labels":null,"namespace":"team-a"}`))
+	record := fmt.Sprintf(`{"team-a":{"change":%q,"pods":12,"before":%s}}`, id, before)
+	client := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor",
+		Annotations: map[string]string{wave.AnnotationHeldNamespaces: record}}})
+	lease := wave.Record{Client: client.CoordinationV1(), Namespace: "podjanitor", Name: "podjanitor"}
+
+	namespaces := map[string]*policy.Namespace{"team-a": {}, "team-b": {}}
+	r := buildPlan(minute, pods, namespaces, t0)
+	markNamespaceHeld(context.Background(), &r, lease, minute, pods, namespaces, t0)
+	marks := map[string]string{}
+	for _, e := range r.Pods {
+		if e.Held {
+			marks[e.Pod] = e.HeldChange
+		}
+	}
+	if marks["held"] != id || len(marks) != 1 {
+		t.Fatalf("held %v, want team-a's pod held by %s alone", marks, id)
+	}
+	var out strings.Builder
+	if err := printPlan(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"HELD " + id, "kubectl annotate namespace team-a --overwrite podjanitor.io/approve-wave=" + id} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("plan does not print %q:\n%s", want, out.String())
+		}
+	}
+
+	namespaces["team-a"] = &policy.Namespace{Annotations: map[string]string{wave.AnnotationApprove: id}}
+	r = buildPlan(minute, pods, namespaces, t0)
+	markNamespaceHeld(context.Background(), &r, lease, minute, pods, namespaces, t0)
+	for _, e := range r.Pods {
+		if e.Held {
+			t.Errorf("pod %s HELD after the change's approval", e.Pod)
+		}
+	}
+}
