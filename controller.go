@@ -179,8 +179,12 @@ type Controller struct {
 	// annotation changing, by namespace; nil with --hold-waves=false.
 	namespaceWaves *wave.Holds
 	// publishedNamespaceHolds is what the record Lease holds of them, as
-	// the start read it and runNamespaceHoldRecord wrote it since.
+	// the start read it and runNamespaceHoldRecord wrote it since;
+	// namespaceHoldsChanged wakes runNamespaceHoldRecord when they change.
 	publishedNamespaceHolds map[string]wave.ScopeHold
+	namespaceHoldsChanged   chan struct{}
+	// namespaceRecordWrites bounds the record's writes (namespaceRecordRate).
+	namespaceRecordWrites *rate.Limiter
 	// running: Run has started (this replica leads): it reports holds in
 	// Events, which every replica's informers hear of.
 	running atomic.Bool
@@ -229,7 +233,9 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
 				Name: controllerName, Clock: clk, MetricsProvider: opts.Metrics.WorkqueueProvider()},
 		),
-		limiter: rate.NewLimiter(limit, burst),
+		limiter:               rate.NewLimiter(limit, burst),
+		namespaceHoldsChanged: make(chan struct{}, 1),
+		namespaceRecordWrites: rate.NewLimiter(namespaceRecordRate, namespaceRecordBurst),
 		// Against the cache's version, as the informer's own transform: a pod read
 		// afresh keeps the status time of the cached version with the same clocks.
 		transform: podcache.RememberingPodTransform(strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/"), podInformer.Informer().GetIndexer()),
@@ -326,7 +332,9 @@ func (c *Controller) namespaceEventHandler() cache.ResourceEventHandler {
 			// A deleted namespace's held change goes with it: a namespace
 			// made again under its name starts with nothing held.
 			if name, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil && c.namespaceWaves != nil {
-				c.namespaceWaves.End(name, "namespace/"+name)
+				if c.namespaceWaves.End(name, "namespace/"+name) {
+					c.namespaceHoldsMayHaveChanged()
+				}
 			}
 		},
 	}

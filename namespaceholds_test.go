@@ -215,3 +215,65 @@ func TestPlanMarksHeldNamespacePods(t *testing.T) {
 		}
 	}
 }
+
+// TestNamespaceHoldIsRecordedAtOnce: a new hold is written to the Lease as
+// soon as it starts, not at the record's next tick (the fake clock never
+// ticks here), so that a crash right after it loses nothing.
+func TestNamespaceHoldIsRecordedAtOnce(t *testing.T) {
+	f, ns, pods := namespaceWaveFixture(t)
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); f.c.runNamespaceHoldRecord(ctx) }()
+	defer func() { cancel(); <-done }()
+	time.Sleep(100 * time.Millisecond) // its first look, with nothing held, is done
+	changed := ns.DeepCopy()
+	changed.Annotations = nil
+	f.c.namespaceWave(&ns.ObjectMeta, &changed.ObjectMeta) // as the namespace informer's update does
+	h, _, ok := f.c.namespaceWaves.Held("team-a")
+	if !ok {
+		t.Fatal("the namespace's change is not held")
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := f.client.CoordinationV1().Leases("podjanitor").Get(ctx, "podjanitor", metav1.GetOptions{})
+		return err == nil && strings.Contains(l.Annotations[wave.AnnotationHeldNamespaces], h.ID), nil
+	}); err != nil {
+		t.Fatal("the hold is not on the Lease 5 s after it started, with no tick of the record's clock")
+	}
+}
+
+// TestNamespaceHoldRecordWritesAreBounded: a namespace whose keep flaps on
+// and off 50 times (a hold, a revert, each a change of the record) costs
+// the Lease at most namespaceRecordBurst writes while no time passes, not
+// one per flap; the last state is written at the next look once time has
+// passed.
+func TestNamespaceHoldRecordWritesAreBounded(t *testing.T) {
+	f, ns, pods := namespaceWaveFixture(t)
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	kept, changed := ns.DeepCopy(), ns.DeepCopy()
+	changed.Annotations = nil
+	for range 50 {
+		f.c.namespaceWave(&kept.ObjectMeta, &changed.ObjectMeta)
+		f.c.publishNamespaceHolds(f.ctx)
+		f.c.namespaceWave(&changed.ObjectMeta, &kept.ObjectMeta)
+		f.c.publishNamespaceHolds(f.ctx)
+	}
+	writes := 0
+	for _, a := range f.client.Actions() {
+		if a.GetResource().Resource == "leases" && (a.GetVerb() == "update" || a.GetVerb() == "create") {
+			writes++
+		}
+	}
+	if writes > namespaceRecordBurst {
+		t.Errorf("%d Lease writes for 100 flaps with no time passing, want at most %d", writes, namespaceRecordBurst)
+	}
+	f.c.namespaceWave(&kept.ObjectMeta, &changed.ObjectMeta) // held at last
+	f.clock.Step(time.Second)
+	if v := f.publishedLease().Annotations[wave.AnnotationHeldNamespaces]; !strings.Contains(v, "team-a") {
+		t.Errorf("the last hold is not recorded a second later: %q", v)
+	}
+}

@@ -43,6 +43,7 @@ func (c *Controller) namespaceWave(old, cur metav1.Object) {
 	name := cur.GetName()
 	object := "namespace/" + name
 	if before, after := namespaceJSON(old), namespaceJSON(cur); string(before) != string(after) {
+		defer c.namespaceHoldsMayHaveChanged() // held, or a revert that ends a hold
 		if h, held := c.namespaceWaves.Change(name, object, before, c.namespaceDecider(old), after, c.namespaceDecider(cur), c.namespacePods(name), c.now()); held {
 			command := namespaceApproveCommand(name, h.ID)
 			klog.Background().Info("Holding the removals of a namespace's change: its labels or keep annotation make too many of its pods due at once",
@@ -55,6 +56,7 @@ func (c *Controller) namespaceWave(old, cur metav1.Object) {
 	}
 	if id := cur.GetAnnotations()[podcache.ApproveWaveAnnotation]; id != "" {
 		if keys, ok := c.namespaceWaves.Approve(name, object, id); ok {
+			c.namespaceHoldsMayHaveChanged()
 			klog.Background().Info("Namespace's wave approved, removing its pods at the removal rate", "namespace", name, "change", id, "pods", len(keys))
 			for _, k := range keys {
 				if key, err := cache.ParseObjectName(k); err == nil {
@@ -316,10 +318,11 @@ func (c *Controller) resumeNamespaceHolds(ctx context.Context, lease *coordinati
 }
 
 // runNamespaceHoldRecord keeps the record Lease's list of held namespace
-// changes (wave.AnnotationHeldNamespaces) the same as the leader's holds,
-// every waveRecordInterval, until ctx ends: a hold is on the Lease within
-// that interval of its start, and gone within it of its approval, revert or
-// the namespace's deletion.
+// changes (wave.AnnotationHeldNamespaces) the same as the leader's holds
+// until ctx ends: written as soon as they change (a hold is on the Lease one
+// write after it starts, and gone one write after its approval, revert or
+// the namespace's deletion), and looked at again every waveRecordInterval,
+// so that a write that failed is made again.
 func (c *Controller) runNamespaceHoldRecord(ctx context.Context) {
 	t := c.clock.NewTicker(waveRecordInterval)
 	defer t.Stop()
@@ -329,17 +332,36 @@ func (c *Controller) runNamespaceHoldRecord(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
+		case <-c.namespaceHoldsChanged:
 		}
 	}
 }
 
+// namespaceHoldsMayHaveChanged wakes runNamespaceHoldRecord.
+func (c *Controller) namespaceHoldsMayHaveChanged() {
+	select {
+	case c.namespaceHoldsChanged <- struct{}{}:
+	default:
+	}
+}
+
+// namespaceRecordRate and namespaceRecordBurst bound the writes of the held
+// namespace changes to the Lease: a namespace whose labels flap between a
+// change that is held and its revert makes a write per flap, at most
+// namespaceRecordBurst at once and namespaceRecordRate a second; a change
+// over the bound is written at a later look (every waveRecordInterval).
+const (
+	namespaceRecordRate  = 1
+	namespaceRecordBurst = 5
+)
+
 // publishNamespaceHolds writes the held namespace changes to the record
-// Lease when they differ from what it holds.
+// Lease when they differ from what it holds, within namespaceRecordRate.
 func (c *Controller) publishNamespaceHolds(ctx context.Context) {
 	held := c.namespaceWaves.Snapshot()
 	if maps.EqualFunc(held, c.publishedNamespaceHolds, func(a, b wave.ScopeHold) bool {
 		return a.Change == b.Change && a.Pods == b.Pods && string(a.Before) == string(b.Before)
-	}) {
+	}) || !c.namespaceRecordWrites.AllowN(c.clock.Now(), 1) {
 		return
 	}
 	logger := klog.FromContext(ctx)

@@ -328,7 +328,7 @@ func TestNamespaceHoldOutlastsARestart(t *testing.T) {
 	}); err != nil {
 		t.Fatal("the namespace's change is not held")
 	}
-	// Recorded on the Lease within 2 s of the hold.
+	// Recorded on the Lease as the hold starts.
 	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		l, err := client.CoordinationV1().Leases(ns).Get(ctx, "podjanitor", metav1.GetOptions{})
 		return err == nil && strings.Contains(l.Annotations["podjanitor.io/held-namespaces"], id), nil
