@@ -186,7 +186,7 @@ func TestPlanMarksHeldNamespacePods(t *testing.T) {
 
 	namespaces := map[string]*policy.Namespace{"team-a": {}, "team-b": {}}
 	r := buildPlan(minute, pods, namespaces, t0)
-	markNamespaceHeld(context.Background(), &r, lease, minute, pods, namespaces, t0)
+	markNamespaceHeld(&r, readLease(t, lease), minute, pods, namespaces, t0)
 	marks := map[string]string{}
 	for _, e := range r.Pods {
 		if e.Held {
@@ -208,7 +208,7 @@ func TestPlanMarksHeldNamespacePods(t *testing.T) {
 
 	namespaces["team-a"] = &policy.Namespace{Annotations: map[string]string{wave.AnnotationApprove: id}}
 	r = buildPlan(minute, pods, namespaces, t0)
-	markNamespaceHeld(context.Background(), &r, lease, minute, pods, namespaces, t0)
+	markNamespaceHeld(&r, readLease(t, lease), minute, pods, namespaces, t0)
 	for _, e := range r.Pods {
 		if e.Held {
 			t.Errorf("pod %s HELD after the change's approval", e.Pod)
@@ -276,4 +276,14 @@ func TestNamespaceHoldRecordWritesAreBounded(t *testing.T) {
 	if v := f.publishedLease().Annotations[wave.AnnotationHeldNamespaces]; !strings.Contains(v, "team-a") {
 		t.Errorf("the last hold is not recorded a second later: %q", v)
 	}
+}
+
+// readLease is the record Lease as plan reads it.
+func readLease(t *testing.T, r wave.Record) *coordinationv1.Lease {
+	t.Helper()
+	l, err := r.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

@@ -92,6 +92,19 @@ func namespaceJSON(m metav1.Object) []byte {
 	return b
 }
 
+// namespaceFromJSON is the namespace name as namespaceJSON wrote it: its
+// labels and the annotations the cache keeps.
+func namespaceFromJSON(name string, b []byte) (*metav1.ObjectMeta, error) {
+	var m struct {
+		Labels      map[string]string `json:"labels"`
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	return &metav1.ObjectMeta{Name: name, Labels: m.Labels, Annotations: m.Annotations}, nil
+}
+
 // namespaceDecider decides pods as the running evaluator does, with m for
 // their namespace, for a wave.
 func (c *Controller) namespaceDecider(m metav1.Object) wave.Decide {
@@ -303,14 +316,11 @@ func (c *Controller) resumeNamespaceHolds(ctx context.Context, lease *coordinati
 		if err != nil {
 			continue
 		}
-		var before struct {
-			Labels      map[string]string `json:"labels"`
-			Annotations map[string]string `json:"annotations"`
-		}
-		if err := json.Unmarshal(rec.Before, &before); err != nil {
+		old, err := namespaceFromJSON(name, rec.Before)
+		if err != nil {
 			return fmt.Errorf("--hold-waves: the held change of namespace %s recorded on lease %s/%s: %w", name, r.Namespace, r.Name, err)
 		}
-		old := &metav1.ObjectMeta{Name: name, UID: cur.GetUID(), Labels: before.Labels, Annotations: before.Annotations}
+		old.UID = cur.GetUID()
 		logger.Info("Measuring again a namespace change the last leader held", "namespace", name, "change", rec.Change, "pods", rec.Pods)
 		c.namespaceWave(old, cur)
 	}

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -138,10 +139,14 @@ func plan(ctx context.Context, o *flagValues, out io.Writer) error {
 	report.TenantPolicies = tenants
 	markTenantHeld(&report, evaluator, pods, namespaces, report.GeneratedAt)
 	record := wave.Record{Client: clients.kube.CoordinationV1(), Namespace: cmp.Or(o.lease.namespace, ownNamespace()), Name: o.lease.name}
-	if err := markHeld(ctx, &report, record, evaluator, pods, namespaces, report.GeneratedAt); err != nil {
+	lease, err := record.Read(ctx)
+	if err != nil { // a reader without access to the Lease still gets the plan
+		klog.Background().Info("Cannot tell held pods from others", "err", err)
+	}
+	if err := markHeld(&report, record, lease, evaluator, pods, namespaces, report.GeneratedAt); err != nil {
 		return err
 	}
-	markNamespaceHeld(ctx, &report, record, evaluator, pods, namespaces, report.GeneratedAt)
+	markNamespaceHeld(&report, lease, evaluator, pods, namespaces, report.GeneratedAt)
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -223,16 +228,12 @@ func buildPlan(e *policy.Evaluator, pods []*corev1.Pod, namespaces map[string]*p
 	return r
 }
 
-// markHeld marks HELD the due pods of a held change (the record Lease's),
-// when the plan's policy file is that change: due by it, not by the policy
-// podjanitor acts on (recorded beside the hold).
-func markHeld(ctx context.Context, r *planReport, record wave.Record, e *policy.Evaluator, pods []*corev1.Pod,
+// markHeld marks HELD the due pods of a held change (the record Lease's,
+// as read: nil, none), when the plan's policy file is that change: due by
+// it, not by the policy podjanitor acts on (recorded beside the hold).
+func markHeld(r *planReport, record wave.Record, lease *coordinationv1.Lease, e *policy.Evaluator, pods []*corev1.Pod,
 	namespaces map[string]*policy.Namespace, now time.Time) error {
-	id, n, baselineJSON, err := record.Held(ctx)
-	if err != nil { // a reader without access to the Lease still gets the plan
-		klog.Background().Info("Cannot tell held pods from others", "err", err)
-		return nil
-	}
+	id, n, baselineJSON := wave.HeldOn(lease)
 	// A first install's hold (no baseline) is against no rules: every pod
 	// due by a rule, not by its own annotations.
 	firstInstall := id != "" && baselineJSON == nil && wave.ChangeID(nil, policyJSON(e)) == id
@@ -246,6 +247,7 @@ func markHeld(ctx context.Context, r *planReport, record wave.Record, e *policy.
 		if err := json.Unmarshal(baselineJSON, &recorded); err != nil {
 			return fmt.Errorf("lease %s/%s: the held wave's baseline: %w", record.Namespace, record.Name, err)
 		}
+		var err error
 		if baseline.Policy, err = policy.NewPolicy(recorded.Rules...); err != nil {
 			return fmt.Errorf("lease %s/%s: the held wave's baseline: %w", record.Namespace, record.Name, err)
 		}
@@ -269,17 +271,14 @@ func markHeld(ctx context.Context, r *planReport, record wave.Record, e *policy.
 }
 
 // markNamespaceHeld marks HELD the due pods of the namespaces whose change
-// of labels or keep annotation is held (the record Lease's): those due with
-// the namespace as it is and not as it was before the change, as podjanitor
-// holds them; a change approved on its Namespace is not held.
-func markNamespaceHeld(ctx context.Context, r *planReport, record wave.Record, e *policy.Evaluator, pods []*corev1.Pod,
+// of labels or keep annotation is held (the record Lease's, as read: nil,
+// none): those due with the namespace as it is and not as it was before the
+// change, as podjanitor holds them; a change approved on its Namespace is
+// not held.
+func markNamespaceHeld(r *planReport, lease *coordinationv1.Lease, e *policy.Evaluator, pods []*corev1.Pod,
 	namespaces map[string]*policy.Namespace, now time.Time) {
-	lease, err := record.Read(ctx)
-	var held map[string]wave.ScopeHold
-	if err == nil {
-		held, err = wave.HeldScopesOn(lease)
-	}
-	if err != nil { // a reader without access to the Lease still gets the plan
+	held, err := wave.HeldScopesOn(lease)
+	if err != nil {
 		klog.Background().Info("Cannot tell the pods of held namespace changes from others", "err", err)
 		return
 	}
@@ -289,10 +288,14 @@ func markNamespaceHeld(ctx context.Context, r *planReport, record wave.Record, e
 	}
 	for _, name := range slices.Sorted(maps.Keys(held)) {
 		h, ns := held[name], namespaces[name]
-		var before policy.Namespace
-		if ns == nil || ns.Annotations[podcache.ApproveWaveAnnotation] == h.Change || json.Unmarshal(h.Before, &before) != nil {
+		if ns == nil || ns.Annotations[podcache.ApproveWaveAnnotation] == h.Change {
 			continue
 		}
+		m, err := namespaceFromJSON(name, h.Before)
+		if err != nil {
+			continue
+		}
+		before := policy.Namespace{Labels: m.Labels, Annotations: m.Annotations}
 		marked := 0
 		for i := range r.Pods {
 			entry := &r.Pods[i]

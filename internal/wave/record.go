@@ -63,12 +63,9 @@ func (r Record) ApproveCommand(id string) string {
 // Approved returns the change ID a person approved ("" for none). A Lease
 // that does not exist approves nothing.
 func (r Record) Approved(ctx context.Context) (string, error) {
-	l, err := r.Client.Leases(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("reading lease %s/%s: %w", r.Namespace, r.Name, err)
+	l, err := r.Read(ctx)
+	if err != nil || l == nil {
+		return "", err
 	}
 	return l.Annotations[AnnotationApprove], nil
 }
@@ -178,21 +175,24 @@ func BaselineOn(l *coordinationv1.Lease) (hash string, policy []byte) {
 	return hash, policy
 }
 
+// Held reads the hold the Lease records: the change's ID ("" for none or no
+// Lease), its wave's size, and the baseline's JSON.
 func (r Record) Held(ctx context.Context) (id string, pods int, baseline []byte, err error) {
-	l, err := r.Client.Leases(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return "", 0, nil, nil
-	}
+	l, err := r.Read(ctx)
 	if err != nil {
-		return "", 0, nil, fmt.Errorf("reading lease %s/%s: %w", r.Namespace, r.Name, err)
+		return "", 0, nil, err
 	}
 	id, pods, baseline = HeldOn(l)
 	return id, pods, baseline, nil
 }
 
-// HeldOn reads the hold a Lease records: the change's ID ("" for none), its
-// wave's size, and the baseline's JSON (nil when it was too large to record).
+// HeldOn reads the hold a Lease (nil: none) records: the change's ID ("" for
+// none), its wave's size, and the baseline's JSON (nil when it was too large
+// to record).
 func HeldOn(l *coordinationv1.Lease) (id string, pods int, baseline []byte) {
+	if l == nil {
+		return "", 0, nil
+	}
 	id = l.Annotations[AnnotationHeld]
 	pods, _ = strconv.Atoi(l.Annotations[AnnotationHeldPods])
 	if b, ok := l.Annotations[AnnotationBaseline]; ok {
