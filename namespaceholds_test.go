@@ -10,9 +10,12 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	core "k8s.io/client-go/testing"
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/wave"
@@ -286,4 +289,41 @@ func readLease(t *testing.T, r wave.Record) *coordinationv1.Lease {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// TestNamespaceHoldRecordWriteFailing: the Lease's update answers 500, 503,
+// 429 and a timeout: nothing is removed meanwhile (the hold is in memory),
+// the write is made again at each later look, and lands once the API server
+// takes it; a 409 is retried at once (RetryOnConflict).
+func TestNamespaceHoldRecordWriteFailing(t *testing.T) {
+	f, ns, pods := namespaceWaveFixture(t)
+	faults := []error{
+		apierrors.NewInternalError(fmt.Errorf("etcd leader changed")),
+		apierrors.NewServiceUnavailable("unavailable"),
+		apierrors.NewTooManyRequests("slow down", 1),
+		apierrors.NewTimeoutError("request timed out", 1),
+		apierrors.NewConflict(coordinationv1.Resource("leases"), "podjanitor", fmt.Errorf("changed")),
+	}
+	var writes int
+	f.client.PrependReactor("create", "leases", func(core.Action) (bool, runtime.Object, error) {
+		if writes++; writes <= len(faults) {
+			return true, nil, faults[writes-1]
+		}
+		return false, nil, nil
+	})
+	f.takeKeepOff(ns, pods)
+	for range len(faults) - 1 { // the conflict is retried within the last look
+		f.clock.Step(time.Second) // the write budget refills
+		f.c.publishNamespaceHolds(f.ctx)
+		if _, err := f.client.CoordinationV1().Leases("podjanitor").Get(f.ctx, "podjanitor", metav1.GetOptions{}); err == nil {
+			t.Fatal("the record was written while the API server refused it")
+		}
+	}
+	if n := f.deletes(); n != 0 {
+		t.Fatalf("%d pods removed while the record could not be written", n)
+	}
+	f.clock.Step(time.Second)
+	if v := f.publishedLease().Annotations[wave.AnnotationHeldNamespaces]; !strings.Contains(v, "team-a") {
+		t.Errorf("the hold is not recorded once the API server takes the write: %q", v)
+	}
 }
