@@ -317,6 +317,9 @@ func (c *Controller) namespaceEventHandler() cache.ResourceEventHandler {
 			curMeta, err2 := meta.Accessor(cur)
 			if err1 == nil && err2 == nil {
 				c.namespaceWave(oldMeta, curMeta)
+				if oldMeta.GetDeletionTimestamp() == nil && curMeta.GetDeletionTimestamp() != nil {
+					c.tenantNamespaceTerminating(curMeta.GetName())
+				}
 			}
 			if err1 != nil || err2 != nil || !maps.Equal(oldMeta.GetAnnotations(), curMeta.GetAnnotations()) {
 				c.nsWarnings.forget(curMeta)

@@ -266,7 +266,7 @@ var (
 		"/pods delete", "/pods get", "/pods list", "/pods watch",
 		"/pods/eviction create",
 		"events.k8s.io/events create", "events.k8s.io/events patch",
-		"podjanitor.io/podlifetimepolicies get", "podjanitor.io/podlifetimepolicies list", "podjanitor.io/podlifetimepolicies watch",
+		"podjanitor.io/podlifetimepolicies get", "podjanitor.io/podlifetimepolicies list", "podjanitor.io/podlifetimepolicies patch", "podjanitor.io/podlifetimepolicies watch",
 		"podjanitor.io/podlifetimepolicies/status patch", "podjanitor.io/podlifetimepolicies/status update",
 	}
 	// reviewPermissions are cluster-scoped too: --metrics-secure's

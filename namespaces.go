@@ -129,6 +129,17 @@ func namespaceInfo(namespaces cache.Indexer, name string) *policy.Namespace {
 	return &policy.Namespace{Labels: m.GetLabels(), Annotations: m.GetAnnotations()}
 }
 
+// namespaceTerminating reports whether the cached namespace has a deletion
+// timestamp.
+func namespaceTerminating(namespaces cache.Indexer, name string) bool {
+	obj, exists, err := namespaces.GetByKey(name)
+	if err != nil || !exists {
+		return false
+	}
+	m, err := meta.Accessor(obj)
+	return err == nil && m.GetDeletionTimestamp() != nil
+}
+
 // namespaceWarnings remembers the invalid keep value each namespace was warned
 // about, so that a value that does not parse costs one Warning on the
 // Namespace, not one per pod it holds back. An entry lasts until the

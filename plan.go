@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/internal/tenant"
 	"github.com/podjanitor/podjanitor/internal/wave"
 	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
 	"github.com/podjanitor/podjanitor/policy"
@@ -71,6 +73,11 @@ type planTenant struct {
 	Error     string `json:"error,omitempty"`
 	// Held is the policy's held change, as its status says (not approved).
 	Held *planHold `json:"held,omitempty"`
+	// HeldDeletion: the held change is the policy's deletion (the policy
+	// is being deleted, its finalizer keeps it).
+	HeldDeletion bool `json:"heldDeletion,omitempty"`
+	// rules are a policy's being deleted, whose deletion is held.
+	rules *policy.TenantPolicy
 }
 
 type planReport struct {
@@ -330,15 +337,22 @@ func markTenantHeld(r *planReport, e *policy.Evaluator, pods []*corev1.Pod, name
 		if t.Held == nil {
 			continue
 		}
-		without := *e
-		without.Tenants = tenantOverlay{namespace: t.Namespace, rest: e.Tenants,
-			list: slices.DeleteFunc(slices.Clone(e.Tenants.For(t.Namespace)), func(q *policy.TenantPolicy) bool { return q.Name == t.Name })}
+		// A held change: the pods due with the policy and not without it.
+		// A held deletion (the policy is not used): those due without it
+		// and not with it.
+		other := *e
+		list := slices.DeleteFunc(slices.Clone(e.Tenants.For(t.Namespace)), func(q *policy.TenantPolicy) bool { return q.Name == t.Name })
+		if t.HeldDeletion {
+			list = append(list, t.rules)
+			slices.SortFunc(list, func(a, b *policy.TenantPolicy) int { return strings.Compare(a.Name, b.Name) })
+		}
+		other.Tenants = tenantOverlay{namespace: t.Namespace, rest: e.Tenants, list: list}
 		for i := range r.Pods {
 			entry := &r.Pods[i]
 			if !entry.Overdue || entry.Held || entry.Namespace != t.Namespace {
 				continue
 			}
-			if d, err := without.Decide(byKey[entry.Namespace+"/"+entry.Pod], namespaces[entry.Namespace], now); err == nil && d.HasDeadline() && !d.Deadline.After(now) {
+			if d, err := other.Decide(byKey[entry.Namespace+"/"+entry.Pod], namespaces[entry.Namespace], now); err == nil && d.HasDeadline() && !d.Deadline.After(now) {
 				continue
 			}
 			entry.Held, entry.HeldChange = true, t.Held.Change
@@ -360,7 +374,15 @@ func listTenantPolicies(ctx context.Context, client versioned.Interface, scope s
 		p := &list.Items[i]
 		entry := planTenant{Namespace: p.Namespace, Name: p.Name, Used: true}
 		converted, err := convertTenantPolicy(p, r)
-		if err != nil {
+		if err == nil && p.DeletionTimestamp != nil {
+			// Not used, as the daemon does not use it; its deletion may be held.
+			entry.Used, entry.Reason = false, tenantReasonDeleting
+			entry.Error = fmt.Sprintf("the policy is being deleted (since %s): its rules give no deadline", p.DeletionTimestamp.UTC().Format(time.RFC3339))
+			if h, held := heldInStatus(p); held && p.Annotations[wave.AnnotationApprove] != h.ID && tenant.HasFinalizer(p) {
+				entry.Held = &planHold{Change: h.ID, Pods: h.Pods, Approve: tenantApproveCommand(p.Namespace, p.Name, h.ID)}
+				entry.HeldDeletion, entry.rules = true, converted
+			}
+		} else if err != nil {
 			entry.Used, entry.Error = false, err.Error()
 			if te, ok := err.(*policy.TenantError); ok {
 				entry.Reason = te.Reason
@@ -442,7 +464,10 @@ func printPlan(out io.Writer, r planReport) error {
 		fmt.Fprintf(out, "  not used: %s/%s (%s): %s\n", t.Namespace, t.Name, t.Reason, t.Error)
 	}
 	for _, t := range r.TenantPolicies {
-		if h := t.Held; h != nil {
+		if h := t.Held; h != nil && t.HeldDeletion {
+			fmt.Fprintf(out, "  held: %s/%s: its deletion (change %s) made %d pod(s) of its namespace due at once; none of them is removed, and the policy stays, until it is approved:\n    %s\n",
+				t.Namespace, t.Name, h.Change, h.Pods, h.Approve)
+		} else if h != nil {
 			fmt.Fprintf(out, "  held: %s/%s: its change %s made %d pod(s) of its namespace due at once; none of them is removed until it is approved:\n    %s\n  or the policy is reverted.\n",
 				t.Namespace, t.Name, h.Change, h.Pods, h.Approve)
 		}

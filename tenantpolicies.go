@@ -156,6 +156,8 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 				c.tenantPolicyChanged(cur, true)
 			} else if o.Annotations[wave.AnnotationApprove] != n.Annotations[wave.AnnotationApprove] {
 				c.tenantWaveApproved(n)
+			} else if tenant.HasFinalizer(o) != tenant.HasFinalizer(n) {
+				t.status.Mark(n.Namespace + "/" + n.Name) // put back on a policy in use
 			}
 		},
 		DeleteFunc: c.tenantPolicyDeleted,
@@ -185,37 +187,27 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 	}
 	t := c.tenants
 	key := p.Namespace + "/" + p.Name
-	conv := tenantConverted{uid: p.UID, generation: p.Generation, rules: len(p.Spec.Rules)}
-	size, dropped := tenant.RulesBytes(p)
-	conv.bytes = size
-	var err error
-	switch {
-	case p.DeletionTimestamp != nil: // deleted, held by a finalizer: its deadlines are gone
-		err = &policy.TenantError{Reason: tenantReasonDeleting,
-			Message: fmt.Sprintf("the policy is being deleted (since %s): its rules give no deadline", p.DeletionTimestamp.UTC().Format(time.RFC3339))}
-	case dropped:
-		err = &policy.TenantError{Reason: tenant.TooLarge, Message: fmt.Sprintf(
-			"its rules hold %d bytes, more than the %d a namespace's policies may hold in all (--tenant-max-bytes-per-namespace)", size, t.limits.Bytes)}
-	default:
-		conv.policy, err = convertTenantPolicy(p, t.restrictions)
-	}
-	if err != nil {
-		var te *policy.TenantError
-		if !errors.As(err, &te) {
-			te = &policy.TenantError{Reason: policy.TenantReasonInvalid, Message: err.Error()}
-		}
-		conv.policy, conv.err = nil, te
-	} else {
-		conv.policy.UID, conv.policy.Generation = p.UID, p.Generation
-	}
+	conv := t.convert(p, p.DeletionTimestamp != nil)
+	// A policy the initial list finds being deleted and held by podjanitor's
+	// finalizer: its deletion was not measured yet, or was held, when the
+	// last leader stopped. The policy as it was before it is the one acted
+	// on, and its deletion a change of the namespace measured at the
+	// namespace's pass, as a live one is: a restart cannot let a held
+	// deletion through.
+	resume := !enqueue && c.tenantWaves != nil && p.DeletionTimestamp != nil && tenant.HasFinalizer(p)
 	t.reader.Forget(p.Namespace, p.Name)
 	t.mu.Lock()
 	if t.converted[p.Namespace] == nil {
 		t.converted[p.Namespace] = map[string]tenantConverted{}
 	}
+	if resume {
+		t.converted[p.Namespace][p.Name] = t.convert(p, false)
+		_, before := t.admit(p.Namespace, key)
+		t.apply(t.store, before)
+	}
 	t.converted[p.Namespace][p.Name] = conv
 	changed, ops := t.admit(p.Namespace, key)
-	if enqueue && c.tenantWaves != nil {
+	if (enqueue || resume) && c.tenantWaves != nil {
 		// Measured and made by the namespace's pass (applyPendingTenants).
 		if t.pending[p.Namespace] == nil {
 			t.pending[p.Namespace] = map[string]tenantOp{}
@@ -244,9 +236,38 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 			t.status.Mark(k)
 		}
 	}
-	if enqueue {
+	if enqueue || resume {
 		c.enqueueNamespace(p.Namespace)
 	}
+}
+
+// convert converts one generation of a policy: deleting, it gives no
+// deadline.
+func (t *tenantPolicies) convert(p *v1alpha1.PodLifetimePolicy, deleting bool) tenantConverted {
+	conv := tenantConverted{uid: p.UID, generation: p.Generation, rules: len(p.Spec.Rules)}
+	size, dropped := tenant.RulesBytes(p)
+	conv.bytes = size
+	var err error
+	switch {
+	case deleting: // deleted, held by a finalizer: its deadlines are gone
+		err = &policy.TenantError{Reason: tenantReasonDeleting,
+			Message: fmt.Sprintf("the policy is being deleted (since %s): its rules give no deadline", p.DeletionTimestamp.UTC().Format(time.RFC3339))}
+	case dropped:
+		err = &policy.TenantError{Reason: tenant.TooLarge, Message: fmt.Sprintf(
+			"its rules hold %d bytes, more than the %d a namespace's policies may hold in all (--tenant-max-bytes-per-namespace)", size, t.limits.Bytes)}
+	default:
+		conv.policy, err = convertTenantPolicy(p, t.restrictions)
+	}
+	if err != nil {
+		var te *policy.TenantError
+		if !errors.As(err, &te) {
+			te = &policy.TenantError{Reason: policy.TenantReasonInvalid, Message: err.Error()}
+		}
+		conv.policy, conv.err = nil, te
+	} else {
+		conv.policy.UID, conv.policy.Generation = p.UID, p.Generation
+	}
+	return conv
 }
 
 // applyPendingTenants makes the pending changes of namespace's tenant
@@ -301,8 +322,11 @@ func (c *Controller) reportTenantWave(p *v1alpha1.PodLifetimePolicy, hold *wave.
 	if hold == nil {
 		return
 	}
-	klog.Background().Info("Holding the removals of a changed tenant policy: it makes too many pods of its namespace due at once",
-		"policy", key, "change", hold.ID, "pods", hold.Pods, "approve", tenantApproveCommand(p.Namespace, p.Name, hold.ID))
+	what := "Holding the removals of a changed tenant policy: it makes too many pods of its namespace due at once"
+	if p.DeletionTimestamp != nil {
+		what = "Holding the deletion of a tenant policy: without its rules too many pods of its namespace are due at once"
+	}
+	klog.Background().Info(what, "policy", key, "change", hold.ID, "pods", hold.Pods, "approve", tenantApproveCommand(p.Namespace, p.Name, hold.ID))
 	if p.Annotations[wave.AnnotationApprove] == hold.ID {
 		c.tenantWaveApproved(p) // approved before: the approval is in the API server
 	}
@@ -321,7 +345,10 @@ func (c *Controller) holdTenantWave(p *v1alpha1.PodLifetimePolicy, ops []tenantO
 	}
 	t.apply(next, ops)
 	cur := next.For(p.Namespace)
-	if slices.Equal(old, cur) {
+	if slices.Equal(old, cur) || namespaceTerminating(c.namespaces, p.Namespace) {
+		// A namespace being deleted loses its pods whatever its policies
+		// say: holding a policy's deletion there would only hold the
+		// namespace's.
 		return nil
 	}
 	key := p.Namespace + "/" + p.Name
@@ -503,6 +530,29 @@ func (c *Controller) tenantPolicyDeleted(obj interface{}) {
 	c.enqueueNamespace(m.GetNamespace())
 }
 
+// tenantNamespaceTerminating ends the held change of a namespace being
+// deleted (its pods go with it whatever its policies say) and marks its
+// policies, so that a held deletion lets its policy go: the namespace's own
+// deletion waits for its policies'.
+func (c *Controller) tenantNamespaceTerminating(namespace string) {
+	if c.tenants == nil || c.tenantWaves == nil {
+		return
+	}
+	if _, object, held := c.tenantWaves.Held(namespace); held && c.tenantWaves.End(namespace, object) {
+		klog.Background().Info("The namespace of a held tenant policy change is being deleted: its hold ends", "namespace", namespace, "policy", object)
+	}
+	t := c.tenants
+	t.mu.Lock()
+	keys := make([]string, 0, len(t.converted[namespace]))
+	for name := range t.converted[namespace] {
+		keys = append(keys, namespace+"/"+name)
+	}
+	t.mu.Unlock()
+	for _, key := range keys {
+		t.status.Mark(key)
+	}
+}
+
 // tenantOp is a change of the store: set a policy, or delete one (set nil).
 type tenantOp struct {
 	namespace, name string
@@ -607,6 +657,9 @@ func (c *Controller) tenantStatus(p *v1alpha1.PodLifetimePolicy, seen tenantSeen
 	if seen.err != nil {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, seen.err.Reason, events.CutNote(seen.err.Message)
 		status.PodsWithDeadline, status.NextDeadline = 0, nil
+		if h, held := c.tenantHeld(p); held && seen.err.Reason == tenantReasonDeleting {
+			cond.Reason, cond.Message = wave.ReasonRemovalsHeld, tenantHeldMessage(p, h)
+		}
 	} else {
 		cond.Status, cond.Reason = metav1.ConditionTrue, tenantReasonInUse
 		cond.Message = fmt.Sprintf("podjanitor uses the %d rule(s) for the pods of namespace %s", seen.rules, p.Namespace)
@@ -652,6 +705,23 @@ func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
 		// may hold it: the pass marks every policy of the namespace.
 		return tenant.ErrNotYet
 	}
+	wantFinalizer := c.wantTenantFinalizer(p, seen)
+	if p.DeletionTimestamp != nil && tenant.HasFinalizer(p) && !wantFinalizer {
+		// Its deletion is measured and not held (or approved): let it go.
+		return c.setTenantFinalizer(ctx, p, false)
+	}
+	if err := c.patchTenantStatus(ctx, p, seen); err != nil {
+		return err
+	}
+	if wantFinalizer != tenant.HasFinalizer(p) {
+		return c.setTenantFinalizer(ctx, p, wantFinalizer)
+	}
+	return nil
+}
+
+// patchTenantStatus writes the policy's status if it differs from the
+// cached one, and warns of what changed.
+func (c *Controller) patchTenantStatus(ctx context.Context, p *v1alpha1.PodLifetimePolicy, seen tenantSeen) error {
 	status := c.tenantStatus(p, seen)
 	if apiequality.Semantic.DeepEqual(status, p.Status) {
 		return nil
@@ -668,7 +738,7 @@ func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.WriteTimeout)
 	defer cancel()
-	_, err = t.client.PodjanitorV1alpha1().PodLifetimePolicies(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	_, err = c.tenants.client.PodjanitorV1alpha1().PodLifetimePolicies(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		return nil
 	} else if err != nil {
@@ -677,14 +747,81 @@ func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
 	// One Warning per new reason or message, by the writer of the status
 	// (the leader), not by every replica's informer.
 	was := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
-	if h, held := c.tenantHeld(p); held && seen.err == nil {
+	deleting := seen.err != nil && seen.err.Reason == tenantReasonDeleting
+	if h, held := c.tenantHeld(p); held && (seen.err == nil || deleting) {
 		if msg := tenantHeldMessage(p, h); was == nil || was.Reason != wave.ReasonRemovalsHeld || was.Message != msg {
-			c.reporter.RemovalsHeld(tenantPolicyRef(p), "this change of the PodLifetimePolicy", h.Pods, tenantApproveCommand(p.Namespace, p.Name, h.ID))
+			what := "this change of the PodLifetimePolicy"
+			if deleting {
+				what = "the deletion of the PodLifetimePolicy (the policy stays until it is approved)"
+			}
+			c.reporter.RemovalsHeld(tenantPolicyRef(p), what, h.Pods, tenantApproveCommand(p.Namespace, p.Name, h.ID))
 		}
 	}
-	if seen.err != nil && seen.err.Reason != tenantReasonDeleting && (was == nil || was.Status != metav1.ConditionFalse || was.Reason != seen.err.Reason || was.Message != events.CutNote(seen.err.Message)) {
+	if seen.err != nil && !deleting && (was == nil || was.Status != metav1.ConditionFalse || was.Reason != seen.err.Reason || was.Message != events.CutNote(seen.err.Message)) {
 		c.reporter.TenantPolicyNotUsed(tenantPolicyRef(p), seen.err.Reason, seen.err.Message)
 	}
+	return nil
+}
+
+// wantTenantFinalizer says whether the policy should carry podjanitor's
+// finalizer (tenant.Finalizer), so that its deletion is measured as a change
+// (--hold-waves) before the policy goes: a policy in use gets it (not in a
+// dry run, which changes nothing that blocks a deletion) and keeps it while
+// it is not being deleted; a policy being deleted keeps it while its
+// deletion is held, in a namespace that is not being deleted itself.
+// Without --hold-waves no policy keeps it.
+func (c *Controller) wantTenantFinalizer(p *v1alpha1.PodLifetimePolicy, seen tenantSeen) bool {
+	switch {
+	case c.tenantWaves == nil:
+		return false
+	case p.DeletionTimestamp != nil:
+		_, held := c.tenantHeld(p)
+		return held && tenant.HasFinalizer(p) && !namespaceTerminating(c.namespaces, p.Namespace)
+	}
+	return tenant.HasFinalizer(p) || seen.err == nil && !c.opts.DryRun
+}
+
+// setTenantFinalizer puts podjanitor's finalizer on the policy or takes it
+// off, on the policy as read now: a merge patch of metadata.finalizers
+// alone, with the resourceVersion read as its precondition, so that another
+// finalizer's change in between fails the patch (409: the writer tries
+// again) rather than being lost. No finalizer is put on a policy being deleted (the API
+// server refuses that).
+func (c *Controller) setTenantFinalizer(ctx context.Context, p *v1alpha1.PodLifetimePolicy, want bool) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.WriteTimeout)
+	defer cancel()
+	policies := c.tenants.client.PodjanitorV1alpha1().PodLifetimePolicies(p.Namespace)
+	got, err := policies.Get(ctx, p.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	case got.UID != p.UID:
+		return nil // replaced: the new one's events mark it
+	}
+	finalizers := slices.DeleteFunc(slices.Clone(got.Finalizers), func(f string) bool { return f == tenant.Finalizer })
+	if want && got.DeletionTimestamp == nil {
+		finalizers = append(finalizers, tenant.Finalizer)
+	}
+	if slices.Equal(finalizers, got.Finalizers) {
+		return nil
+	}
+	// The resourceVersion read is the patch's precondition (a conflict
+	// otherwise): the list replaced is the one read.
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"finalizers": finalizers, "resourceVersion": got.ResourceVersion,
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = policies.Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("setting the finalizer %s on %s/%s: %w", tenant.Finalizer, p.Namespace, p.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Tenant policy's finalizer set", "policy", klog.KObj(p), "finalizer", tenant.Finalizer, "on", want && got.DeletionTimestamp == nil)
 	return nil
 }
 
@@ -700,6 +837,10 @@ func (c *Controller) tenantHeld(p *v1alpha1.PodLifetimePolicy) (wave.Hold, bool)
 // tenantHeldMessage is the Ready condition's message of a policy whose
 // change is held.
 func tenantHeldMessage(p *v1alpha1.PodLifetimePolicy, h wave.Hold) string {
+	if p.DeletionTimestamp != nil {
+		return fmt.Sprintf("change %s holds %d pod removal(s): the policy's deletion makes them due at once in namespace %s; podjanitor removes none of them, and the policy stays (finalizer %s), until the deletion is approved (%s)",
+			h.ID, h.Pods, p.Namespace, tenant.Finalizer, tenantApproveCommand(p.Namespace, p.Name, h.ID))
+	}
 	return fmt.Sprintf("change %s holds %d pod removal(s): it makes them due at once in namespace %s; podjanitor removes none of them until it is approved (%s) or reverted",
 		h.ID, h.Pods, p.Namespace, tenantApproveCommand(p.Namespace, p.Name, h.ID))
 }

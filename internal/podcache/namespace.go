@@ -15,7 +15,8 @@ const (
 // NamespaceTransform returns the namespace informer's transform: of each
 // namespace's metadata, only what decisions read (labels for rules'
 // namespaceSelector, the keep annotation), the approval of a held change of
-// them, and what the informer needs.
+// them, its deletion timestamp (a namespace being deleted holds no tenant
+// policy's deletion), and what the informer needs.
 func NamespaceTransform(keepKey string) cache.TransformFunc {
 	return func(obj interface{}) (interface{}, error) {
 		m, ok := obj.(*metav1.PartialObjectMetadata)
@@ -26,6 +27,7 @@ func NamespaceTransform(keepKey string) cache.TransformFunc {
 			TypeMeta: m.TypeMeta,
 			ObjectMeta: metav1.ObjectMeta{
 				Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion, Labels: m.Labels,
+				DeletionTimestamp: m.DeletionTimestamp,
 			},
 		}
 		if value, ok := m.Annotations[keepKey]; ok {

@@ -8,13 +8,15 @@ import (
 )
 
 // TestNamespaceTransformKeepsLabelsAndKeep proves that the namespace cache
-// holds labels and the keep annotation under the configured prefix, nothing else.
+// holds labels, the keep annotation under the configured prefix and the
+// deletion timestamp, nothing else.
 func TestNamespaceTransformKeepsLabelsAndKeep(t *testing.T) {
+	deleted := metav1.Now()
 	full := &metav1.PartialObjectMetadata{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
 		ObjectMeta: metav1.ObjectMeta{Name: "ci", UID: "u", ResourceVersion: "5", Labels: map[string]string{"team": "ci"},
 			Annotations: map[string]string{"janitor.example.com/keep": "true", "podjanitor.io/keep": "true", "other": "x"},
-			Finalizers:  []string{"kubernetes"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+			Finalizers:  []string{"kubernetes"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}, DeletionTimestamp: &deleted},
 	}
 	got, err := NamespaceTransform("janitor.example.com/keep")(full)
 	if err != nil {
@@ -23,7 +25,7 @@ func TestNamespaceTransformKeepsLabelsAndKeep(t *testing.T) {
 	want := &metav1.PartialObjectMetadata{
 		TypeMeta: full.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{Name: "ci", UID: "u", ResourceVersion: "5", Labels: map[string]string{"team": "ci"},
-			Annotations: map[string]string{"janitor.example.com/keep": "true"}},
+			Annotations: map[string]string{"janitor.example.com/keep": "true"}, DeletionTimestamp: &deleted},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("transformed namespace (-want,+got):\n%s", diff)

@@ -41,7 +41,7 @@ func TestTransformKeepsWhatIsRead(t *testing.T) {
 	p := &v1alpha1.PodLifetimePolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "p", UID: "u", Generation: 3, ResourceVersion: "9", DeletionTimestamp: &now,
 			Labels: map[string]string{"a": "b"}, Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{}", rulesBytesAnnotation: "1"},
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}, Finalizers: []string{"x"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}, Finalizers: []string{"x", Finalizer, "y"},
 			OwnerReferences: []metav1.OwnerReference{{Kind: "Application"}}},
 		Spec:   v1alpha1.PodLifetimePolicySpec{Rules: []v1alpha1.PodLifetimeRule{{Name: "r", Clock: "created", After: "1h"}}},
 		Status: v1alpha1.PodLifetimePolicyStatus{ObservedGeneration: 2, PodsWithDeadline: 4},
@@ -52,10 +52,15 @@ func TestTransformKeepsWhatIsRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := p.DeepCopy()
-	want.Labels, want.ManagedFields, want.Finalizers, want.OwnerReferences = nil, nil, nil, nil
+	want.Labels, want.ManagedFields, want.Finalizers, want.OwnerReferences = nil, nil, []string{Finalizer}, nil
 	want.Annotations = map[string]string{rulesBytesAnnotation: "74"}
 	if diff := cmp.Diff(want, obj); diff != "" {
 		t.Errorf("transformed (-want,+got):\n%s", diff)
+	}
+	foreign := p.DeepCopy()
+	foreign.Finalizers = []string{"x"}
+	if obj, _ := Transform(0)(foreign); obj.(*v1alpha1.PodLifetimePolicy).Finalizers != nil || HasFinalizer(obj.(*v1alpha1.PodLifetimePolicy)) {
+		t.Errorf("a policy with another finalizer only: cached with %v", obj.(*v1alpha1.PodLifetimePolicy).Finalizers)
 	}
 	if got, dropped := RulesBytes(obj.(*v1alpha1.PodLifetimePolicy)); got != size || size != 74 || dropped {
 		t.Errorf("RulesBytes = %d, %v; want %d, false", got, dropped, size)

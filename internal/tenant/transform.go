@@ -1,6 +1,7 @@
 package tenant
 
 import (
+	"slices"
 	"strconv"
 
 	"k8s.io/client-go/tools/cache"
@@ -13,6 +14,21 @@ import (
 // bytes of its rules (policy.TenantRulesSize), set by Transform. A tenant's
 // own annotations are dropped, so a tenant cannot set it.
 const rulesBytesAnnotation = "podjanitor.io/cached-rules-bytes"
+
+// Finalizer is podjanitor's finalizer on the tenant policies it uses: a
+// policy's deletion waits for podjanitor to measure it, and a deletion that
+// makes too many pods due at once (the pods the policy kept longer than the
+// cluster's rules do) is held, the policy kept, until it is approved.
+const Finalizer = "podjanitor.io/wave-guard"
+
+// finalizerOnly is the finalizers of a cached policy that has Finalizer,
+// shared by all of them (no cached object is ever changed).
+var finalizerOnly = []string{Finalizer}
+
+// HasFinalizer reports whether the policy has podjanitor's finalizer.
+func HasFinalizer(p *v1alpha1.PodLifetimePolicy) bool {
+	return slices.Contains(p.Finalizers, Finalizer)
+}
 
 // RuleSpecs are the resource's rules as package policy reads them; strings
 // and lists are shared with obj.
@@ -42,7 +58,8 @@ const (
 // what conversion and status read (name, namespace, UID, generation,
 // resourceVersion, deletion timestamp, the rules, the status, the approval
 // of a held wave) and drops the rest: managedFields, labels, other annotations (kubectl's last-applied copy of
-// the whole object among them), owner references and finalizers. The rules
+// the whole object among them), owner references and other finalizers than
+// podjanitor's (HasFinalizer still answers). The rules
 // of a policy larger than maxBytes on its own (0: no bound), which no
 // namespace could use, are dropped too; RulesBytes says so.
 func Transform(maxBytes int) cache.TransformFunc {
@@ -51,7 +68,11 @@ func Transform(maxBytes int) cache.TransformFunc {
 		if !ok {
 			return obj, nil // a tombstone: as it is
 		}
-		p.ManagedFields, p.Labels, p.OwnerReferences, p.Finalizers = nil, nil, nil, nil
+		var finalizers []string
+		if HasFinalizer(p) {
+			finalizers = finalizerOnly
+		}
+		p.ManagedFields, p.Labels, p.OwnerReferences, p.Finalizers = nil, nil, nil, finalizers
 		size := policy.TenantRulesSize(RuleSpecs(p))
 		if maxBytes > 0 && size > maxBytes {
 			p.Spec.Rules = nil
