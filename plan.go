@@ -24,7 +24,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/internal/podcache"
-	"github.com/podjanitor/podjanitor/internal/tenant"
 	"github.com/podjanitor/podjanitor/internal/wave"
 	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
 	"github.com/podjanitor/podjanitor/policy"
@@ -378,7 +377,7 @@ func listTenantPolicies(ctx context.Context, client versioned.Interface, scope s
 			// Not used, as the daemon does not use it; its deletion may be held.
 			entry.Used, entry.Reason = false, tenantReasonDeleting
 			entry.Error = fmt.Sprintf("the policy is being deleted (since %s): its rules give no deadline", p.DeletionTimestamp.UTC().Format(time.RFC3339))
-			if h, held := heldInStatus(p); held && p.Annotations[wave.AnnotationApprove] != h.ID && tenant.HasFinalizer(p) {
+			if h, held := heldInStatus(p); held && p.Annotations[wave.AnnotationApprove] != h.ID {
 				entry.Held = &planHold{Change: h.ID, Pods: h.Pods, Approve: tenantApproveCommand(p.Namespace, p.Name, h.ID)}
 				entry.HeldDeletion, entry.rules = true, converted
 			}

@@ -20,6 +20,9 @@ import (
 	"github.com/podjanitor/podjanitor/policy"
 )
 
+// testFinalizer is the fixtures' podjanitor's finalizer (the default Lease's).
+var testFinalizer = tenant.FinalizerFor("podjanitor", "podjanitor")
+
 // keepLongRule keeps every pod of its namespace 30 days, where the cluster's
 // rule (tenantDeletionFixture) removes them after an hour.
 var keepLongRule = v1alpha1.PodLifetimeRule{Name: "keep-long", Clock: "created", After: "720h"}
@@ -105,7 +108,7 @@ func (f *tenantFixture) finalize(namespace, name string) {
 }
 
 func hasWaveGuard(p *v1alpha1.PodLifetimePolicy) bool {
-	return p != nil && slices.Contains(p.Finalizers, tenant.Finalizer)
+	return p != nil && slices.Contains(p.Finalizers, testFinalizer)
 }
 
 // settle runs the namespace's passes and decides what they queue.
@@ -297,7 +300,7 @@ func TestTenantPolicyDeletionInADeletedNamespace(t *testing.T) {
 // earlier run's) and puts it on none; in a dry run it puts it on none.
 func TestTenantFinalizerOnlyWithHeldWaves(t *testing.T) {
 	withGuard := lifetimePolicy("team-a", "old", keepLongRule)
-	withGuard.Finalizers = []string{"example.com/gitops", tenant.Finalizer}
+	withGuard.Finalizers = []string{"example.com/gitops", testFinalizer}
 	seed := func(pj *pjfake.Clientset) {
 		if err := pj.Tracker().Add(withGuard.DeepCopy()); err != nil {
 			t.Fatal(err)
@@ -327,5 +330,129 @@ func TestTenantFinalizerOnlyWithHeldWaves(t *testing.T) {
 	dry.settle()
 	if hasWaveGuard(dry.policyNow("team-a", "new")) {
 		t.Error("the finalizer is put on in a dry run")
+	}
+}
+
+// TestPlanMarksAHeldDeletionsPods: plan lists a policy being deleted as not
+// used (Deleting) and, when its status says its deletion is held, marks
+// HELD the pods due without its rules and not with them, and prints the
+// approval command; a pod of another namespace is not marked.
+func TestPlanMarksAHeldDeletionsPods(t *testing.T) {
+	deleting := lifetimePolicy("team-a", "keep-long", keepLongRule)
+	now := metav1.NewTime(t0)
+	deleting.DeletionTimestamp, deleting.Generation, deleting.Finalizers = &now, 2, []string{testFinalizer}
+	deleting.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: 2,
+		Reason: wave.ReasonRemovalsHeld, Message: tenantHeldMessage(deleting, wave.Hold{ID: "0123456789ab", Pods: 12}), LastTransitionTime: now}}
+	pj := pjfake.NewSimpleClientset(deleting)
+	tenants, listed, err := listTenantPolicies(context.Background(), pj, scopeFlags{}, policy.Restrictions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 1 || listed[0].Used || listed[0].Reason != tenantReasonDeleting || !listed[0].HeldDeletion || listed[0].Held == nil {
+		t.Fatalf("listed %+v; want keep-long not used (Deleting), its deletion held", listed)
+	}
+	p, err := policy.Parse([]byte("apiVersion: podjanitor.io/v1alpha1\nkind: PodJanitorPolicy\nrules:\n- name: max-age\n  clock: created\n  after: 1h\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := []*corev1.Pod{tenantPod("old", "team-a", t0.Add(-2*time.Hour), nil), tenantPod("old", "team-b", t0.Add(-2*time.Hour), nil)}
+	namespaces := map[string]*policy.Namespace{"team-a": {}, "team-b": {}}
+	e := &policy.Evaluator{Policy: p, Tenants: tenants}
+	r := buildPlan(e, pods, namespaces, t0)
+	r.TenantPolicies = listed
+	markTenantHeld(&r, e, pods, namespaces, t0)
+	got := map[string]string{}
+	for _, p := range r.Pods {
+		got[p.Namespace+"/"+p.Pod] = p.HeldChange
+	}
+	if got["team-a/old"] != "0123456789ab" || got["team-b/old"] != "" {
+		t.Errorf("held changes %v; want team-a/old held by the deletion, team-b/old not", got)
+	}
+	var out strings.Builder
+	if err := printPlan(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"HELD 0123456789ab", "its deletion (change 0123456789ab)", tenantApproveCommand("team-a", "keep-long", "0123456789ab")} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("plan lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestTenantFinalizerStaysUntilTheDeletionIsRead: the informer's cache has
+// the policy's deletion before its handler has read it (the cache is updated
+// first), and a status write marked earlier comes in between: it must not
+// take the finalizer off a deletion not yet measured. Found against the real
+// API server, where such a write let a held deletion's 50 pods go.
+func TestTenantFinalizerStaysUntilTheDeletionIsRead(t *testing.T) {
+	f, _ := tenantDeletionFixture(t, 12, holdingWaves())
+	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "keep-long", keepLongRule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitPolicy("team-a", "keep-long", "given podjanitor's finalizer", hasWaveGuard)
+	var cached *v1alpha1.PodLifetimePolicy
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		cached, _ = f.c.tenants.lister.PodLifetimePolicies("team-a").Get("keep-long")
+		return hasWaveGuard(cached), nil
+	}); err != nil {
+		t.Fatalf("cached %+v; want the policy with the finalizer", cached)
+	}
+	deleting := cached.DeepCopy()
+	now := metav1.NewTime(f.clock.Now())
+	deleting.DeletionTimestamp, deleting.Generation = &now, deleting.Generation+1
+	if err := f.policies.Update(deleting); err != nil { // the cache, not the handler
+		t.Fatal(err)
+	}
+	if err := f.c.writeTenantStatus(f.ctx, "team-a/keep-long"); err != nil && err != tenant.ErrNotYet {
+		t.Fatal(err)
+	}
+	for _, a := range f.pj.Actions() {
+		if a.GetVerb() == "patch" && a.GetSubresource() == "" && a.GetResource().Resource == "podlifetimepolicies" {
+			if p, ok := a.(interface{ GetPatch() []byte }); ok && !strings.Contains(string(p.GetPatch()), testFinalizer) {
+				t.Fatalf("the finalizer taken off a deletion the handler has not read: %s", p.GetPatch())
+			}
+		}
+	}
+	if !hasWaveGuard(f.policyNow("team-a", "keep-long")) {
+		t.Fatal("the finalizer is off a deletion the handler has not read")
+	}
+}
+
+// TestTenantPolicyDeletionHeldByOneOfTwo: two podjanitors (two releases,
+// each with its record Lease) use the same policy; the deletion makes 12 pods
+// due for the one that watches them and none for the other. Each has its own
+// finalizer: the other takes its own off, the first holds the deletion, and
+// the policy stays until its approval. With one finalizer for both, the
+// other took it off and the policy went with the 12 pods.
+func TestTenantPolicyDeletionHeldByOneOfTwo(t *testing.T) {
+	f, pods := tenantDeletionFixture(t, 12, holdingWaves())
+	other := newTenantFixtureOn(t, holdingWaves(), policy.Restrictions{}, nil, nil, f.pj) // sees no pod
+	other.c.running.Store(true)
+	other.c.SetTenantFinalizer("team-b", "podjanitor")
+	otherFinalizer := tenant.FinalizerFor("team-b", "podjanitor")
+	if otherFinalizer == testFinalizer {
+		t.Fatalf("two Leases, one finalizer %s", testFinalizer)
+	}
+	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "keep-long", keepLongRule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitPolicy("team-a", "keep-long", "given both finalizers", func(p *v1alpha1.PodLifetimePolicy) bool {
+		other.clock.Step(time.Second)
+		return hasWaveGuard(p) && slices.Contains(p.Finalizers, otherFinalizer)
+	})
+	f.deletePolicy("team-a", "keep-long")
+	f.waitPolicy("team-a", "keep-long", "without the other's finalizer", func(p *v1alpha1.PodLifetimePolicy) bool {
+		other.clock.Step(time.Second)
+		return p != nil && !slices.Contains(p.Finalizers, otherFinalizer)
+	})
+	f.settle()
+	if p := f.policyNow("team-a", "keep-long"); !hasWaveGuard(p) {
+		t.Fatalf("the finalizer of the podjanitor that holds the deletion is off: %+v", p)
+	}
+	if _, _, ok := f.c.tenantWaves.Held("team-a"); !ok {
+		t.Fatal("the deletion is not held")
+	}
+	if n := len(f.podWrites()); n != 0 {
+		t.Errorf("%d of %d pods removed while the deletion is held", n, len(pods))
 	}
 }

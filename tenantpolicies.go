@@ -7,6 +7,7 @@ package main
 // policy's namespace again, and writes the policy's status at a bounded rate.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,6 +62,9 @@ type tenantPolicies struct {
 	store   *tenant.Store
 	tracker *tenant.Tracker
 	status  *tenant.StatusWriter
+	// finalizer is this podjanitor's on the policies it uses
+	// (tenant.FinalizerFor its record Lease).
+	finalizer string
 
 	mu sync.Mutex
 	// seen is what the controller made of each policy it read, by key.
@@ -134,6 +138,8 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 		overLimit:    map[string]int{},
 		pending:      map[string]map[string]tenantOp{},
 		pendingBy:    map[string]*v1alpha1.PodLifetimePolicy{},
+		finalizer:    tenant.FinalizerFor("podjanitor", "podjanitor"), // artifacts/deploy's Lease
+
 	}
 	t.status = tenant.NewStatusWriter(c.clock, statusInterval, func(ctx context.Context, key string) error {
 		return c.writeTenantStatus(ctx, key)
@@ -156,7 +162,7 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 				c.tenantPolicyChanged(cur, true)
 			} else if o.Annotations[wave.AnnotationApprove] != n.Annotations[wave.AnnotationApprove] {
 				c.tenantWaveApproved(n)
-			} else if tenant.HasFinalizer(o) != tenant.HasFinalizer(n) {
+			} else if t.hasFinalizer(o) != t.hasFinalizer(n) {
 				t.status.Mark(n.Namespace + "/" + n.Name) // put back on a policy in use
 			}
 		},
@@ -167,6 +173,13 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 	}
 	t.synced = handler.HasSynced
 	return nil
+}
+
+// SetTenantFinalizer names this podjanitor's finalizer on the policies it
+// uses after its record Lease (tenant.FinalizerFor); call it after
+// SetTenantPolicies, before Run. Unset, it is the default Lease's.
+func (c *Controller) SetTenantFinalizer(leaseNamespace, leaseName string) {
+	c.tenants.finalizer = tenant.FinalizerFor(leaseNamespace, leaseName)
 }
 
 // SetTenantLimits bounds what each namespace's usable policies hold; call
@@ -194,7 +207,7 @@ func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
 	// on, and its deletion a change of the namespace measured at the
 	// namespace's pass, as a live one is: a restart cannot let a held
 	// deletion through.
-	resume := !enqueue && c.tenantWaves != nil && p.DeletionTimestamp != nil && tenant.HasFinalizer(p)
+	resume := !enqueue && c.tenantWaves != nil && p.DeletionTimestamp != nil && t.hasFinalizer(p)
 	t.reader.Forget(p.Namespace, p.Name)
 	t.mu.Lock()
 	if t.converted[p.Namespace] == nil {
@@ -530,6 +543,11 @@ func (c *Controller) tenantPolicyDeleted(obj interface{}) {
 	c.enqueueNamespace(m.GetNamespace())
 }
 
+// hasFinalizer reports whether p has this podjanitor's finalizer.
+func (t *tenantPolicies) hasFinalizer(p *v1alpha1.PodLifetimePolicy) bool {
+	return tenant.HasFinalizer(p, t.finalizer)
+}
+
 // tenantNamespaceTerminating ends the held change of a namespace being
 // deleted (its pods go with it whatever its policies say) and marks its
 // policies, so that a held deletion lets its policy go: the namespace's own
@@ -700,20 +718,27 @@ func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
 	if !ok || seen.uid != p.UID {
 		return nil // not read yet: its event marks it again
 	}
+	if seen.generation != p.Generation {
+		// The cache has a generation the handler has not read yet (it
+		// updates before it calls the handler), a deletion's among them:
+		// written when the handler marks it, so that the finalizer comes off
+		// only once the deletion has been measured.
+		return tenant.ErrNotYet
+	}
 	if pending {
 		// A change of the namespace's policies waits for its pass, which
 		// may hold it: the pass marks every policy of the namespace.
 		return tenant.ErrNotYet
 	}
 	wantFinalizer := c.wantTenantFinalizer(p, seen)
-	if p.DeletionTimestamp != nil && tenant.HasFinalizer(p) && !wantFinalizer {
+	if p.DeletionTimestamp != nil && t.hasFinalizer(p) && !wantFinalizer {
 		// Its deletion is measured and not held (or approved): let it go.
 		return c.setTenantFinalizer(ctx, p, false)
 	}
 	if err := c.patchTenantStatus(ctx, p, seen); err != nil {
 		return err
 	}
-	if wantFinalizer != tenant.HasFinalizer(p) {
+	if wantFinalizer != t.hasFinalizer(p) {
 		return c.setTenantFinalizer(ctx, p, wantFinalizer)
 	}
 	return nil
@@ -764,7 +789,7 @@ func (c *Controller) patchTenantStatus(ctx context.Context, p *v1alpha1.PodLifet
 }
 
 // wantTenantFinalizer says whether the policy should carry podjanitor's
-// finalizer (tenant.Finalizer), so that its deletion is measured as a change
+// finalizer (tenantPolicies.finalizer), so that its deletion is measured as a change
 // (--hold-waves) before the policy goes: a policy in use gets it (not in a
 // dry run, which changes nothing that blocks a deletion) and keeps it while
 // it is not being deleted; a policy being deleted keeps it while its
@@ -776,9 +801,9 @@ func (c *Controller) wantTenantFinalizer(p *v1alpha1.PodLifetimePolicy, seen ten
 		return false
 	case p.DeletionTimestamp != nil:
 		_, held := c.tenantHeld(p)
-		return held && tenant.HasFinalizer(p) && !namespaceTerminating(c.namespaces, p.Namespace)
+		return held && c.tenants.hasFinalizer(p) && !namespaceTerminating(c.namespaces, p.Namespace)
 	}
-	return tenant.HasFinalizer(p) || seen.err == nil && !c.opts.DryRun
+	return c.tenants.hasFinalizer(p) || seen.err == nil && !c.opts.DryRun
 }
 
 // setTenantFinalizer puts podjanitor's finalizer on the policy or takes it
@@ -800,9 +825,10 @@ func (c *Controller) setTenantFinalizer(ctx context.Context, p *v1alpha1.PodLife
 	case got.UID != p.UID:
 		return nil // replaced: the new one's events mark it
 	}
-	finalizers := slices.DeleteFunc(slices.Clone(got.Finalizers), func(f string) bool { return f == tenant.Finalizer })
+	finalizer := c.tenants.finalizer
+	finalizers := slices.DeleteFunc(slices.Clone(got.Finalizers), func(f string) bool { return f == finalizer })
 	if want && got.DeletionTimestamp == nil {
-		finalizers = append(finalizers, tenant.Finalizer)
+		finalizers = append(finalizers, finalizer)
 	}
 	if slices.Equal(finalizers, got.Finalizers) {
 		return nil
@@ -819,9 +845,9 @@ func (c *Controller) setTenantFinalizer(ctx context.Context, p *v1alpha1.PodLife
 	if apierrors.IsNotFound(err) {
 		return nil
 	} else if err != nil {
-		return fmt.Errorf("setting the finalizer %s on %s/%s: %w", tenant.Finalizer, p.Namespace, p.Name, err)
+		return fmt.Errorf("setting the finalizer %s on %s/%s: %w", finalizer, p.Namespace, p.Name, err)
 	}
-	klog.FromContext(ctx).V(2).Info("Tenant policy's finalizer set", "policy", klog.KObj(p), "finalizer", tenant.Finalizer, "on", want && got.DeletionTimestamp == nil)
+	klog.FromContext(ctx).V(2).Info("Tenant policy's finalizer set", "policy", klog.KObj(p), "finalizer", finalizer, "on", want && got.DeletionTimestamp == nil)
 	return nil
 }
 
@@ -839,7 +865,7 @@ func (c *Controller) tenantHeld(p *v1alpha1.PodLifetimePolicy) (wave.Hold, bool)
 func tenantHeldMessage(p *v1alpha1.PodLifetimePolicy, h wave.Hold) string {
 	if p.DeletionTimestamp != nil {
 		return fmt.Sprintf("change %s holds %d pod removal(s): the policy's deletion makes them due at once in namespace %s; podjanitor removes none of them, and the policy stays (finalizer %s), until the deletion is approved (%s)",
-			h.ID, h.Pods, p.Namespace, tenant.Finalizer, tenantApproveCommand(p.Namespace, p.Name, h.ID))
+			h.ID, h.Pods, p.Namespace, tenant.FinalizerPrefix+"…", tenantApproveCommand(p.Namespace, p.Name, h.ID))
 	}
 	return fmt.Sprintf("change %s holds %d pod removal(s): it makes them due at once in namespace %s; podjanitor removes none of them until it is approved (%s) or reverted",
 		h.ID, h.Pods, p.Namespace, tenantApproveCommand(p.Namespace, p.Name, h.ID))
@@ -912,6 +938,7 @@ func startTenantPolicies(ctx context.Context, c *Controller, clients *clients, o
 		return nil, err
 	}
 	c.SetTenantLimits(o.tenants.limits)
+	c.SetTenantFinalizer(cmp.Or(o.lease.namespace, ownNamespace()), o.lease.name)
 	// The restrictions by what they leave tenants, not by the flags' names:
 	// the e2e tests read a log that says "forbidden" as an RBAC error.
 	r := o.tenants.restrictions

@@ -30,6 +30,8 @@ import (
 type tenantFixture struct {
 	*fixture
 	pj *pjfake.Clientset
+	// policies is the tenant policy informer's cache.
+	policies cache.Indexer
 }
 
 const tenantStatusInterval = 10 * time.Second
@@ -42,11 +44,18 @@ func newTenantFixture(t *testing.T, r policy.Restrictions, namespaces []*corev1.
 // newTenantFixtureWith is newTenantFixture with the controller's opts.
 func newTenantFixtureWith(t *testing.T, opts Options, r policy.Restrictions, namespaces []*corev1.Namespace, pods []*corev1.Pod, setup ...func(*pjfake.Clientset)) *tenantFixture {
 	t.Helper()
-	f := newFixtureWithNamespaces(t, opts, namespaces, pods...)
 	pj := pjfake.NewSimpleClientset()
 	for _, s := range setup {
 		s(pj)
 	}
+	return newTenantFixtureOn(t, opts, r, namespaces, pods, pj)
+}
+
+// newTenantFixtureOn is newTenantFixtureWith on the podjanitor.io clientset
+// pj, which another fixture may share (two podjanitors in one cluster).
+func newTenantFixtureOn(t *testing.T, opts Options, r policy.Restrictions, namespaces []*corev1.Namespace, pods []*corev1.Pod, pj *pjfake.Clientset) *tenantFixture {
+	t.Helper()
+	f := newFixtureWithNamespaces(t, opts, namespaces, pods...)
 	informer := newTenantInformer(pj, scopeFlags{}, 0)
 	if err := f.c.SetTenantPolicies(f.ctx, informer, pj, r, tenantStatusInterval); err != nil {
 		t.Fatal(err)
@@ -59,7 +68,7 @@ func newTenantFixtureWith(t *testing.T, opts Options, r policy.Restrictions, nam
 	done := make(chan struct{})
 	go func() { defer close(done); f.c.tenants.status.Run(ctx, nil) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return &tenantFixture{fixture: f, pj: pj}
+	return &tenantFixture{fixture: f, pj: pj, policies: informer.GetIndexer()}
 }
 
 func tenantPod(name, namespace string, created time.Time, labels map[string]string) *corev1.Pod {

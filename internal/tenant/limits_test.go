@@ -1,6 +1,7 @@
 package tenant
 
 import (
+	"k8s.io/apimachinery/pkg/util/validation"
 	"strings"
 	"testing"
 
@@ -41,7 +42,7 @@ func TestTransformKeepsWhatIsRead(t *testing.T) {
 	p := &v1alpha1.PodLifetimePolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "p", UID: "u", Generation: 3, ResourceVersion: "9", DeletionTimestamp: &now,
 			Labels: map[string]string{"a": "b"}, Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{}", rulesBytesAnnotation: "1"},
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}, Finalizers: []string{"x", Finalizer, "y"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}, Finalizers: []string{"x", FinalizerFor("podjanitor", "podjanitor"), "y"},
 			OwnerReferences: []metav1.OwnerReference{{Kind: "Application"}}},
 		Spec:   v1alpha1.PodLifetimePolicySpec{Rules: []v1alpha1.PodLifetimeRule{{Name: "r", Clock: "created", After: "1h"}}},
 		Status: v1alpha1.PodLifetimePolicyStatus{ObservedGeneration: 2, PodsWithDeadline: 4},
@@ -52,14 +53,14 @@ func TestTransformKeepsWhatIsRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := p.DeepCopy()
-	want.Labels, want.ManagedFields, want.Finalizers, want.OwnerReferences = nil, nil, []string{Finalizer}, nil
+	want.Labels, want.ManagedFields, want.Finalizers, want.OwnerReferences = nil, nil, []string{FinalizerFor("podjanitor", "podjanitor")}, nil
 	want.Annotations = map[string]string{rulesBytesAnnotation: "74"}
 	if diff := cmp.Diff(want, obj); diff != "" {
 		t.Errorf("transformed (-want,+got):\n%s", diff)
 	}
 	foreign := p.DeepCopy()
 	foreign.Finalizers = []string{"x"}
-	if obj, _ := Transform(0)(foreign); obj.(*v1alpha1.PodLifetimePolicy).Finalizers != nil || HasFinalizer(obj.(*v1alpha1.PodLifetimePolicy)) {
+	if obj, _ := Transform(0)(foreign); obj.(*v1alpha1.PodLifetimePolicy).Finalizers != nil {
 		t.Errorf("a policy with another finalizer only: cached with %v", obj.(*v1alpha1.PodLifetimePolicy).Finalizers)
 	}
 	if got, dropped := RulesBytes(obj.(*v1alpha1.PodLifetimePolicy)); got != size || size != 74 || dropped {
@@ -71,6 +72,15 @@ func TestTransformKeepsWhatIsRead(t *testing.T) {
 	obj, _ = Transform(100)(big)
 	if got, dropped := RulesBytes(obj.(*v1alpha1.PodLifetimePolicy)); !dropped || got != 174 || len(obj.(*v1alpha1.PodLifetimePolicy).Spec.Rules) != 0 {
 		t.Errorf("a policy past the bound: RulesBytes = %d, %v, rules %v; want 174, dropped", got, dropped, obj.(*v1alpha1.PodLifetimePolicy).Spec.Rules)
+	}
+	for _, lease := range [][2]string{{"podjanitor", "podjanitor"}, {"platform", "team-a-podjanitor"}, {"a-namespace-of-sixty-three-characters-aaaaaaaaaaaaaaaaaaaaaaaa", "podjanitor"}} {
+		f := FinalizerFor(lease[0], lease[1])
+		if errs := validation.IsQualifiedName(f); len(errs) > 0 || !strings.HasPrefix(f, FinalizerPrefix+".") {
+			t.Errorf("FinalizerFor(%q, %q) = %q: %v", lease[0], lease[1], f, errs)
+		}
+	}
+	if a, b := FinalizerFor("podjanitor", "live"), FinalizerFor("podjanitor", "canary"); a == b {
+		t.Errorf("two Leases, one finalizer %q", a) // a namespace has no dot: namespace.name is one Lease's
 	}
 	if tomb, _ := Transform(0)("tombstone"); tomb != "tombstone" {
 		t.Error("a tombstone is changed")

@@ -1,8 +1,11 @@
 package tenant
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
 	"strconv"
+	"strings"
 
 	"k8s.io/client-go/tools/cache"
 
@@ -15,19 +18,31 @@ import (
 // own annotations are dropped, so a tenant cannot set it.
 const rulesBytesAnnotation = "podjanitor.io/cached-rules-bytes"
 
-// Finalizer is podjanitor's finalizer on the tenant policies it uses: a
-// policy's deletion waits for podjanitor to measure it, and a deletion that
-// makes too many pods due at once (the pods the policy kept longer than the
-// cluster's rules do) is held, the policy kept, until it is approved.
-const Finalizer = "podjanitor.io/wave-guard"
+// FinalizerPrefix begins the name of every podjanitor's finalizer on the
+// tenant policies it uses: a policy's deletion waits for podjanitor to
+// measure it, and a deletion that makes too many pods due at once (the pods
+// the policy kept longer than the cluster's rules do) is held, the policy
+// kept, until it is approved. Each podjanitor (each record Lease: a release,
+// a canary, a team's namespaced one) has its own (FinalizerFor), so that
+// one that sees no wave cannot let go a deletion another holds.
+const FinalizerPrefix = "podjanitor.io/wave-guard"
 
-// finalizerOnly is the finalizers of a cached policy that has Finalizer,
-// shared by all of them (no cached object is ever changed).
-var finalizerOnly = []string{Finalizer}
+// FinalizerFor is the finalizer of the podjanitor whose record Lease is
+// namespace/name: FinalizerPrefix + "." + namespace + "." + name, or, past
+// the 63 characters a finalizer's name may have after its prefix, "." and
+// the first 16 hex digits of the pair's SHA-256.
+func FinalizerFor(namespace, name string) string {
+	suffix := "." + namespace + "." + name
+	if len(strings.TrimPrefix(FinalizerPrefix, "podjanitor.io/"))+len(suffix) > 63 {
+		sum := sha256.Sum256([]byte(namespace + "/" + name))
+		suffix = "." + hex.EncodeToString(sum[:8])
+	}
+	return FinalizerPrefix + suffix
+}
 
-// HasFinalizer reports whether the policy has podjanitor's finalizer.
-func HasFinalizer(p *v1alpha1.PodLifetimePolicy) bool {
-	return slices.Contains(p.Finalizers, Finalizer)
+// HasFinalizer reports whether the policy has the finalizer.
+func HasFinalizer(p *v1alpha1.PodLifetimePolicy, finalizer string) bool {
+	return slices.Contains(p.Finalizers, finalizer)
 }
 
 // RuleSpecs are the resource's rules as package policy reads them; strings
@@ -58,8 +73,8 @@ const (
 // what conversion and status read (name, namespace, UID, generation,
 // resourceVersion, deletion timestamp, the rules, the status, the approval
 // of a held wave) and drops the rest: managedFields, labels, other annotations (kubectl's last-applied copy of
-// the whole object among them), owner references and other finalizers than
-// podjanitor's (HasFinalizer still answers). The rules
+// the whole object among them), owner references and the finalizers not
+// podjanitor's (FinalizerPrefix; HasFinalizer still answers). The rules
 // of a policy larger than maxBytes on its own (0: no bound), which no
 // namespace could use, are dropped too; RulesBytes says so.
 func Transform(maxBytes int) cache.TransformFunc {
@@ -69,8 +84,10 @@ func Transform(maxBytes int) cache.TransformFunc {
 			return obj, nil // a tombstone: as it is
 		}
 		var finalizers []string
-		if HasFinalizer(p) {
-			finalizers = finalizerOnly
+		for _, f := range p.Finalizers {
+			if strings.HasPrefix(f, FinalizerPrefix) {
+				finalizers = append(finalizers, f)
+			}
 		}
 		p.ManagedFields, p.Labels, p.OwnerReferences, p.Finalizers = nil, nil, nil, finalizers
 		size := policy.TenantRulesSize(RuleSpecs(p))

@@ -599,7 +599,8 @@ func TestTenantAPIEditRoleDelegation(t *testing.T) {
 }
 
 // TestTenantAPIPodjanitorRBAC: podjanitor's ServiceAccount (artifacts/deploy)
-// reads PodLifetimePolicies cluster-wide and writes only their status.
+// reads PodLifetimePolicies cluster-wide and writes their status and, by
+// patch, its finalizer on them.
 func TestTenantAPIPodjanitorRBAC(t *testing.T) {
 	t.Parallel()
 	installCRD(t)
@@ -612,7 +613,8 @@ func TestTenantAPIPodjanitorRBAC(t *testing.T) {
 	}{
 		{"", "list", "", true}, {"", "watch", "", true}, {"", "get", ns, true},
 		{"status", "update", ns, true}, {"status", "patch", ns, true},
-		{"", "create", ns, false}, {"", "update", ns, false}, {"", "patch", ns, false},
+		{"", "patch", ns, true}, // its finalizer alone (podjanitor.io/wave-guard)
+		{"", "create", ns, false}, {"", "update", ns, false},
 		{"", "delete", ns, false}, {"", "deletecollection", ns, false}, {"status", "get", ns, false},
 	} {
 		if got := saCan(t, ctx, sa, v1alpha1.GroupName, "podlifetimepolicies", c.subresource, c.verb, c.namespace); got != c.want {

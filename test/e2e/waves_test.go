@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -348,5 +349,93 @@ func TestNamespaceHoldOutlastsARestart(t *testing.T) {
 	patchNamespace(t, ns, map[string]any{"annotations": map[string]any{approveWave: id}})
 	for _, p := range pods {
 		r.waitRemoved(t, p, time.Minute)
+	}
+}
+
+// TestTenantPolicyDeletionIsHeld: a namespace's owner deletes the policy
+// that keeps 50 pods 30 days where the cluster's rule removes them after a
+// second. Its deletion makes all 50 due at once: podjanitor's finalizer
+// keeps the policy, its Ready condition says RemovalsHeld with the approval
+// command, and none of the 50 is removed, across a restart of podjanitor
+// too; the owner's approval on the policy lets the policy go and the 50
+// with it. Before, the API server deleted the policy at once and the 50
+// went.
+func TestTenantPolicyDeletionIsHeld(t *testing.T) {
+	t.Parallel()
+	installCRD(t)
+	ctx := ctxFor(t)
+	ns, home := newNamespace(t), newNamespace(t)
+	_, tenant := editorOf(t, ns)
+	r := watchRemovalsDurably(t, ns)
+	run := fmt.Sprintf("r%06d", rand.IntN(1000000))
+	cfg := writePolicy(t, "", fmt.Sprintf(`
+  - name: max-age
+    match: {labelSelector: "wave=%s"}
+    clock: created
+    after: 1s
+`, run))
+	args := []string{"--tenant-policies", "--namespace", ns, "--label-selector", "wave=" + run, "--config", cfg, "--leader-elect-resource-namespace", home}
+	first := startDaemon(t, args...)
+	policies := tenant.PodjanitorV1alpha1().PodLifetimePolicies(ns)
+	keep := v1alpha1.PodLifetimeRule{Name: "keep", Clock: "created", After: "720h"}
+	if _, err := policies.Create(ctx, lifetimePolicy("keep", keep), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // the namespace's deletion is not to wait for a podjanitor that is gone
+		_, _ = tenant.PodjanitorV1alpha1().PodLifetimePolicies(ns).Patch(context.Background(), "keep", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	waitReady(t, tenant, ns, "keep", metav1.ConditionTrue, time.Minute)
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := policies.Get(ctx, "keep", metav1.GetOptions{})
+		return err == nil && slices.Contains(p.Finalizers, "podjanitor.io/wave-guard."+home+".podjanitor"), nil
+	}); err != nil {
+		t.Fatal("the policy in use never got podjanitor's finalizer")
+	}
+	pods := wavePods(t, ns, run, 50)
+	time.Sleep(3 * time.Second) // past the cluster rule's 1s: the policy keeps them
+	noneRemoved(t, r.removals, pods)
+
+	if err := policies.Delete(ctx, "keep", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var cond *metav1.Condition
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := policies.Get(ctx, "keep", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		cond = meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
+		return p.DeletionTimestamp != nil && cond != nil && cond.Reason == "RemovalsHeld", nil
+	}); err != nil {
+		t.Fatalf("the deleted policy: Ready %+v, want RemovalsHeld", cond)
+	}
+	if !strings.Contains(cond.Message, "holds 50 pod removal(s)") || !strings.Contains(cond.Message, "deletion") {
+		t.Errorf("Ready %+v, want the deletion holding 50 pods", cond)
+	}
+	id, _, _ := strings.Cut(strings.TrimPrefix(cond.Message, "change "), " ")
+	removalsHeldEvent(t, ns, approveWave+"="+id)
+	time.Sleep(3 * time.Second)
+	noneRemoved(t, r.removals, pods)
+
+	first.kill()
+	second := startDaemon(t, args...)
+	time.Sleep(5 * time.Second)
+	noneRemoved(t, r.removals, pods)
+	if !second.logContains("Holding the deletion of a tenant policy") || !second.logContains(id) {
+		t.Errorf("the restarted podjanitor does not say it holds the deletion %s again", id)
+	}
+
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, approveWave, id)
+	if _, err := policies.Patch(ctx, "keep", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		r.waitRemoved(t, p, 2*time.Minute)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := policies.Get(ctx, "keep", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Error("the policy whose deletion was approved is still there")
 	}
 }
