@@ -389,7 +389,7 @@ func TestTenantPolicyDeletionIsHeld(t *testing.T) {
 		p, err := policies.Get(ctx, "keep", metav1.GetOptions{})
 		return err == nil && slices.Contains(p.Finalizers, "podjanitor.io/wave-guard."+home+".podjanitor"), nil
 	}); err != nil {
-		t.Fatal("the policy in use never got podjanitor's finalizer")
+		t.Error("the policy in use never got podjanitor's finalizer")
 	}
 	pods := wavePods(t, ns, run, 50)
 	time.Sleep(3 * time.Second) // past the cluster rule's 1s: the policy keeps them
@@ -399,14 +399,20 @@ func TestTenantPolicyDeletionIsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cond *metav1.Condition
+	gone := false
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		p, err := policies.Get(ctx, "keep", metav1.GetOptions{})
-		if err != nil {
-			return false, nil
+		if gone = apierrors.IsNotFound(err); gone || err != nil {
+			return gone, nil
 		}
 		cond = meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
 		return p.DeletionTimestamp != nil && cond != nil && cond.Reason == "RemovalsHeld", nil
-	}); err != nil {
+	}); err != nil || gone {
+		if gone {
+			time.Sleep(3 * time.Second)
+			noneRemoved(t, r.removals, pods)
+			t.Fatal("the policy was deleted at once: its deletion was not held")
+		}
 		t.Fatalf("the deleted policy: Ready %+v, want RemovalsHeld", cond)
 	}
 	if !strings.Contains(cond.Message, "holds 50 pod removal(s)") || !strings.Contains(cond.Message, "deletion") {
