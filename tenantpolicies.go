@@ -160,6 +160,9 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 			// Status writes (ours) change none of these: no work for them.
 			if !ok1 || !ok2 || o.Generation != n.Generation || o.UID != n.UID || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) {
 				c.tenantPolicyChanged(cur, true)
+				if ok1 && ok2 && o.DeletionTimestamp == nil && n.DeletionTimestamp != nil && t.hasFinalizer(n) {
+					t.status.Release(n.Namespace + "/" + n.Name) // its deletion waits on the write
+				}
 			} else if o.Annotations[wave.AnnotationApprove] != n.Annotations[wave.AnnotationApprove] {
 				c.tenantWaveApproved(n)
 			} else if t.hasFinalizer(o) != t.hasFinalizer(n) {

@@ -80,6 +80,23 @@ func (w *StatusWriter) Mark(policyKey string) {
 	}
 }
 
+// Release writes a known policy's status now, whatever the interval: the
+// policy is being deleted, which happens once per policy, and its deletion
+// waits on a write (podjanitor's finalizer comes off by one). Its next
+// writes keep the interval from this one.
+func (w *StatusWriter) Release(policyKey string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.known[policyKey] {
+		return
+	}
+	delete(w.last, policyKey)
+	w.pending[policyKey] = true
+	if w.running {
+		w.queue.Add(policyKey)
+	}
+}
+
 // markLocked marks a known policy; w.mu is held.
 func (w *StatusWriter) markLocked(policyKey string) {
 	if w.pending[policyKey] {

@@ -189,6 +189,33 @@ func TestStoreOrder(t *testing.T) {
 // state for a deleted policy, on a standby (never running) and on the
 // leader, even when pods decided again after the deletion mark it, and
 // writes nothing for it.
+// TestStatusWriterReleaseWritesAtOnce: a policy written a moment ago and
+// marked waits for the interval's end; released (its deletion), it is
+// written at once, and its next mark waits a whole interval from then.
+func TestStatusWriterReleaseWritesAtOnce(t *testing.T) {
+	const interval = 10 * time.Second
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	log := &writeLog{clock: clk, writes: map[string][]time.Time{}, wrote: make(chan string, 1000)}
+	w := NewStatusWriter(clk, interval, log.write)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx, nil); close(done) }()
+	defer func() { cancel(); <-done }()
+	w.Add("a/p")
+	log.expectWrite(t, "a/p")
+	w.Mark("a/p")
+	log.expectNoWrite(t)
+	w.Release("a/p")
+	log.expectWrite(t, "a/p")
+	w.Mark("a/p")
+	clk.Step(interval - time.Second)
+	log.expectNoWrite(t)
+	clk.Step(time.Second)
+	log.expectWrite(t, "a/p")
+	w.Release("a/unknown") // never added: nothing
+	log.expectNoWrite(t)
+}
+
 func TestStatusWriterForgetsDeletedPolicies(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	log := &writeLog{clock: clk, writes: map[string][]time.Time{}, wrote: make(chan string, 1000)}
