@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,7 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	core "k8s.io/client-go/testing"
 
 	"github.com/podjanitor/podjanitor/internal/tenant"
 	"github.com/podjanitor/podjanitor/internal/wave"
@@ -467,5 +470,43 @@ func TestTenantPolicyDeletionHeldByOneOfTwo(t *testing.T) {
 	}
 	if n := len(f.podWrites()); n != 0 {
 		t.Errorf("%d of %d pods removed while the deletion is held", n, len(pods))
+	}
+}
+
+// TestTenantFinalizerRefused: RBAC without patch on podlifetimepolicies (a
+// Deployment whose image was upgraded and not its ClusterRole): the first
+// refusal is logged and no policy is asked again, rather than one refused
+// write per policy every status interval; the policies are used as before.
+func TestTenantFinalizerRefused(t *testing.T) {
+	refuse := func(pj *pjfake.Clientset) {
+		pj.PrependReactor("patch", "podlifetimepolicies", func(a core.Action) (bool, runtime.Object, error) {
+			if a.GetSubresource() == "" {
+				return true, nil, apierrors.NewForbidden(v1alpha1.Resource("podlifetimepolicies"), "", errors.New("RBAC: patch not allowed"))
+			}
+			return false, nil, nil
+		})
+	}
+	f, _ := tenantDeletionFixture(t, 2, holdingWaves(), refuse)
+	for i := range 3 {
+		if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", fmt.Sprintf("p%d", i), keepLongRule), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.waitStatusWrites(3)
+	for range 30 {
+		f.clock.Step(time.Second) // three status intervals
+		time.Sleep(5 * time.Millisecond)
+	}
+	refused := 0
+	for _, a := range f.pj.Actions() {
+		if a.GetVerb() == "patch" && a.GetSubresource() == "" {
+			refused++
+		}
+	}
+	if refused != 1 {
+		t.Errorf("%d finalizer patches refused for 3 policies over 3 status intervals, want 1 (then none asked)", refused)
+	}
+	if !f.c.tenants.finalizerRefused.Load() {
+		t.Error("the refusal is not remembered")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,6 +66,9 @@ type tenantPolicies struct {
 	// finalizer is this podjanitor's on the policies it uses
 	// (tenant.FinalizerFor its record Lease).
 	finalizer string
+	// finalizerRefused: the API server refused to put the finalizer on a
+	// policy (RBAC): none gets it from then on.
+	finalizerRefused atomic.Bool
 
 	mu sync.Mutex
 	// seen is what the controller made of each policy it read, by key.
@@ -796,7 +800,9 @@ func (c *Controller) patchTenantStatus(ctx context.Context, p *v1alpha1.PodLifet
 // (--hold-waves) before the policy goes: a policy in use gets it (not in a
 // dry run, which changes nothing that blocks a deletion) and keeps it while
 // it is not being deleted; a policy being deleted keeps it while its
-// deletion is held, in a namespace that is not being deleted itself.
+// deletion is held, in a namespace that is not being deleted itself. Once
+// the API server has refused the finalizer (RBAC without patch), no policy
+// gets it.
 // Without --hold-waves no policy keeps it.
 func (c *Controller) wantTenantFinalizer(p *v1alpha1.PodLifetimePolicy, seen tenantSeen) bool {
 	switch {
@@ -806,7 +812,7 @@ func (c *Controller) wantTenantFinalizer(p *v1alpha1.PodLifetimePolicy, seen ten
 		_, held := c.tenantHeld(p)
 		return held && c.tenants.hasFinalizer(p) && !namespaceTerminating(c.namespaces, p.Namespace)
 	}
-	return c.tenants.hasFinalizer(p) || seen.err == nil && !c.opts.DryRun
+	return c.tenants.hasFinalizer(p) || seen.err == nil && !c.opts.DryRun && !c.tenants.finalizerRefused.Load()
 }
 
 // setTenantFinalizer puts podjanitor's finalizer on the policy or takes it
@@ -845,9 +851,18 @@ func (c *Controller) setTenantFinalizer(ctx context.Context, p *v1alpha1.PodLife
 		return err
 	}
 	_, err = policies.Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if apierrors.IsNotFound(err) {
+	switch {
+	case apierrors.IsNotFound(err):
 		return nil
-	} else if err != nil {
+	case apierrors.IsForbidden(err) && want:
+		// RBAC older than this version (patch on podlifetimepolicies is
+		// new): no policy gets the finalizer, and their deletions are not
+		// held, rather than one refused write per policy every interval.
+		if c.tenants.finalizerRefused.CompareAndSwap(false, true) {
+			klog.FromContext(ctx).Error(err, "podjanitor may not patch PodLifetimePolicies (RBAC: patch on podlifetimepolicies): it puts its finalizer on none, and their deletions are not held", "finalizer", finalizer)
+		}
+		return nil
+	case err != nil:
 		return fmt.Errorf("setting the finalizer %s on %s/%s: %w", finalizer, p.Namespace, p.Name, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Tenant policy's finalizer set", "policy", klog.KObj(p), "finalizer", finalizer, "on", want && got.DeletionTimestamp == nil)
