@@ -796,14 +796,13 @@ func (c *Controller) patchTenantStatus(ctx context.Context, p *v1alpha1.PodLifet
 }
 
 // wantTenantFinalizer says whether the policy should carry podjanitor's
-// finalizer (tenantPolicies.finalizer), so that its deletion is measured as a change
-// (--hold-waves) before the policy goes: a policy in use gets it (not in a
-// dry run, which changes nothing that blocks a deletion) and keeps it while
-// it is not being deleted; a policy being deleted keeps it while its
-// deletion is held, in a namespace that is not being deleted itself. Once
-// the API server has refused the finalizer (RBAC without patch), no policy
-// gets it.
-// Without --hold-waves no policy keeps it.
+// finalizer (tenantPolicies.finalizer), so that its deletion is measured as
+// a change (--hold-waves) before the policy goes: a policy in use gets it
+// (not in a dry run, which changes nothing that blocks a deletion) and keeps
+// it while it is not being deleted; a policy being deleted keeps it while
+// its deletion is held, in a namespace that is not being deleted itself.
+// Once the API server has refused the finalizer (RBAC without patch), no
+// policy gets it. Without --hold-waves no policy keeps it.
 func (c *Controller) wantTenantFinalizer(p *v1alpha1.PodLifetimePolicy, seen tenantSeen) bool {
 	switch {
 	case c.tenantWaves == nil:
@@ -819,8 +818,8 @@ func (c *Controller) wantTenantFinalizer(p *v1alpha1.PodLifetimePolicy, seen ten
 // off, on the policy as read now: a merge patch of metadata.finalizers
 // alone, with the resourceVersion read as its precondition, so that another
 // finalizer's change in between fails the patch (409: the writer tries
-// again) rather than being lost. No finalizer is put on a policy being deleted (the API
-// server refuses that).
+// again) rather than being lost. No finalizer is put on a policy being
+// deleted (the API server refuses that).
 func (c *Controller) setTenantFinalizer(ctx context.Context, p *v1alpha1.PodLifetimePolicy, want bool) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.WriteTimeout)
 	defer cancel()
