@@ -36,13 +36,24 @@ var keepLongRule = v1alpha1.PodLifetimeRule{Name: "keep-long", Clock: "created",
 // the leader. setup seeds the tenant policies (a restart).
 func tenantDeletionFixture(t *testing.T, n int, opts Options, setup ...func(*pjfake.Clientset)) (*tenantFixture, []*corev1.Pod) {
 	t.Helper()
+	return tenantDeletionFixtureWith(t, teamPods(n, t0.Add(-2*time.Hour)), opts, setup...)
+}
+
+// teamPods are n Pending pods of team-a created at created.
+func teamPods(n int, created time.Time) []*corev1.Pod {
+	var pods []*corev1.Pod
+	for i := range n {
+		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", created, nil))
+	}
+	return pods
+}
+
+// tenantDeletionFixtureWith is tenantDeletionFixture with pods.
+func tenantDeletionFixtureWith(t *testing.T, pods []*corev1.Pod, opts Options, setup ...func(*pjfake.Clientset)) (*tenantFixture, []*corev1.Pod) {
+	t.Helper()
 	p, err := policy.Parse([]byte("apiVersion: podjanitor.io/v1alpha1\nkind: PodJanitorPolicy\nrules:\n- name: max-age\n  clock: created\n  after: 1h\n"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	var pods []*corev1.Pod
-	for i := range n {
-		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil))
 	}
 	opts.Evaluator = &policy.Evaluator{Policy: p}
 	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods, setup...)
@@ -67,12 +78,14 @@ func (f *tenantFixture) policyNow(namespace, name string) *v1alpha1.PodLifetimeP
 	return p
 }
 
-// waitPolicy waits, stepping the clock past the status interval, until the
-// policy as the API server has it satisfies ok.
+// waitPolicy waits, stepping the clock past the status interval and
+// deciding the pods queued, until the policy as the API server has it
+// satisfies ok.
 func (f *tenantFixture) waitPolicy(namespace, name, what string, ok func(*v1alpha1.PodLifetimePolicy) bool) {
 	f.t.Helper()
 	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		f.clock.Step(time.Second) // the namespace's pass; the status writer's interval
+		f.drain()                 // the pods it queued, decided
 		return ok(f.policyNow(namespace, name)), nil
 	}); err != nil {
 		f.t.Fatalf("policy %s/%s: never %s (now %+v)", namespace, name, what, f.policyNow(namespace, name))
@@ -186,12 +199,15 @@ func TestTenantPolicyDeletionIsHeld(t *testing.T) {
 	}
 }
 
-// TestTenantPolicyDeletionUnderTheThresholdGoes: the deletion of a policy
-// that keeps 5 pods (fewer than the 10 a wave needs) is not held: podjanitor
-// takes its finalizer off at the namespace's next pass (not at the end of
-// the status writer's interval) and the 5 go by the cluster's rule.
+// TestTenantPolicyDeletionUnderTheThresholdGoes: a policy that keeps 12
+// pods (so it gets the finalizer: more than the 10 a wave needs), of which
+// its deletion makes 3 due at once (the 9 others are due by the cluster's
+// rule only in an hour, past the window): not held. podjanitor takes its
+// finalizer off at the namespace's next pass, not at the end of the status
+// writer's interval, and the 3 go by the cluster's rule.
 func TestTenantPolicyDeletionUnderTheThresholdGoes(t *testing.T) {
-	f, pods := tenantDeletionFixture(t, 5, holdingWaves())
+	pods := append(teamPods(3, t0.Add(-2*time.Hour)), teamPods(12, t0)[3:]...)
+	f, _ := tenantDeletionFixtureWith(t, pods, holdingWaves())
 	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "keep-long", keepLongRule), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -216,9 +232,37 @@ func TestTenantPolicyDeletionUnderTheThresholdGoes(t *testing.T) {
 	if _, _, ok := f.c.tenantWaves.Held("team-a"); ok {
 		t.Error("a deletion under the threshold is held")
 	}
+	if n := len(f.podWrites()); n != 3 {
+		t.Errorf("%d pods removed, want the 3 an hour old", n)
+	}
+}
+
+// TestTenantPolicyOfFewPodsGetsNoFinalizer: a policy that gives 5 pods a
+// deadline (no more than the 10 a wave needs to be held) gets no finalizer:
+// its deletion could hold nothing, so it (and its namespace's deletion)
+// never waits for podjanitor. Past 10 pods it gets one.
+func TestTenantPolicyOfFewPodsGetsNoFinalizer(t *testing.T) {
+	f, pods := tenantDeletionFixture(t, 5, holdingWaves())
+	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "keep-long", keepLongRule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitPolicy("team-a", "keep-long", "counting its 5 pods", func(p *v1alpha1.PodLifetimePolicy) bool { return p.Status.PodsWithDeadline == 5 })
+	f.settle()
+	if p := f.policyNow("team-a", "keep-long"); hasWaveGuard(p) {
+		t.Fatalf("a policy of 5 pods has the finalizer: %v", p.Finalizers)
+	}
+	f.deletePolicy("team-a", "keep-long") // no finalizer: gone at once
+	f.waitQueued(1)
+	f.settle()
 	if n := len(f.podWrites()); n != len(pods) {
 		t.Errorf("%d pods removed, want %d", n, len(pods))
 	}
+
+	g, _ := tenantDeletionFixture(t, 11, holdingWaves())
+	if _, err := g.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(g.ctx, lifetimePolicy("team-a", "keep-long", keepLongRule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	g.waitPolicy("team-a", "keep-long", "given podjanitor's finalizer at 11 pods", hasWaveGuard)
 }
 
 // TestTenantPolicyDeletionHeldOutlastsARestart: podjanitor starts (a
@@ -338,7 +382,7 @@ func TestTenantFinalizerOnlyWithHeldWaves(t *testing.T) {
 
 	opts := holdingWaves()
 	opts.DryRun = true
-	dry, _ := tenantDeletionFixture(t, 2, opts)
+	dry, _ := tenantDeletionFixture(t, 12, opts)
 	if _, err := dry.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(dry.ctx, lifetimePolicy("team-a", "new", keepLongRule), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -435,14 +479,17 @@ func TestTenantFinalizerStaysUntilTheDeletionIsRead(t *testing.T) {
 }
 
 // TestTenantPolicyDeletionHeldByOneOfTwo: two podjanitors (two releases,
-// each with its record Lease) use the same policy; the deletion makes 12 pods
-// due for the one that watches them and none for the other. Each has its own
+// each with its record Lease) use the same policy for 12 pods; the deletion
+// makes the 12 due for one (its cluster rule removes them after an hour) and
+// none for the other (no cluster rule). Each has its own
 // finalizer: the other takes its own off, the first holds the deletion, and
 // the policy stays until its approval. With one finalizer for both, the
 // other took it off and the policy went with the 12 pods.
 func TestTenantPolicyDeletionHeldByOneOfTwo(t *testing.T) {
 	f, pods := tenantDeletionFixture(t, 12, holdingWaves())
-	other := newTenantFixtureOn(t, holdingWaves(), policy.Restrictions{}, nil, nil, f.pj) // sees no pod
+	// The other has no cluster rule: without the policy the pods have no
+	// deadline, so the deletion makes none due.
+	other := newTenantFixtureOn(t, holdingWaves(), policy.Restrictions{}, nil, teamPods(12, t0.Add(-2*time.Hour)), f.pj)
 	other.c.running.Store(true)
 	other.c.SetTenantFinalizer("team-b", "podjanitor")
 	otherFinalizer := tenant.FinalizerFor("team-b", "podjanitor")
@@ -454,11 +501,13 @@ func TestTenantPolicyDeletionHeldByOneOfTwo(t *testing.T) {
 	}
 	f.waitPolicy("team-a", "keep-long", "given both finalizers", func(p *v1alpha1.PodLifetimePolicy) bool {
 		other.clock.Step(time.Second)
+		other.drain()
 		return hasWaveGuard(p) && slices.Contains(p.Finalizers, otherFinalizer)
 	})
 	f.deletePolicy("team-a", "keep-long")
 	f.waitPolicy("team-a", "keep-long", "without the other's finalizer", func(p *v1alpha1.PodLifetimePolicy) bool {
 		other.clock.Step(time.Second)
+		other.drain()
 		return p != nil && !slices.Contains(p.Finalizers, otherFinalizer)
 	})
 	f.settle()
@@ -486,7 +535,7 @@ func TestTenantFinalizerRefused(t *testing.T) {
 			return false, nil, nil
 		})
 	}
-	f, _ := tenantDeletionFixture(t, 2, holdingWaves(), refuse)
+	f, _ := tenantDeletionFixture(t, 12, holdingWaves(), refuse)
 	for i := range 3 {
 		if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", fmt.Sprintf("p%d", i), keepLongRule), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -496,6 +545,7 @@ func TestTenantFinalizerRefused(t *testing.T) {
 	for range 30 {
 		f.clock.Step(time.Second) // three status intervals
 		time.Sleep(5 * time.Millisecond)
+		f.drain()
 	}
 	refused := 0
 	for _, a := range f.pj.Actions() {

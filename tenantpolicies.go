@@ -797,9 +797,10 @@ func (c *Controller) patchTenantStatus(ctx context.Context, p *v1alpha1.PodLifet
 
 // wantTenantFinalizer says whether the policy should carry podjanitor's
 // finalizer (tenantPolicies.finalizer), so that its deletion is measured as
-// a change (--hold-waves) before the policy goes: a policy in use gets it
-// (not in a dry run, which changes nothing that blocks a deletion) and keeps
-// it while it is not being deleted; a policy being deleted keeps it while
+// a change (--hold-waves) before the policy goes: a policy in use whose
+// deletion could be held (mayHoldDeletion) gets it (not in a dry run, which
+// changes nothing that blocks a deletion) and keeps it while it is not being
+// deleted; a policy being deleted keeps it while
 // its deletion is held, in a namespace that is not being deleted itself.
 // Once the API server has refused the finalizer (RBAC without patch), no
 // policy gets it. Without --hold-waves no policy keeps it.
@@ -811,7 +812,18 @@ func (c *Controller) wantTenantFinalizer(p *v1alpha1.PodLifetimePolicy, seen ten
 		_, held := c.tenantHeld(p)
 		return held && c.tenants.hasFinalizer(p) && !namespaceTerminating(c.namespaces, p.Namespace)
 	}
-	return c.tenants.hasFinalizer(p) || seen.err == nil && !c.opts.DryRun && !c.tenants.finalizerRefused.Load()
+	return c.tenants.hasFinalizer(p) || seen.err == nil && !c.opts.DryRun && !c.tenants.finalizerRefused.Load() && c.mayHoldDeletion(p)
+}
+
+// mayHoldDeletion reports whether the policy's deletion could be held: its
+// wave is at most the pods the policy gives a deadline now (the others
+// decide as they would without it), and a wave of no more than the
+// threshold's floor is never held. A policy of a few pods gets no finalizer,
+// and its deletion (its namespace's) never waits for podjanitor; once it
+// has one, it keeps it while it is not being deleted.
+func (c *Controller) mayHoldDeletion(p *v1alpha1.PodLifetimePolicy) bool {
+	n, _ := c.tenants.tracker.Summary(p.Namespace + "/" + p.Name)
+	return n > c.opts.Waves.Threshold.Floor()
 }
 
 // setTenantFinalizer puts podjanitor's finalizer on the policy or takes it

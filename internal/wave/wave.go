@@ -74,6 +74,15 @@ type Threshold struct {
 	MinPods int
 }
 
+// Floor is the largest wave never held, whatever the pods in scope: a
+// change that can make no more pods due than this needs no guard.
+func (t Threshold) Floor() int {
+	if t.Percent > 0 {
+		return min(t.Pods, t.MinPods)
+	}
+	return t.Pods
+}
+
 // Exceeded reports whether the wave must be held.
 func (t Threshold) Exceeded(w Wave) bool {
 	n := len(w.Pods)

@@ -92,6 +92,18 @@ func TestThreshold(t *testing.T) {
 	if (Threshold{Pods: 100}).Exceeded(wave(99, 99)) {
 		t.Error("Percent 0 must turn the share test off")
 	}
+	// Floor: no wave of Floor pods is held, in any scope; one more can be.
+	for _, th := range []Threshold{th, {Pods: 100}, {Pods: 5, Percent: 10, MinPods: 10}, {Pods: 100, Percent: 50, MinPods: 0}} {
+		f := th.Floor()
+		for inScope := 0; inScope <= 1000; inScope++ {
+			if th.Exceeded(wave(f, inScope)) {
+				t.Fatalf("%+v: a wave of its floor %d of %d is held", th, f, inScope)
+			}
+		}
+		if !th.Exceeded(wave(f+1, f+1)) {
+			t.Errorf("%+v: a wave of %d, one more than its floor, of %d is not held", th, f+1, f+1)
+		}
+	}
 }
 
 func TestChangeID(t *testing.T) {
