@@ -385,15 +385,16 @@ func TestTenantPolicyDeletionIsHeld(t *testing.T) {
 		_, _ = tenant.PodjanitorV1alpha1().PodLifetimePolicies(ns).Patch(context.Background(), "keep", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	})
 	waitReady(t, tenant, ns, "keep", metav1.ConditionTrue, time.Minute)
+	pods := wavePods(t, ns, run, 50)
+	// With more than 10 pods to keep, its deletion could be held: the
+	// finalizer, at the policy's next status write (10 s at most).
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		p, err := policies.Get(ctx, "keep", metav1.GetOptions{})
 		return err == nil && slices.Contains(p.Finalizers, "podjanitor.io/wave-guard."+home+".podjanitor"), nil
 	}); err != nil {
-		t.Error("the policy in use never got podjanitor's finalizer")
+		t.Error("the policy that keeps 50 pods never got podjanitor's finalizer")
 	}
-	pods := wavePods(t, ns, run, 50)
-	time.Sleep(3 * time.Second) // past the cluster rule's 1s: the policy keeps them
-	noneRemoved(t, r.removals, pods)
+	noneRemoved(t, r.removals, pods) // past the cluster rule's 1s: the policy keeps them
 
 	if err := policies.Delete(ctx, "keep", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
