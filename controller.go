@@ -24,6 +24,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	clientevents "k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
@@ -46,6 +47,11 @@ type Options struct {
 	Evaluator *policy.Evaluator
 	// DryRun decides and reports but changes nothing.
 	DryRun bool
+	// FreshPods reads a pod afresh before its eviction (freshDecision); nil:
+	// the client's CoreV1. The daemon passes the pod informer's lean client
+	// (podcache.LeanDecoding): the transform keeps nothing more of a pod
+	// decoded whole, so the read need not decode its spec.
+	FreshPods corev1client.PodsGetter
 	// NoRemovalEvents leaves out the LifetimeExpired events of removals.
 	// Warnings and dry-run events are recorded regardless.
 	NoRemovalEvents bool
@@ -208,6 +214,9 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	}
 	if opts.WriteTimeout <= 0 {
 		opts.WriteTimeout = 15 * time.Second
+	}
+	if opts.FreshPods == nil {
+		opts.FreshPods = client.CoreV1()
 	}
 	if opts.PodSelector == nil {
 		opts.PodSelector = labels.Everything()
@@ -873,8 +882,9 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 // cache can make a removal late, never wrong. A delete needs none of this:
 // the API server keeps its precondition, and a 409 decides again.
 //
-// The fresh pod goes through the informer's transform, so that the policy
-// reads what it reads of a cached pod. freshDecision returns the fresh pod
+// The fresh pod is read as the pod informer reads pods (Options.FreshPods:
+// its lean decoding, in the daemon) and goes through its transform, so that
+// the policy reads what it reads of a cached pod. freshDecision returns the fresh pod
 // and its decision when the pod is still due; otherwise nil, and what to do
 // with the key: a pod no longer due waits for its new deadline; a pod kept,
 // without a deadline, replaced, no longer matching --label-selector or with
@@ -885,7 +895,7 @@ func (c *Controller) freshDecision(ctx context.Context, cached *corev1.Pod, d po
 	logger := klog.FromContext(ctx)
 	getCtx, cancel := context.WithTimeout(ctx, c.opts.WriteTimeout)
 	defer cancel()
-	got, err := c.client.CoreV1().Pods(cached.Namespace).Get(getCtx, cached.Name, metav1.GetOptions{})
+	got, err := c.opts.FreshPods.Pods(cached.Namespace).Get(getCtx, cached.Name, metav1.GetOptions{})
 	if err != nil {
 		result, err := c.removalFailed(ctx, cached, d, fmt.Errorf("reading the pod before its eviction: %w", err))
 		return nil, d, result, err

@@ -89,6 +89,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 	controller, err := NewController(ctx, podInformer, namespaceInformer, clients.kube, recording.Recorder(), clk, Options{
 		Evaluator:            evaluator,
 		DryRun:               o.dryRun,
+		FreshPods:            clients.informerKube.CoreV1(),
 		NoRemovalEvents:      !o.removalEvents,
 		MaxRemovalsPerSecond: o.maxRemovalsPerSecond,
 		RemovalBurst:         o.removalBurst,

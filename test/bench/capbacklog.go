@@ -160,7 +160,10 @@ func (b *bench) capBacklog(ctx context.Context, scenario string) (*capBacklogRes
 		return nil, err
 	}
 	ready := j.started.Add(sync)
+	// With --profiling: podjanitor's CPU over the time the cap needs.
+	profiled := b.profileRemovals(j, scenario+"-podjanitor-drain.cpu.pprof", time.Duration(out.CapSeconds*float64(time.Second)))
 	first, last, seen := waitSideGone(ctx, tr, pj, timeout, scenario+" podjanitor")
+	<-profiled
 	time.Sleep(time.Second) // the last metrics land
 	m, scrapeErr := j.scrape()
 	p := j.proc()
@@ -240,10 +243,10 @@ func (b *bench) createCapSide(ctx context.Context, scenario, who string, n, name
 		}
 	}
 	if evict {
-		one := intstr.FromInt32(0)
+		zero := intstr.FromInt32(0)
 		pdb := &policyv1.PodDisruptionBudget{
 			ObjectMeta: metav1.ObjectMeta{Name: "bench-budget", Namespace: side.namespaces[0]},
-			Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one,
+			Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &zero,
 				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{pdbLabel: "covered"}}},
 		}
 		if _, err := b.cs.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Create(ctx, pdb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
