@@ -28,7 +28,7 @@
 # checkout's on a machine others share: mounts and processes that name DIR,
 # links named in DIR/kind/links (the names hack/kind/dockerd.sh chose) and the
 # veths on them, processes in the cgroup DIR/kind/cgroup names; the files
-# that other checkouts' nodes write too are left out. The sysctls are then the kubelet's alone (KUBELET_SYSCTLS).
+# that other checkouts' nodes write too are left out. The sysctls are then the ones our nodes write alone (NODE_SYSCTLS).
 #
 # Sysctls left out of a full snapshot, each because it changes without anyone
 # setting it: fs.dentry-state, fs.inode-nr, fs.inode-state, fs.file-nr,
@@ -43,14 +43,23 @@
 # the real node's (hack/node/real-node.sh) and a kind node's, whose /proc/sys
 # is the host's.
 KUBELET_SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes"
+# A kind node's systemd (PID 1 of the node container, whose /proc/sys is the
+# host's) writes these at boot: fs.file-max (and fs.nr_open where it is built
+# to) raised to their maxima, and the node image's sysctl.d files (procps's
+# 99-protect-links.conf: fs.protected_*). None is namespaced. Seen on a new
+# machine, where they were 2466116 and 0: .ci/run's host check failed on them.
+KIND_NODE_SYSCTLS="fs.file-max fs.nr_open fs.protected_fifos fs.protected_hardlinks fs.protected_regular fs.protected_symlinks"
+# NODE_SYSCTLS are the ones a node of ours may write, saved and restored.
+NODE_SYSCTLS="$KUBELET_SYSCTLS $KIND_NODE_SYSCTLS"
 
-# sysctls_save FILE: record the kubelet's sysctls in FILE unless it exists (a
-# run that crashed left it with the values from before it; keep those).
+# sysctls_save FILE: record the sysctls a node writes (NODE_SYSCTLS) in FILE
+# unless it exists (a run that crashed left it with the values from before
+# it; keep those).
 sysctls_save() {
   local file=$1 s
   [ -s "$file" ] && return 0
   mkdir -p "$(dirname "$file")"
-  for s in $KUBELET_SYSCTLS; do
+  for s in $NODE_SYSCTLS; do
     printf '%s=%s\n' "$s" "$(sysctl -n "$s")"
   done >"$file.tmp"
   mv "$file.tmp" "$file"
@@ -140,7 +149,7 @@ apt_install() {
 host_sysctls() {
   if [ -n "${HOST_STATE_SCOPE:-}" ]; then
     local s
-    for s in $KUBELET_SYSCTLS net.ipv4.ip_forward; do printf '%s = %s\n' "$s" "$(sysctl -n "$s")"; done
+    for s in $NODE_SYSCTLS net.ipv4.ip_forward; do printf '%s = %s\n' "$s" "$(sysctl -n "$s")"; done
     return
   fi
   sysctl -a 2>/dev/null | grep -Ev '^(fs\.(dentry-state|inode-nr|inode-state|file-nr|aio-nr|quota\.)|kernel\.random\.|kernel\.(ns_last_pid|pty\.nr|perf_event_max_sample_rate) |net\.netfilter\.nf_conntrack_count )' |

@@ -28,8 +28,8 @@
 #               any registry.
 #   other       any image name: used as it is
 #
-# The kubelet of a kind node writes host sysctls (KUBELET_SYSCTLS of
-# hack/host-state.sh: its /proc/sys is the host's): `up` records them in
+# A kind node writes host sysctls, its kubelet and its systemd (NODE_SYSCTLS
+# of hack/host-state.sh: its /proc/sys is the host's): `up` records them in
 # _output/kind/sysctl.saved before it creates a cluster, and they are written
 # back when a failed `up` leaves no cluster of this checkout, at `down` (the
 # file is removed when the last one is gone) and at `stop`.
