@@ -122,7 +122,9 @@ up() {
   local name=$1 start=$SECONDS
   choose
   if $OFFLINE; then
-    KIND_NODE_IMAGE=$IMAGE hack/kind/build.sh
+    # Saved before the image's build too, in case its chroot writes any.
+    exists "$name" || sysctls_save "$SYSCTLS_SAVED"
+    KIND_NODE_IMAGE=$IMAGE hack/kind/build.sh || { sysctls_back; exit 1; }
   fi
   local kubeconfig="$root/_output/kind/$name.kubeconfig"
   mkdir -p "$root/_output/kind"
