@@ -884,8 +884,8 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 //
 // The fresh pod is read as the pod informer reads pods (Options.FreshPods:
 // its lean decoding, in the daemon) and goes through its transform, so that
-// the policy reads what it reads of a cached pod. freshDecision returns the fresh pod
-// and its decision when the pod is still due; otherwise nil, and what to do
+// the policy reads what it reads of a cached pod. freshDecision returns the
+// fresh pod and its decision when the pod is still due; otherwise nil, and what to do
 // with the key: a pod no longer due waits for its new deadline; a pod kept,
 // without a deadline, replaced, no longer matching --label-selector or with
 // annotations that no longer parse is left to the informer, which is bound

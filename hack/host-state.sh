@@ -46,8 +46,7 @@ KUBELET_SYSCTLS="vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_
 # A kind node's systemd (PID 1 of the node container, whose /proc/sys is the
 # host's) writes these at boot: fs.file-max (and fs.nr_open where it is built
 # to) raised to their maxima, and the node image's sysctl.d files (procps's
-# 99-protect-links.conf: fs.protected_*). None is namespaced. Seen on a new
-# machine, where they were 2466116 and 0: .ci/run's host check failed on them.
+# 99-protect-links.conf: fs.protected_*). None is namespaced.
 KIND_NODE_SYSCTLS="fs.file-max fs.nr_open fs.protected_fifos fs.protected_hardlinks fs.protected_regular fs.protected_symlinks"
 # NODE_SYSCTLS are the ones a node of ours may write, saved and restored.
 NODE_SYSCTLS="$KUBELET_SYSCTLS $KIND_NODE_SYSCTLS"
