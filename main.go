@@ -52,7 +52,7 @@ func runDaemon(args []string) int {
 // daemon runs the controller until ctx is cancelled.
 func daemon(ctx context.Context, o *flagValues) error {
 	logger := klog.FromContext(ctx)
-	applyMemoryDefaults(logger)
+	applyRuntimeDefaults(logger)
 	evaluator, policyData, err := loadEvaluator(o.configFile, o.scope.annotationPrefix)
 	if err != nil {
 		return err

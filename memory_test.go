@@ -30,6 +30,20 @@ func TestMemoryDefaults(t *testing.T) {
 	}
 }
 
+func TestMaxProcsDefault(t *testing.T) {
+	for env, want := range map[string]int{"": defaultMaxProcs, "2": -1, "8": -1} {
+		got := maxProcsDefault(func(k string) string {
+			if k == "GOMAXPROCS" {
+				return env
+			}
+			return ""
+		})
+		if got != want {
+			t.Errorf("GOMAXPROCS=%q: maxProcsDefault = %d, want %d", env, got, want)
+		}
+	}
+}
+
 func TestCgroupMemoryLimit(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

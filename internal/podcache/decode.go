@@ -2,23 +2,29 @@ package podcache
 
 import (
 	"bytes"
+	"encoding/binary"
+	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // LeanDecoding wraps the pod informer's serializer so that a v1 Pod sent in
-// protobuf is decoded without the parts of its spec that PodTransform drops:
-// every PodSpec field but priorityClassName is skipped in the bytes, before
-// the generated decoder allocates containers, volumes and the rest only for
-// the transform to throw them away (the decoding of whole specs was 0.48 s of
-// the 8.8 s podjanitor spent beside Kyverno's 2,000 removals; BENCHMARKS.md).
-// Everything else (metadata, status, other kinds, JSON, anything it cannot
-// parse) is decoded as the wrapped serializer decodes it.
+// protobuf is decoded without what PodTransform drops before the generated
+// decoder allocates it: every PodSpec field but priorityClassName, and of
+// managedFields every entry but the status writes' subresource and time (the
+// entries' fieldsV1 were the largest single allocation of the watch's
+// decoding beside Kyverno's 2,000 removals; BENCHMARKS.md). The reduced
+// message is built in a reused buffer and decoded into the pod directly, so
+// that a pod's bytes are copied once, by the decoder, instead of three times.
+// Everything else (other kinds, a pod decoded into another type, JSON,
+// anything it cannot parse) is decoded as the wrapped serializer decodes it.
 //
-// It is for the informer only, whose transform keeps nothing else of the
-// spec: a pod read with it is not the pod (TestLeanDecodingKeepsDecisions).
+// It is for the informer and the read before an eviction only, whose
+// transform keeps nothing else of the spec and managedFields: a pod read with
+// it is not the pod (TestLeanDecodingKeepsDecisions).
 func LeanDecoding(ns runtime.NegotiatedSerializer) runtime.NegotiatedSerializer {
 	return leanNegotiator{ns}
 }
@@ -37,40 +43,85 @@ func (n leanNegotiator) SupportedMediaTypes() []runtime.SerializerInfo {
 	return out
 }
 
-// leanPodSerializer decodes a protobuf v1 Pod without its spec but for
-// priorityClassName; it encodes as the wrapped serializer does.
+// leanPodSerializer decodes a protobuf v1 Pod lean (leanPodMessage); it
+// encodes as the wrapped serializer does.
 type leanPodSerializer struct{ runtime.Serializer }
 
+var podKind = corev1.SchemeGroupVersion.WithKind("Pod")
+
+// Decode does for a v1 Pod what the protobuf serializer's Decode does (the
+// envelope's kind and version, the object unmarshalled into into when that is
+// a Pod, else into a new one, its kind set), on the lean message.
 func (s leanPodSerializer) Decode(data []byte, gvk *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
-	return s.Serializer.Decode(leanPodProtobuf(data), gvk, into)
+	pod, isPod := into.(*corev1.Pod)
+	raw, ok := podMessage(data)
+	if !ok || (into != nil && !isPod) {
+		return s.Serializer.Decode(data, gvk, into)
+	}
+	buf := leanBuffers.Get().(*[]byte)
+	defer putLeanBuffer(buf)
+	lean, ok := appendLeanPod((*buf)[:0], raw)
+	if !ok {
+		return s.Serializer.Decode(data, gvk, into)
+	}
+	*buf = lean
+	if pod == nil {
+		pod = &corev1.Pod{}
+	}
+	pod.Reset()
+	actual := podKind
+	// The generated Unmarshal copies every string and byte slice out of
+	// lean, so the buffer is free again once it returns
+	// (TestLeanDecodingDoesNotKeepItsBuffer).
+	if err := pod.Unmarshal(lean); err != nil {
+		return nil, &actual, err
+	}
+	pod.SetGroupVersionKind(actual)
+	return pod, &actual, nil
+}
+
+// leanBuffers are the buffers that lean messages are built in; one larger
+// than maxLeanBuffer (a pod of many statuses) is not kept.
+var leanBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+const maxLeanBuffer = 64 << 10
+
+func putLeanBuffer(b *[]byte) {
+	if cap(*b) <= maxLeanBuffer {
+		leanBuffers.Put(b)
+	}
 }
 
 // protobufMagic opens every object Kubernetes encodes in protobuf, before its
 // runtime.Unknown envelope.
 var protobufMagic = []byte{0x6b, 0x38, 0x73, 0x00}
 
-// Field numbers in k8s.io/apimachinery's runtime.Unknown and TypeMeta, and
-// k8s.io/api/core/v1's Pod and PodSpec (generated.proto).
+// Field numbers in k8s.io/apimachinery's runtime.Unknown, TypeMeta,
+// ObjectMeta and ManagedFieldsEntry, and k8s.io/api/core/v1's Pod and PodSpec
+// (generated.proto).
 const (
-	unknownTypeMeta      = 1
-	unknownRaw           = 2
-	typeMetaAPIVersion   = 1
-	typeMetaKind         = 2
-	podSpec              = 2
-	podSpecPriorityClass = 24
+	unknownTypeMeta          = 1
+	unknownRaw               = 2
+	typeMetaAPIVersion       = 1
+	typeMetaKind             = 2
+	podMetadata              = 1
+	podSpec                  = 2
+	podSpecPriorityClass     = 24
+	metaManagedFields        = 17
+	managedFieldsTime        = 4
+	managedFieldsSubresource = 8
+	statusSubresource        = "status"
 )
 
-// leanPodProtobuf returns data with a v1 Pod's spec reduced to its
-// priorityClassName, or data itself when it is not a protobuf v1 Pod or
-// anything in it does not parse.
-func leanPodProtobuf(data []byte) []byte {
+// podMessage returns the Pod message inside data when data is a protobuf v1
+// Pod, as Kubernetes writes it (one raw field); false otherwise.
+func podMessage(data []byte) ([]byte, bool) {
 	if !bytes.HasPrefix(data, protobufMagic) {
-		return data
+		return nil, false
 	}
-	envelope := data[len(protobufMagic):]
-	var apiVersion, kind []byte
-	var raw field // raw.value nil: none yet
-	ok := eachField(envelope, func(f field) bool {
+	var apiVersion, kind, raw []byte
+	rawFields := 0
+	ok := eachField(data[len(protobufMagic):], func(f field) bool {
 		switch {
 		case f.num == unknownTypeMeta && f.value != nil:
 			return eachField(f.value, func(t field) bool {
@@ -83,50 +134,93 @@ func leanPodProtobuf(data []byte) []byte {
 				return true
 			})
 		case f.num == unknownRaw && f.value != nil:
-			if raw.value != nil {
-				return false // one raw, as Kubernetes writes it
-			}
-			raw = f
+			raw, rawFields = f.value, rawFields+1
 		}
 		return true
 	})
-	if !ok || raw.value == nil || string(apiVersion) != "v1" || string(kind) != "Pod" {
-		return data
+	if !ok || rawFields != 1 || string(apiVersion) != "v1" || string(kind) != "Pod" {
+		return nil, false
 	}
-	lean, ok := leanPodMessage(raw.value)
-	if !ok {
-		return data
-	}
-	out := make([]byte, 0, len(data)-len(raw.value)+len(lean))
-	out = append(out, protobufMagic...)
-	out = append(out, envelope[:raw.start]...)
-	out = protowire.AppendTag(out, unknownRaw, protowire.BytesType)
-	out = protowire.AppendBytes(out, lean)
-	return append(out, envelope[raw.end:]...)
+	return raw, true
 }
 
-// leanPodMessage returns a Pod message with its spec reduced to
-// priorityClassName; every other field is kept as it is, in its place.
-func leanPodMessage(pod []byte) ([]byte, bool) {
-	out := make([]byte, 0, len(pod))
-	ok := eachField(pod, func(f field) bool {
-		if f.num != podSpec || f.value == nil {
-			out = append(out, pod[f.start:f.end]...)
-			return true
+// appendLeanPod appends to out the Pod message pod without what PodTransform
+// drops: of the spec, priorityClassName only; of managedFields, the entries
+// of the status subresource, with their subresource and time only. Every
+// other field is kept as it is, in its place. False: pod does not parse.
+func appendLeanPod(out, pod []byte) ([]byte, bool) {
+	return appendFields(out, pod, func(out []byte, f field) ([]byte, bool) {
+		switch {
+		case f.value == nil:
+		case f.num == podMetadata:
+			return appendMessage(out, podMetadata, f.value, appendLeanMetadata)
+		case f.num == podSpec:
+			return appendMessage(out, podSpec, f.value, func(out, spec []byte) ([]byte, bool) {
+				return appendFields(out, spec, func(out []byte, sf field) ([]byte, bool) {
+					if sf.num == podSpecPriorityClass { // the only field of the spec PodTransform keeps
+						out = append(out, spec[sf.start:sf.end]...)
+					}
+					return out, true
+				})
+			})
 		}
-		out = protowire.AppendTag(out, podSpec, protowire.BytesType)
-		var kept []byte
-		if !eachField(f.value, func(sf field) bool {
-			if sf.num == podSpecPriorityClass { // the only field of the spec PodTransform keeps
-				kept = append(kept, f.value[sf.start:sf.end]...)
+		return append(out, pod[f.start:f.end]...), true
+	})
+}
+
+func appendLeanMetadata(out, meta []byte) ([]byte, bool) {
+	return appendFields(out, meta, func(out []byte, f field) ([]byte, bool) {
+		if f.num != metaManagedFields || f.value == nil {
+			return append(out, meta[f.start:f.end]...), true
+		}
+		entry, status := f.value, false
+		if !eachField(entry, func(ef field) bool {
+			if ef.num == managedFieldsSubresource && string(ef.value) == statusSubresource {
+				status = true
 			}
 			return true
 		}) {
-			return false
+			return out, false
 		}
-		out = protowire.AppendBytes(out, kept)
-		return true
+		if !status {
+			return out, true
+		}
+		return appendMessage(out, metaManagedFields, entry, func(out, entry []byte) ([]byte, bool) {
+			return appendFields(out, entry, func(out []byte, ef field) ([]byte, bool) {
+				if ef.num == managedFieldsTime || ef.num == managedFieldsSubresource {
+					out = append(out, entry[ef.start:ef.end]...)
+				}
+				return out, true
+			})
+		})
 	})
+}
+
+// appendFields calls fn with out and each field of msg in order, fn
+// appending what it keeps; false when msg does not parse or fn says so.
+func appendFields(out, msg []byte, fn func(out []byte, f field) ([]byte, bool)) ([]byte, bool) {
+	ok := eachField(msg, func(f field) bool {
+		var ok bool
+		out, ok = fn(out, f)
+		return ok
+	})
+	return out, ok
+}
+
+// appendMessage appends field num holding msg as lean rewrites it, which
+// must write no more bytes than msg has: the length is written in the room
+// msg's own length took, and what follows moves back should it take less.
+func appendMessage(out []byte, num protowire.Number, msg []byte, lean func(out, msg []byte) ([]byte, bool)) ([]byte, bool) {
+	out = protowire.AppendTag(out, num, protowire.BytesType)
+	at, room := len(out), protowire.SizeVarint(uint64(len(msg)))
+	var zeros [binary.MaxVarintLen64]byte
+	out = append(out, zeros[:room]...)
+	out, ok := lean(out, msg)
+	n := len(out) - at - room
+	size := binary.PutUvarint(out[at:at+room], uint64(n))
+	if size < room {
+		out = append(out[:at+size], out[at+room:]...)
+	}
 	return out, ok
 }
 

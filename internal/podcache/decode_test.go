@@ -3,6 +3,7 @@ package podcache
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -40,7 +41,8 @@ func protobufDecoder(t *testing.T, ns runtime.NegotiatedSerializer) runtime.Deco
 
 // TestLeanDecodingKeepsDecisions: a pod decoded by LeanDecoding is cached
 // exactly as the same pod decoded whole, so every decision on it is the same
-// (TestLeanPodKeepsDecisions); and only the spec lost anything.
+// (TestLeanPodKeepsDecisions); and only the spec and managedFields lost
+// anything, managedFields no more than the status writes' times.
 func TestLeanDecodingKeepsDecisions(t *testing.T) {
 	whole := protobufDecoder(t, scheme.Codecs.WithoutConversion())
 	lean := protobufDecoder(t, LeanDecoding(scheme.Codecs.WithoutConversion()))
@@ -67,8 +69,14 @@ func TestLeanDecodingKeepsDecisions(t *testing.T) {
 		if diff := cmp.Diff(corev1.PodSpec{PriorityClassName: pod.Spec.PriorityClassName}, got.Spec); diff != "" {
 			t.Fatalf("pod %d: spec decoded (-want,+got):\n%s", i, diff)
 		}
-		if diff := cmp.Diff(full.ObjectMeta, got.ObjectMeta); diff != "" {
-			t.Fatalf("pod %d: metadata differs (-whole,+lean):\n%s", i, diff)
+		if diff := cmp.Diff(statusWrites(full.ManagedFields), got.ManagedFields); diff != "" {
+			t.Fatalf("pod %d: managedFields decoded (-want,+got):\n%s", i, diff)
+		}
+		if w, g := full.ObjectMeta.DeepCopy(), got.ObjectMeta.DeepCopy(); true {
+			w.ManagedFields, g.ManagedFields = nil, nil
+			if diff := cmp.Diff(w, g); diff != "" {
+				t.Fatalf("pod %d: metadata differs (-whole,+lean):\n%s", i, diff)
+			}
 		}
 		if diff := cmp.Diff(full.Status, got.Status); diff != "" {
 			t.Fatalf("pod %d: status differs (-whole,+lean):\n%s", i, diff)
@@ -87,8 +95,21 @@ func TestLeanDecodingKeepsDecisions(t *testing.T) {
 	}
 }
 
+// statusWrites is what LeanDecoding keeps of managedFields: the status
+// subresource's entries, with their subresource and time.
+func statusWrites(all []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsEntry {
+	var kept []metav1.ManagedFieldsEntry
+	for _, f := range all {
+		if f.Subresource == "status" {
+			kept = append(kept, metav1.ManagedFieldsEntry{Subresource: f.Subresource, Time: f.Time})
+		}
+	}
+	return kept
+}
+
 // TestLeanDecodingLeavesOtherObjectsAlone: anything but a protobuf v1 Pod,
-// and anything that does not parse, is decoded as without LeanDecoding.
+// and anything that does not parse, is decoded as without LeanDecoding; so is
+// a pod decoded into another type than a Pod.
 func TestLeanDecodingLeavesOtherObjectsAlone(t *testing.T) {
 	pod := &corev1.Pod{TypeMeta: metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"},
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
@@ -96,6 +117,8 @@ func TestLeanDecodingLeavesOtherObjectsAlone(t *testing.T) {
 	list := &corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: []corev1.Pod{*pod}}
 	ns := &corev1.Namespace{TypeMeta: metav1.TypeMeta{Kind: "Namespace", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: "ns"}}
 	podData := encodeProtobuf(t, pod)
+	whole := protobufDecoder(t, scheme.Codecs.WithoutConversion())
+	lean := protobufDecoder(t, LeanDecoding(scheme.Codecs.WithoutConversion()))
 	for name, data := range map[string][]byte{
 		"pod list":        encodeProtobuf(t, list),
 		"namespace":       encodeProtobuf(t, ns),
@@ -106,13 +129,65 @@ func TestLeanDecodingLeavesOtherObjectsAlone(t *testing.T) {
 		"pod, v2 claimed": bytes.Replace(podData, []byte("\n\x02v1"), []byte("\n\x02v2"), 1),
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := leanPodProtobuf(data); !bytes.Equal(got, data) {
-				t.Errorf("changed %d bytes to %d", len(data), len(got))
+			if _, ok := podMessage(data); ok {
+				t.Errorf("taken for a v1 Pod")
+			}
+			wantObj, wantErr := runtime.Decode(whole, data)
+			gotObj, gotErr := runtime.Decode(lean, data)
+			if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+				t.Fatalf("error %v, want %v", gotErr, wantErr)
+			}
+			if diff := cmp.Diff(wantObj, gotObj); diff != "" {
+				t.Errorf("decoded differently (-whole,+lean):\n%s", diff)
 			}
 		})
 	}
-	if got := leanPodProtobuf(podData); len(got) >= len(podData) {
-		t.Errorf("a pod's bytes went from %d to %d, want fewer", len(podData), len(got))
+	t.Run("pod into an Unknown", func(t *testing.T) {
+		info, _ := runtime.SerializerInfoForMediaType(LeanDecoding(scheme.Codecs.WithoutConversion()).SupportedMediaTypes(), runtime.ContentTypeProtobuf)
+		var u runtime.Unknown
+		if _, _, err := info.Serializer.Decode(podData, nil, &u); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(u.Raw, []byte("node-1")) {
+			t.Errorf("the Unknown's raw pod lost its spec")
+		}
+	})
+	raw, ok := podMessage(podData)
+	if !ok {
+		t.Fatal("a protobuf v1 Pod not taken for one")
+	}
+	if got, ok := appendLeanPod(nil, raw); !ok || len(got) >= len(raw) {
+		t.Errorf("a pod's message went from %d bytes to %d (%v), want fewer", len(raw), len(got), ok)
+	}
+}
+
+// TestLeanDecodingDoesNotKeepItsBuffer: the decoded pod shares no bytes with
+// the buffer its lean message was built in, which LeanDecoding reuses for
+// the next pod.
+func TestLeanDecodingDoesNotKeepItsBuffer(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	base := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	for i := range 500 {
+		pod := generatePod(rng, i, base)
+		raw, ok := podMessage(encodeProtobuf(t, pod))
+		if !ok {
+			t.Fatal("not taken for a v1 Pod")
+		}
+		lean, ok := appendLeanPod(nil, raw)
+		if !ok {
+			t.Fatal("did not parse")
+		}
+		var got corev1.Pod
+		if err := got.Unmarshal(lean); err != nil {
+			t.Fatal(err)
+		}
+		want := got.DeepCopy()
+		for j := range lean {
+			lean[j] = 'x'
+		}
+		if diff := cmp.Diff(want, &got); diff != "" {
+			t.Fatalf("pod %d changed with the buffer (-before,+after):\n%s", i, diff)
+		}
 	}
 }
 

@@ -275,6 +275,13 @@ func generatePod(rng *rand.Rand, i int, base time.Time) *corev1.Pod {
 			QOSClass: corev1.PodQOSBestEffort,
 		},
 	}
+	// Status writes: none, one, or two managers', the latest of them read.
+	for range pick(3) {
+		t := at()
+		pod.ManagedFields = append(pod.ManagedFields, metav1.ManagedFieldsEntry{Manager: []string{"kubelet", "kwok"}[pick(2)],
+			Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", Time: &t, Subresource: "status",
+			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:phase":{}}}`)}})
+	}
 	if pick(3) == 0 {
 		pod.Labels["ci.example.com/pinned"] = []string{"true", "false"}[pick(2)]
 	}
