@@ -34,13 +34,16 @@ const (
 	cgroupRoot = "/sys/fs/cgroup"
 )
 
-// defaultMaxProcs is the GOMAXPROCS podjanitor runs with when GOMAXPROCS is
-// not set. Its work is a watch stream and requests to the API server, each
-// a few microseconds of CPU between waits: with a second P, nearly every
-// goroutine woken (a timer, a response, a watch event) also wakes another
-// thread to look for work that is not there. That spinning was a fifth of
-// podjanitor's CPU while it removed 2,000 pods over 5 minutes (BENCHMARKS.md,
-// "One P"); on one P the same removals took 22 % less CPU, as late.
+// defaultMaxProcs is the GOMAXPROCS podjanitor runs with once its first
+// pass is done (releaseSyncMemory), when GOMAXPROCS is not set. From then on
+// its work is a watch stream and requests to the API server, each a few
+// microseconds of CPU between waits: with a second P, nearly every goroutine
+// woken (a timer, a response, a watch event) also woke another thread to look
+// for work that was not there. That was a fifth of podjanitor's CPU while it
+// removed 2,000 pods over 5 minutes; on one P the same removals took 22 %
+// less CPU, as late (BENCHMARKS.md, "One P"). The start itself (decoding the
+// initial list, the first pass over every pod) keeps the runtime's GOMAXPROCS:
+// on one P the sync of 150,000 pods took 23 % longer.
 const defaultMaxProcs = 1
 
 // maxProcsDefault is defaultMaxProcs unless GOMAXPROCS is set (-1: leave the
@@ -96,14 +99,13 @@ func cgroupMemoryLimit(root string) int64 {
 	return 0
 }
 
-// applyRuntimeDefaults sets GOMAXPROCS as maxProcsDefault decides and the
-// runtime's GC percent and soft memory limit as memoryDefaults decides, and
-// logs the settings in effect.
+// applyRuntimeDefaults sets the runtime's GC percent and soft memory limit
+// as memoryDefaults decides, and logs the settings in effect, GOMAXPROCS's
+// included (set by releaseSyncMemory).
 func applyRuntimeDefaults(logger klog.Logger) {
 	procs := "GOMAXPROCS=" + os.Getenv("GOMAXPROCS")
 	if n := maxProcsDefault(os.Getenv); n > 0 {
-		goruntime.GOMAXPROCS(n)
-		procs = strconv.Itoa(n) + " (default)"
+		procs = fmt.Sprintf("%d, %d from the end of the first pass (default)", goruntime.GOMAXPROCS(0), n)
 	}
 	s := memoryDefaults(os.Getenv, cgroupMemoryLimit(cgroupRoot))
 	gogc := "GOGC=" + os.Getenv("GOGC")
@@ -132,7 +134,8 @@ const releaseWait = 2 * time.Minute
 // or at most releaseWait after the sync (a follower's workers wait for the
 // lease). Without it the process keeps the heap that the sync grew to (up to
 // 1.5 times the live heap with GOGC=50) long after, although an idle
-// controller allocates almost nothing.
+// controller allocates almost nothing. Then it sets GOMAXPROCS as
+// maxProcsDefault decides.
 func releaseSyncMemory(ctx context.Context, synced cache.InformerSynced, pending func() int) {
 	if !cache.WaitForCacheSync(ctx.Done(), synced) {
 		return
@@ -148,5 +151,11 @@ func releaseSyncMemory(ctx context.Context, synced cache.InformerSynced, pending
 	debug.FreeOSMemory()
 	var m goruntime.MemStats
 	goruntime.ReadMemStats(&m)
-	klog.FromContext(ctx).V(2).Info("Returned the initial sync's memory to the OS", "heapInUse", m.HeapInuse, "heapReleased", m.HeapReleased)
+	logger := klog.FromContext(ctx)
+	logger.V(2).Info("Returned the initial sync's memory to the OS", "heapInUse", m.HeapInuse, "heapReleased", m.HeapReleased)
+	if n := maxProcsDefault(os.Getenv); n > 0 {
+		if was := goruntime.GOMAXPROCS(n); was != n {
+			logger.Info("First pass done; GOMAXPROCS set for the steady state", "gomaxprocs", n, "was", was)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"testing"
 )
 
@@ -40,6 +41,22 @@ func TestMaxProcsDefault(t *testing.T) {
 		})
 		if got != want {
 			t.Errorf("GOMAXPROCS=%q: maxProcsDefault = %d, want %d", env, got, want)
+		}
+	}
+}
+
+// TestReleaseSyncMemorySetsMaxProcs: once the first pass is done podjanitor
+// runs on defaultMaxProcs, unless GOMAXPROCS is set.
+func TestReleaseSyncMemorySetsMaxProcs(t *testing.T) {
+	saved := goruntime.GOMAXPROCS(2)
+	defer goruntime.GOMAXPROCS(saved)
+	synced, idle := func() bool { return true }, func() int { return 0 }
+	for env, want := range map[string]int{"": defaultMaxProcs, "2": 2} {
+		t.Setenv("GOMAXPROCS", env)
+		goruntime.GOMAXPROCS(2)
+		releaseSyncMemory(t.Context(), synced, idle)
+		if got := goruntime.GOMAXPROCS(0); got != want {
+			t.Errorf("GOMAXPROCS=%q: %d Ps after the first pass, want %d", env, got, want)
 		}
 	}
 }
