@@ -42,8 +42,8 @@ const (
 // for work that was not there. That was a fifth of podjanitor's CPU while it
 // removed 2,000 pods over 5 minutes; on one P the same removals took 22 %
 // less CPU, as late (BENCHMARKS.md, "One P"). The start itself (decoding the
-// initial list, the first pass over every pod) keeps the runtime's GOMAXPROCS:
-// on one P the sync of 150,000 pods took 23 % longer.
+// initial list, the first pass over every pod) keeps the runtime's GOMAXPROCS,
+// for a machine with cores to spare: that work is CPU-bound, and can overlap.
 const defaultMaxProcs = 1
 
 // maxProcsDefault is defaultMaxProcs unless GOMAXPROCS is set (-1: leave the
