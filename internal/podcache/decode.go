@@ -43,7 +43,7 @@ func (n leanNegotiator) SupportedMediaTypes() []runtime.SerializerInfo {
 	return out
 }
 
-// leanPodSerializer decodes a protobuf v1 Pod lean (leanPodMessage); it
+// leanPodSerializer decodes a protobuf v1 Pod lean (appendLeanPod); it
 // encodes as the wrapped serializer does.
 type leanPodSerializer struct{ runtime.Serializer }
 
