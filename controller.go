@@ -68,6 +68,10 @@ type Options struct {
 	// process's clock; deadlines are compared in the API server's time. nil
 	// means no offset.
 	ClockOffset func() time.Duration
+	// SleepFine sleeps the last FineLead of a parked key's wait, which the
+	// clock's timers would end up to a millisecond late (apiclock.SleepFine
+	// on the process's clock); nil: timers alone (a fake clock's tests).
+	SleepFine func(time.Duration)
 	// Metrics receives the controller's measurements; nil records nothing.
 	Metrics *metrics.Metrics
 	// PodSelector is the pod informer's label selector (--label-selector):
@@ -256,6 +260,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	c.reporter.OnWarningDropped(opts.Metrics.CountWarningDropped)
 	c.nsReader = newNamespaceReader(client, clk, opts.WriteTimeout)
 	c.state = newPodStates(clk, c.now, opts.Metrics.SetPodsParked)
+	c.state.sleepFine = opts.SleepFine
 	c.room.Store(math.MaxInt64) // until Run: as many as there are
 	c.redecide = redecide.New(clk, opts.RedecisionInterval, func(namespace string) []string {
 		c.applyPendingTenants(namespace) // a namespace's tenant changes take effect at its pass

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
+	"github.com/podjanitor/podjanitor/internal/apiclock"
 	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/internal/removalerrors"
@@ -96,6 +97,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 		ShutdownTimeout:      o.shutdownTimeout,
 		WriteTimeout:         o.writeTimeout,
 		ClockOffset:          apiClk.Offset,
+		SleepFine:            apiclock.SleepFine,
 		Metrics:              meters,
 		PodSelector:          podSelector,
 		RedecisionInterval:   o.redecisionInterval,

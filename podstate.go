@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
+	"github.com/podjanitor/podjanitor/internal/apiclock"
 	"github.com/podjanitor/podjanitor/internal/removalerrors"
 )
 
@@ -37,6 +38,10 @@ type podStates struct {
 	// onParkedUntilDeadline is called with the number of pods parked
 	// untilDeadline (podjanitor_pods_scheduled), whenever it changes.
 	onParkedUntilDeadline func(int)
+	// sleepFine, when set, sleeps the last apiclock.FineLead before a
+	// wake-up, which the clock's timer ends up to a millisecond late; run
+	// then sets its timer for FineLead before the wake-up.
+	sleepFine func(time.Duration)
 
 	mu            sync.Mutex
 	pods          map[cache.ObjectName]*podState
@@ -415,9 +420,18 @@ func (s *podStates) run(ctx context.Context, ready func(cache.ObjectName)) {
 		for _, key := range due {
 			ready(key)
 		}
+		if !idle && s.sleepFine != nil && wait <= apiclock.FineLead {
+			// Not woken by a change meanwhile: a key parked before this
+			// one in the next FineLead waits at most that long.
+			s.sleepFine(wait)
+			continue
+		}
 		var timer clock.Timer
 		var timeout <-chan time.Time
 		if !idle {
+			if s.sleepFine != nil {
+				wait -= apiclock.FineLead
+			}
 			timer = s.clock.NewTimer(wait)
 			timeout = timer.C()
 		}

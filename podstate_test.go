@@ -321,3 +321,98 @@ func TestWakesWithin(t *testing.T) {
 		t.Error("an unparked pod still counts")
 	}
 }
+
+// With a fine sleeper (apiclock.SleepFine in podjanitor), run's timer fires
+// FineLead before a key's time and the sleeper waits the rest, since the
+// clock's timers fire up to a millisecond late; the key is never handed
+// over before its time.
+func TestParkedKeysWakeWithTheFineSleeper(t *testing.T) {
+	r := &parkedRun{t: t, clk: testingclock.NewFakeClock(t0)}
+	r.s = newPodStates(r.clk, r.clk.Now, nil)
+	var slept []time.Duration
+	r.s.sleepFine = func(d time.Duration) {
+		slept = append(slept, d) // run's goroutine only
+		r.clk.Step(d)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var early []string
+	go func() {
+		defer close(done)
+		r.s.run(ctx, func(key cache.ObjectName) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if want := t0.Add(10 * time.Second); key.Name == "a" && r.clk.Now().Before(want) {
+				early = append(early, fmt.Sprintf("%s at %s", key.Name, r.clk.Now().Sub(want)))
+			}
+			r.ready = append(r.ready, key)
+		})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+
+	r.s.park(cache.ObjectName{Namespace: "ns", Name: "a"}, 10*time.Second, untilDeadline)
+	if got := r.step(10*time.Second - apiclock.FineLead - time.Nanosecond); len(got) != 0 {
+		t.Fatalf("handed %v before the timer's time", names(got))
+	}
+	if got := r.step(time.Nanosecond); !slices.Equal(names(got), []string{"a"}) {
+		t.Fatalf("handed %v when the timer fired, want [a] after the fine sleep", names(got))
+	}
+	if !slices.Equal(slept, []time.Duration{apiclock.FineLead}) {
+		t.Errorf("fine sleeps %v, want [%s]", slept, apiclock.FineLead)
+	}
+	if len(early) > 0 {
+		t.Errorf("handed over early: %v", early)
+	}
+	// A key due within FineLead is slept for at once, without a timer.
+	slept = nil
+	r.s.park(cache.ObjectName{Namespace: "ns", Name: "b"}, time.Millisecond, untilDeadline)
+	r.settle()
+	r.mu.Lock()
+	got := names(r.ready)
+	r.mu.Unlock()
+	if !slices.Equal(got, []string{"b"}) || !slices.Equal(slept, []time.Duration{time.Millisecond}) {
+		t.Errorf("a key due in 1ms: handed %v after fine sleeps %v, want [b] after [1ms]", got, slept)
+	}
+}
+
+// On the real clock with apiclock.SleepFine, as podjanitor runs: no key is
+// handed over before its time, however close together the times are.
+func TestParkedKeysAreNeverHandedOverEarlyOnTheRealClock(t *testing.T) {
+	s := newPodStates(clock.RealClock{}, time.Now, nil)
+	s.sleepFine = apiclock.SleepFine
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	due := map[string]time.Time{}
+	var early []string
+	handed := make(chan struct{}, 200)
+	go s.run(ctx, func(key cache.ObjectName) {
+		now := time.Now()
+		mu.Lock()
+		if now.Before(due[key.Name]) {
+			early = append(early, fmt.Sprintf("%s by %s", key.Name, due[key.Name].Sub(now)))
+		}
+		mu.Unlock()
+		handed <- struct{}{}
+	})
+	const n = 200
+	for i := range n {
+		d := time.Duration(i%37) * 173 * time.Microsecond
+		mu.Lock()
+		due[fmt.Sprint(i)] = time.Now().Add(d)
+		mu.Unlock()
+		s.park(cache.ObjectName{Namespace: "ns", Name: fmt.Sprint(i)}, d, untilDeadline)
+	}
+	for range n {
+		select {
+		case <-handed:
+		case <-time.After(30 * time.Second):
+			t.Fatal("parked keys were not handed over")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(early) > 0 {
+		t.Errorf("%d keys handed over before their time: %v", len(early), early)
+	}
+}

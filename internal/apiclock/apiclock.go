@@ -65,8 +65,10 @@ type Clock struct {
 	lower   time.Duration
 	lowerAt time.Time
 	upper   time.Duration
-	rtt     time.Duration // of the latest sample
-	warned  time.Duration // the offset last warned about
+	// probeRTT is the latest probe's round trip, as calibrate timed it:
+	// its aim. Not any response's: a DELETE's takes many times a probe's.
+	probeRTT time.Duration
+	warned   time.Duration // the offset last warned about
 }
 
 type offsetSample struct {
@@ -154,7 +156,7 @@ func (a *Clock) Observe(ctx context.Context, sent, received time.Time, date time
 		return
 	}
 	s := offsetSample{at: received, lower: date.Sub(received), upper: date.Add(time.Second).Sub(sent)}
-	if lower, subscribers, changed := a.add(ctx, s, received.Sub(sent)); changed {
+	if lower, subscribers, changed := a.add(ctx, s); changed {
 		// Outside a.mu: a subscriber takes the controller's locks, which
 		// call Offset while they hold them.
 		for _, f := range subscribers {
@@ -165,10 +167,9 @@ func (a *Clock) Observe(ctx context.Context, sent, received time.Time, date time
 
 // add folds one sample into the interval; it returns the lower end as
 // measured, the subscribers to tell, and whether that moved.
-func (a *Clock) add(ctx context.Context, s offsetSample, rtt time.Duration) (time.Duration, []func(time.Duration), bool) {
+func (a *Clock) add(ctx context.Context, s offsetSample) (time.Duration, []func(time.Duration), bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.rtt = rtt
 	// An older lower end counts as it stands at s, with the allowance for
 	// this clock running fast since (the same for both from then on).
 	lowerAt := func(old offsetSample) time.Duration { return old.lower - driftAllowance(s.at.Sub(old.at)) }
@@ -255,7 +256,7 @@ func (a *Clock) calibrate(ctx context.Context, target time.Duration, probe func(
 		}
 		if ok {
 			a.mu.Lock()
-			rtt := a.rtt
+			rtt := a.probeRTT
 			a.mu.Unlock()
 			// The local time t at which the server's clock would read a whole
 			// second, were the offset the midpoint: t + mid ≡ 0 (mod 1s).
@@ -271,7 +272,12 @@ func (a *Clock) calibrate(ctx context.Context, target time.Duration, probe func(
 				return
 			}
 		}
-		if err := probe(ctx); err != nil {
+		sent := a.clock.Now()
+		err := probe(ctx)
+		a.mu.Lock()
+		a.probeRTT = a.clock.Since(sent)
+		a.mu.Unlock()
+		if err != nil {
 			logger.V(2).Info("Clock offset probe failed", "err", err)
 			return
 		}
@@ -289,16 +295,10 @@ func (a *Clock) calibrate(ctx context.Context, target time.Duration, probe func(
 // interval further (nearCalibrationTarget); an idle podjanitor sends no
 // probes for minutes.
 func (a *Clock) RunCalibration(ctx context.Context, probe func(context.Context) error, near func() bool) {
-	a.runCalibration(ctx, probe, near, func(ctx context.Context, d time.Duration) bool {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		}
-	})
+	// Sleep, not a plain timer: a probe aimed at a second of the server's
+	// clock lands within tens of microseconds of its aim, not up to a
+	// millisecond after it, which is as much as the interval it narrows.
+	a.runCalibration(ctx, probe, near, Sleep)
 }
 
 func (a *Clock) runCalibration(ctx context.Context, probe func(context.Context) error, near func() bool,
