@@ -4,7 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestMemoryDefaults(t *testing.T) {
@@ -91,4 +95,53 @@ func TestCgroupMemoryLimit(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestGCPercentFor(t *testing.T) {
+	const mib = 1 << 20
+	for live, want := range map[uint64]int{
+		0:                          1600, // counted as 1 MiB
+		10 * mib:                   160,
+		minGCHeadroom * 100 / 50:   defaultGCPercent,
+		minGCHeadroom*100/50 - mib: 52,
+		200 * mib:                  defaultGCPercent,
+		150000 * 700:               defaultGCPercent, // 150,000 idle pods
+	} {
+		if got := gcPercentFor(live); got != want {
+			t.Errorf("gcPercentFor(%d MiB) = %d, want %d", live/mib, got, want)
+		}
+		if got := gcPercentFor(live); live >= mib && uint64(got)*live/100 < minGCHeadroom {
+			t.Errorf("gcPercentFor(%d MiB) = %d leaves %d B of headroom, want at least %d", live/mib, got, uint64(got)*live/100, minGCHeadroom)
+		}
+	}
+}
+
+// tuneGCPercent sets the GC percent after the collections that follow it.
+func TestTuneGCPercentFollowsCollections(t *testing.T) {
+	saved := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(saved)
+	var lives []uint64
+	var mu sync.Mutex
+	stop := tuneGCPercent(func(live uint64) int {
+		mu.Lock()
+		defer mu.Unlock()
+		lives = append(lives, live)
+		return 123
+	})
+	defer stop()
+	sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	for range 100 {
+		goruntime.GC()
+		metrics.Read(sample)
+		if sample[0].Value.Uint64() == 123 {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(lives) == 0 || lives[0] == 0 {
+				t.Errorf("percent asked for live heaps %v, want a measured one", lives)
+			}
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("GC percent %d after 100 collections, want 123 from the tuner", sample[0].Value.Uint64())
 }
