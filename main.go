@@ -138,9 +138,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 		return err
 	}
 
-	go apiClk.RunCalibration(ctx, func(ctx context.Context) error {
-		return clients.kube.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error()
-	}, controller.RemovalNear)
+	go apiClk.RunCalibration(ctx, clients.probeClock, controller.RemovalNear)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	go namespaceInformer.RunWithContext(ctx)
