@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -69,16 +70,16 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // TestClockProbeHasItsOwnConnectionAndNoRateLimit: the API-server clock's
-// probe answers on a connection the other clients do not share (an answer
-// behind a watch's events on a shared HTTP/2 connection comes late, and its
-// lateness is the clock estimate's), and does not wait in the clients' rate
-// limiter behind a backlog's removals.
+// probe answers on an HTTP/1.1 connection the other clients do not share (an
+// answer behind a watch's events on a shared HTTP/2 connection comes late,
+// and its lateness is the clock estimate's), and does not wait in the
+// clients' rate limiter behind a backlog's removals.
 func TestClockProbeHasItsOwnConnectionAndNoRateLimit(t *testing.T) {
 	var mu sync.Mutex
 	remotes := map[string][]string{} // path: the client addresses it came from
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		remotes[r.URL.Path] = append(remotes[r.URL.Path], r.RemoteAddr)
+		remotes[r.URL.Path] = append(remotes[r.URL.Path], fmt.Sprintf("%s %s", r.Proto, r.RemoteAddr))
 		mu.Unlock()
 		w.Header().Set("Content-Type", runtime.ContentTypeJSON)
 		fmt.Fprint(w, `{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"ns"},"major":"1","minor":"37"}`)
@@ -114,10 +115,13 @@ func TestClockProbeHasItsOwnConnectionAndNoRateLimit(t *testing.T) {
 		t.Fatalf("requests %v, want one namespace GET and three probes", remotes)
 	}
 	for _, p := range probes {
-		if p == kube[0] || p != probes[0] {
-			t.Errorf("probes came from %v and the namespace GET from %s: want one connection of the probes' own", probes, kube[0])
+		if p == kube[0] || p != probes[0] || !strings.HasPrefix(p, "HTTP/1.1 ") {
+			t.Errorf("probes came from %v and the namespace GET from %s: want one HTTP/1.1 connection of the probes' own", probes, kube[0])
 			break
 		}
+	}
+	if !strings.HasPrefix(kube[0], "HTTP/2.0 ") {
+		t.Errorf("the namespace GET came over %s, want HTTP/2 (the clients' own protocol untouched)", kube[0])
 	}
 	if got := wrapped.Load(); got != 4 {
 		t.Errorf("%d requests went through the transport wrapper, want 4 (the clock reads the probes' answers)", got)

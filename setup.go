@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/informers"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -55,9 +53,7 @@ type clients struct {
 	// reads the API server's offset from it in every response.
 	clock    clock.WithTicker
 	apiClock *apiclock.Clock
-	// probeClock is the API-server clock's probe (a GET /version) on a
-	// connection of its own and with no client-side rate limit: see
-	// probeClient.
+	// probeClock is the API-server clock's probe (apiclock.NewProbe).
 	probeClock func(context.Context) error
 }
 
@@ -110,36 +106,11 @@ func newClients(cfg *rest.Config, wrappers ...transport.WrapperFunc) (*clients, 
 	if err != nil {
 		return nil, err
 	}
-	probe, err := probeClient(cfg)
+	probe, err := apiclock.NewProbe(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &clients{config: cfg, kube: kube, informerKube: informerKube, metadata: meta, podjanitor: pj,
-		probeClock: func(ctx context.Context) error { return probe.Get().AbsPath("/version").Do(ctx).Error() }}, nil
-}
-
-// probeClient is a client of cfg (its wrappers too: the API-server clock
-// reads its answers) on a TCP connection of its own, with no client-side rate
-// limit. The clock's probes are aimed at a whole second of the API server's
-// clock, and how closely their answers bound its offset is their round trip:
-// on the connection the pod watch shares, an answer waited behind the watch
-// events being read, and in the rate limiter behind a backlog's removals.
-// They are a few requests a minute (apiclock.RunCalibration).
-func probeClient(cfg *rest.Config) (*rest.RESTClient, error) {
-	c := rest.CopyConfig(cfg)
-	c.RateLimiter, c.QPS = nil, -1
-	// A dialer of its own: client-go shares one transport, and one HTTP/2
-	// connection, among configs that differ in nothing else.
-	c.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	d, err := discovery.NewDiscoveryClientForConfig(c)
-	if err != nil {
-		return nil, fmt.Errorf("creating the clock probe's client: %w", err)
-	}
-	rc, ok := d.RESTClient().(*rest.RESTClient)
-	if !ok {
-		return nil, fmt.Errorf("the clock probe's client is a %T", d.RESTClient())
-	}
-	return rc, nil
+	return &clients{config: cfg, kube: kube, informerKube: informerKube, metadata: meta, podjanitor: pj, probeClock: probe}, nil
 }
 
 // leanPodsClient is kube with a CoreV1 client that decodes pods with

@@ -8,8 +8,8 @@ package main
 // server's machine (the same kernel clock), so the true offset is 0 and the
 // lateness the estimate adds is −Offset(), which this scenario samples while
 // the estimate is measured as podjanitor measures it while a removal is near
-// (apiclock.Clock.RunCalibration, probing GET /version through a client with
-// podjanitor's settings).
+// (apiclock.Clock.RunCalibration, probing GET /version through
+// apiclock.NewProbe's client, as podjanitor does).
 
 import (
 	"context"
@@ -18,7 +18,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -53,7 +52,7 @@ func (b *bench) clock(ctx context.Context) (*clockResult, error) {
 	c.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	c.DisableCompression = true
 	c.Wrap(est.Wrap)
-	cs, err := kubernetes.NewForConfig(c)
+	get, err := apiclock.NewProbe(c)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +60,7 @@ func (b *bench) clock(ctx context.Context) (*clockResult, error) {
 	var rtts []time.Duration
 	probe := func(ctx context.Context) error {
 		t0 := time.Now()
-		err := cs.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error()
+		err := get(ctx)
 		mu.Lock()
 		rtts = append(rtts, time.Since(t0))
 		mu.Unlock()
