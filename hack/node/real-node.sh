@@ -35,6 +35,13 @@ CNI_BIN_DIR=${CNI_BIN_DIR:-/usr/lib/cni}
 # (hack/host-state.sh, which the kind path shares).
 # shellcheck source=../host-state.sh
 . "$root/hack/host-state.sh"
+# Host directories the node's daemons create outside $NODE_DIR, each at a
+# path it does not let us choose: the kubelet's log links (/var/log/containers),
+# containerd's CNI result cache (/var/lib/cni/results) and its shims' sockets
+# (/run/containerd/s). `up` records those that do not exist yet and `down`
+# removes them again once empty (another checkout's node may still use them),
+# children before parents.
+NODE_HOST_DIRS="/var/log/containers /var/lib/cni/results /var/lib/cni /run/containerd/s /run/containerd"
 
 # node_vars sets the real node's paths and addresses from REAL_NODE,
 # POD_SUBNET, PORT_BASE and CLUSTER_DIR (after load_ports).
@@ -156,6 +163,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.internal.v1.opt"]
     path = "$NODE_DIR/containerd/opt"
 EOF
+  host_dirs_save "$NODE_DIR/host-dirs.created"
   say "starting containerd (socket $CONTAINERD_SOCK)"
   start_proc containerd -- --config "$NODE_DIR/containerd/config.toml"
   wait_for containerd "containerd to serve on $CONTAINERD_SOCK" containerd_serving
@@ -211,6 +219,10 @@ evictionHard:
   nodefs.inodesFree: 1%
   imagefs.available: 1%
 imageGCHighThresholdPercent: 100
+# No iptables chains on the host (KUBE-IPTABLES-HINT, KUBE-FIREWALL,
+# KUBE-KUBELET-CANARY): the kubelet makes them for kube-proxy and others,
+# which this node does not run, and nothing would remove them at down.
+makeIPTablesUtilChains: false
 EOF
   sysctls_save "$NODE_DIR/sysctl.saved"
   say "starting kubelet (node $REAL_NODE_NAME at $NODE_ADDRESS, port $KUBELET_PORT)"
@@ -291,7 +303,8 @@ EOF
 # node_stop stops the kubelet and containerd, then whatever they left: the
 # containers' processes (by cgroup), containerd's shims (by socket), mounts
 # under $NODE_DIR (overlay roots, volumes, network namespaces), the cgroups
-# and the kubelet's log links; and restores the sysctls. The bridge goes
+# and the kubelet's log links; removes the host directories `up` found
+# missing (host_dirs_save) and restores the sysctls. The bridge goes
 # last (node_network_down): the control plane listens on its address.
 node_stop() {
   stop_proc kubelet
@@ -332,8 +345,41 @@ node_stop() {
   done < <(cgroup_hierarchies)
   { echo "$shims"; node_shim_tasks; } | remove_shim_sockets "$CONTAINERD_SOCK"
   find /var/log/containers -maxdepth 1 -type l -lname "$NODE_DIR/*" -delete 2>/dev/null || true
-  rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
+  # containerd's CNI results of the node's sandboxes, each network's named
+  # <network>-<sandbox id>-<interface>: ours, and the loopback's of the same
+  # sandboxes (a sandbox not torn down before its containerd stopped).
+  local f id
+  for f in /var/lib/cni/results/"$CNI_NETWORK"-*; do
+    [ -e "$f" ] || continue
+    id=${f#/var/lib/cni/results/"$CNI_NETWORK"-}
+    id=${id%-*}
+    rm -f "$f" /var/lib/cni/results/cni-loopback-"$id"-lo
+  done
+  host_dirs_remove "$NODE_DIR/host-dirs.created"
   sysctls_restore "$NODE_DIR/sysctl.saved" || warn "could not restore the sysctls of $NODE_DIR/sysctl.saved"
+}
+
+# host_dirs_save FILE records which of NODE_HOST_DIRS do not exist, unless
+# FILE does (a run that crashed left it with the list from before it).
+host_dirs_save() {
+  local file=$1 d
+  [ -e "$file" ] && return 0
+  mkdir -p "$(dirname "$file")"
+  for d in $NODE_HOST_DIRS; do
+    [ -e "$d" ] || printf '%s\n' "$d"
+  done >"$file.tmp"
+  mv "$file.tmp" "$file"
+}
+
+# host_dirs_remove FILE removes the directories FILE lists that are empty,
+# in its order, then FILE.
+host_dirs_remove() {
+  local file=$1 d
+  [ -f "$file" ] || return 0
+  while read -r d; do
+    [ -d "$d" ] && rmdir "$d" 2>/dev/null || true
+  done <"$file"
+  rm -f "$file"
 }
 
 node_network_down() {
