@@ -166,7 +166,7 @@ func (f *fixture) stepUntilWritten(n, limit int, check func(second int)) {
 		if second > limit {
 			f.t.Fatalf("only %d of %d pods removed after %ds", len(f.writes()), n, limit)
 		}
-		if !f.stepAndCheckReady(time.Second) {
+		if !f.stepAndWaitReady(time.Second) {
 			f.t.Fatalf("second %d: no key came back after the reservation delay", second)
 		}
 		for f.c.queue.Len() > 0 {
@@ -179,7 +179,22 @@ func (f *fixture) stepUntilWritten(n, limit int, check func(second int)) {
 }
 
 // waitReady steps the fake clock by d and says whether a key became ready.
+// stepAndCheckReady steps the fake clock by d and reports whether a key is
+// ready within 200 ms: for checks that nothing comes back.
 func (f *fixture) stepAndCheckReady(d time.Duration) bool {
+	f.t.Helper()
+	return f.stepAndPoll(d, 200*time.Millisecond)
+}
+
+// stepAndWaitReady steps the fake clock by d and reports whether a key is
+// ready within 5 s: for checks that one comes back, on a machine busy
+// enough to leave the workqueue's goroutine unscheduled for a while.
+func (f *fixture) stepAndWaitReady(d time.Duration) bool {
+	f.t.Helper()
+	return f.stepAndPoll(d, 5*time.Second)
+}
+
+func (f *fixture) stepAndPoll(d, within time.Duration) bool {
 	f.t.Helper()
 	// Step only once the parked keys' timer is armed: a step taken while it
 	// is being armed would delay it by d.
@@ -187,10 +202,32 @@ func (f *fixture) stepAndCheckReady(d time.Duration) bool {
 		func(context.Context) (bool, error) { return f.c.state.settled(), nil }); err != nil {
 		f.t.Fatal("the parked keys' timer was never armed")
 	}
+	// And once the workqueue's delaying loop has armed its own for the keys
+	// just added with a backoff (AddRateLimited): it reads the clock, then
+	// arms a timer for the head's readyAt from that reading, and a step in
+	// between would leave the timer d past the key's time. Its timer is a
+	// waiter of the fake clock; wait until their number holds still (which
+	// narrows that window to the loop descheduled inside it for 3 ms).
+	f.waitClockWaitersSettle()
 	f.clock.Step(d)
-	err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 200*time.Millisecond, true,
+	err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, within, true,
 		func(context.Context) (bool, error) { return f.c.queue.Len() > 0, nil })
 	return err == nil
+}
+
+// waitClockWaitersSettle waits until the fake clock's number of waiters
+// has not changed over three polls a millisecond apart (at most a second).
+func (f *fixture) waitClockWaitersSettle() {
+	last, same := -1, 0
+	for deadline := time.Now().Add(time.Second); same < 3 && time.Now().Before(deadline); {
+		n := f.clock.Waiters()
+		if n == last {
+			same++
+		} else {
+			last, same = n, 0
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // writes returns the client's actions other than list, watch and reads of
@@ -273,7 +310,7 @@ func TestTTLPodIsParkedUntilDeadlineThenDeleted(t *testing.T) {
 	if f.stepAndCheckReady(50*time.Minute - time.Millisecond) {
 		t.Fatal("pod became ready before its deadline")
 	}
-	if !f.stepAndCheckReady(time.Millisecond) {
+	if !f.stepAndWaitReady(time.Millisecond) {
 		t.Fatal("pod did not become ready at its deadline")
 	}
 	f.next()
@@ -406,7 +443,7 @@ func TestAPIErrorRetriesWithGrowingBackoff(t *testing.T) {
 		if f.stepAndCheckReady(delay - time.Millisecond) {
 			t.Fatalf("attempt %d: retried before its backoff of %v", attempt, delay)
 		}
-		if !f.stepAndCheckReady(time.Millisecond) {
+		if !f.stepAndWaitReady(time.Millisecond) {
 			t.Fatalf("attempt %d: not retried after its backoff of %v", attempt, delay)
 		}
 		f.next()
@@ -464,7 +501,7 @@ func TestRunningPodIsEvicted(t *testing.T) {
 	})
 	f.process(keyOf(pod))
 	for range 2 {
-		if !f.stepAndCheckReady(time.Minute) {
+		if !f.stepAndWaitReady(time.Minute) {
 			t.Fatal("blocked eviction was not retried")
 		}
 		f.next()
@@ -564,13 +601,13 @@ func TestTransientErrorsRetryWithinTenSeconds(t *testing.T) {
 	})
 	f.process(keyOf(pod))
 	for range 30 { // an outage long enough that an uncapped backoff reaches minutes
-		if !f.stepAndCheckReady(transientBackoffMax) {
+		if !f.stepAndWaitReady(transientBackoffMax) {
 			t.Fatalf("after %d failures the pod was not retried within %v", f.c.queue.NumRequeues(keyOf(pod)), transientBackoffMax)
 		}
 		f.next()
 	}
 	down = false
-	if !f.stepAndCheckReady(transientBackoffMax) {
+	if !f.stepAndWaitReady(transientBackoffMax) {
 		t.Fatal("not retried after the API server came back")
 	}
 	f.next()
@@ -602,7 +639,7 @@ func TestNotFoundFromTheAPIIsRetriedWhileTheInformerHasThePod(t *testing.T) {
 	if got := f.events(); len(got) != 0 {
 		t.Errorf("events = %q, want none after a 404", got)
 	}
-	if !f.stepAndCheckReady(transientBackoffMax) {
+	if !f.stepAndWaitReady(transientBackoffMax) {
 		t.Fatal("pod was forgotten after a 404 while the informer still has it")
 	}
 	f.next()
@@ -628,7 +665,7 @@ func TestDisruptionBudgetRefusalsBackOffSlowly(t *testing.T) {
 		if f.stepAndCheckReady(wait - time.Millisecond) {
 			t.Fatalf("retried before %v", wait)
 		}
-		if !f.stepAndCheckReady(time.Millisecond) {
+		if !f.stepAndWaitReady(time.Millisecond) {
 			t.Fatalf("not retried after %v", wait)
 		}
 		f.next()
@@ -655,7 +692,7 @@ func TestRemovalCapWakesEachKeyOnce(t *testing.T) {
 	}
 	syncs := n
 	for len(f.writes()) < n {
-		if !f.stepAndCheckReady(100 * time.Millisecond) {
+		if !f.stepAndWaitReady(100 * time.Millisecond) {
 			t.Fatalf("no key came back; %d of %d removed", len(f.writes()), n)
 		}
 		for f.c.queue.Len() > 0 {
@@ -710,7 +747,7 @@ func TestDeadlinesHoldInTheAPIServersTime(t *testing.T) {
 	if f.stepAndCheckReady(40*time.Second - time.Millisecond) {
 		t.Fatal("pod came due before its deadline in the API server's time")
 	}
-	if !f.stepAndCheckReady(time.Millisecond) {
+	if !f.stepAndWaitReady(time.Millisecond) {
 		t.Fatal("pod did not come due at its deadline in the API server's time")
 	}
 	f.next()
@@ -768,7 +805,7 @@ func TestParkedDeadlinesFollowTheClockOffset(t *testing.T) {
 	if f.stepAndCheckReady(59*time.Second + 100*time.Millisecond - time.Millisecond) {
 		t.Fatal("pod came due before its deadline in the API server's time")
 	}
-	if !f.stepAndCheckReady(time.Millisecond) {
+	if !f.stepAndWaitReady(time.Millisecond) {
 		t.Fatal("pod did not come due at its deadline in the API server's time as now estimated")
 	}
 }

@@ -139,7 +139,7 @@ func TestFarFuturePodDoesNotStallOtherPods(t *testing.T) {
 			}
 			step = time.Millisecond
 		}
-		if !f.stepAndCheckReady(step) {
+		if !f.stepAndWaitReady(step) {
 			t.Fatalf("ttl-%d did not come due at its deadline", i)
 		}
 		f.next()

@@ -64,7 +64,7 @@ func TestMultipleBudgetsRefusalBacksOffSlowlyAndWarnsOnce(t *testing.T) {
 		if f.stepAndCheckReady(wait - time.Millisecond) {
 			t.Fatalf("retried before %v: a pod under two budgets is not a transient failure", wait)
 		}
-		if !f.stepAndCheckReady(time.Millisecond) {
+		if !f.stepAndWaitReady(time.Millisecond) {
 			t.Fatalf("not retried after %v", wait)
 		}
 		f.next()
@@ -95,7 +95,7 @@ func TestRefusalsAreReportedOncePerKind(t *testing.T) {
 	refusingEvictions(f, func() error { e := answers[0]; answers = answers[1:]; return e() })
 	f.process(keyOf(pod))
 	for len(answers) > 0 {
-		if !f.stepAndCheckReady(refusalBackoffMax) {
+		if !f.stepAndWaitReady(refusalBackoffMax) {
 			t.Fatal("refused pod was not retried")
 		}
 		f.next()
@@ -235,7 +235,7 @@ func TestEvictionDecidesAgainOnTheFreshPod(t *testing.T) {
 				if f.stepAndCheckReady(tc.parked - time.Millisecond) {
 					t.Error("woke before the fresh deadline")
 				}
-				if !f.stepAndCheckReady(time.Millisecond) {
+				if !f.stepAndWaitReady(time.Millisecond) {
 					t.Error("not parked until the fresh deadline")
 				}
 			} else if !tc.evicted && f.stepAndCheckReady(refusalBackoffMax) {
@@ -265,7 +265,7 @@ func TestFreshReadFailureIsRetried(t *testing.T) {
 	})
 	f.process(keyOf(pod))
 	for range 2 {
-		if !f.stepAndCheckReady(transientBackoffMax) {
+		if !f.stepAndWaitReady(transientBackoffMax) {
 			t.Fatal("pod was not retried after a failed read")
 		}
 		f.next()

@@ -223,7 +223,7 @@ func TestFailingTenantPolicyReadIsShared(t *testing.T) {
 		t.Errorf("%d fresh reads of the policy for %d removals within %v while reads fail, want 1", got, len(pods), tenant.Freshness)
 	}
 	checkActions(t, nil, f.podWrites())
-	if !f.stepAndCheckReady(tenant.Freshness) {
+	if !f.stepAndWaitReady(tenant.Freshness) {
 		t.Fatal("no pod retried after the backoff")
 	}
 	f.drain()
