@@ -103,8 +103,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		if l.open.Add(1) > l.max {
 			l.open.Add(-1)
-			c.Close()
+			// Told before the close, which the caller may be waiting on.
 			l.refused()
+			c.Close()
 			continue
 		}
 		return &countedConn{Conn: c, open: &l.open}, nil
