@@ -186,12 +186,23 @@ const namespaceFreshness = time.Second
 // namespace's keep annotation. A read is shared by every removal of its
 // namespace that begins within namespaceFreshness of it, failures included,
 // so a drain costs at most one GET a second per namespace, not one per pod.
+//
+// A removal that finds its namespace's read more than half
+// namespaceFreshness old goes by it and reads the namespace again
+// meanwhile, for the removals after it (refresh): a namespace whose pods
+// go one after another does not make one of them wait for a GET every
+// second. A removal still starts at most one GET, so that one a second per
+// namespace becomes at most two.
 type namespaceReader struct {
 	get   func(ctx context.Context, name string) (*policy.Namespace, error)
 	clock clock.PassiveClock
 
 	mu    sync.Mutex
 	reads map[string]*namespaceRead
+	// refreshes are the reads under way, or failed, behind a successful
+	// read in reads; a failed one holds back the next for as long as a
+	// refresh is not due.
+	refreshes map[string]*namespaceRead
 }
 
 // namespaceRead is one read of a namespace, shared by those who wait on done.
@@ -202,9 +213,19 @@ type namespaceRead struct {
 	err  error
 }
 
+// succeeded reports whether the read is over and found the namespace.
+func (rd *namespaceRead) succeeded() bool {
+	select {
+	case <-rd.done:
+		return rd.err == nil
+	default:
+		return false
+	}
+}
+
 // newNamespaceReader reads namespaces with client, each GET bounded by timeout.
 func newNamespaceReader(client kubernetes.Interface, clk clock.PassiveClock, timeout time.Duration) *namespaceReader {
-	return &namespaceReader{clock: clk, reads: map[string]*namespaceRead{},
+	return &namespaceReader{clock: clk, reads: map[string]*namespaceRead{}, refreshes: map[string]*namespaceRead{},
 		get: func(ctx context.Context, name string) (*policy.Namespace, error) {
 			ctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
@@ -219,12 +240,31 @@ func newNamespaceReader(client kubernetes.Interface, clk clock.PassiveClock, tim
 		}}
 }
 
+// fresh reports whether a read sent at sent may still be gone by at now.
+func fresh(sent, now time.Time) bool {
+	return now.Sub(sent) < namespaceFreshness && !now.Before(sent)
+}
+
 // read returns the namespace as read at most namespaceFreshness ago.
 func (r *namespaceReader) read(ctx context.Context, name string) (*policy.Namespace, error) {
 	r.mu.Lock()
 	now := r.clock.Now()
 	rd := r.reads[name]
-	if rd != nil && now.Sub(rd.sent) < namespaceFreshness && !now.Before(rd.sent) {
+	if rd == nil || !fresh(rd.sent, now) {
+		// A refresh under way (or failed) is newer than the read it was to
+		// replace: shared as that read would be.
+		if next := r.refreshes[name]; next != nil && fresh(next.sent, now) {
+			rd = next
+		}
+	}
+	if rd != nil && fresh(rd.sent, now) {
+		if now.Sub(rd.sent) >= namespaceFreshness/2 && rd.succeeded() {
+			if next := r.refreshes[name]; next == nil || !fresh(next.sent, now) || now.Sub(next.sent) >= namespaceFreshness/2 {
+				next = &namespaceRead{sent: now, done: make(chan struct{})}
+				r.refreshes[name] = next
+				go r.refresh(ctx, name, next)
+			}
+		}
 		r.mu.Unlock()
 		select {
 		case <-rd.done:
@@ -234,8 +274,13 @@ func (r *namespaceReader) read(ctx context.Context, name string) (*policy.Namesp
 		}
 	}
 	for n, old := range r.reads { // of namespaces gone too
-		if now.Sub(old.sent) >= namespaceFreshness {
+		if !fresh(old.sent, now) {
 			delete(r.reads, n)
+		}
+	}
+	for n, old := range r.refreshes {
+		if !fresh(old.sent, now) {
+			delete(r.refreshes, n)
 		}
 	}
 	rd = &namespaceRead{sent: now, done: make(chan struct{})}
@@ -244,6 +289,26 @@ func (r *namespaceReader) read(ctx context.Context, name string) (*policy.Namesp
 	rd.ns, rd.err = r.get(ctx, name)
 	close(rd.done)
 	return rd.ns, rd.err
+}
+
+// refresh reads the namespace for the removals after the one that found
+// its read half stale: a success takes the place of that read; a failure
+// does not, and the read it was to replace stands until it is stale.
+func (r *namespaceReader) refresh(ctx context.Context, name string, next *namespaceRead) {
+	ns, err := r.get(ctx, name)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next.ns, next.err = ns, err
+	close(next.done)
+	if err != nil {
+		return
+	}
+	if r.refreshes[name] == next {
+		delete(r.refreshes, name)
+	}
+	if cur := r.reads[name]; cur == nil || cur.sent.Before(next.sent) {
+		r.reads[name] = next
+	}
 }
 
 // watchHealth follows the list and watch requests of the namespace informer:

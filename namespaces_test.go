@@ -476,3 +476,114 @@ func TestBacklogReadsEachNamespaceOncePerRemoval(t *testing.T) {
 		t.Errorf("%d namespace reads for %d removals in %d namespaces, want one each", got, len(pods), len(pods))
 	}
 }
+
+// TestNamespaceReadIsRefreshedAhead proves that a namespace whose pods go one
+// after another has its read refreshed before it is stale, so that no
+// removal waits for a GET while the namespace can be read: the removal that
+// finds the read more than half namespaceFreshness old goes by it and starts
+// one GET behind it, which the removals after it use; that no read older
+// than namespaceFreshness is used; that a removal starts at most one GET and
+// a namespace has at most one refresh under way; and that a failed refresh
+// leaves the read it was to replace in place until that is stale.
+func TestNamespaceReadIsRefreshedAhead(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	clk := testingclock.NewFakeClock(t0)
+	var gets atomic.Int32
+	release := make(chan error)
+	r := &namespaceReader{clock: clk, reads: map[string]*namespaceRead{}, refreshes: map[string]*namespaceRead{},
+		get: func(ctx context.Context, name string) (*policy.Namespace, error) {
+			n := gets.Add(1)
+			if err := <-release; err != nil {
+				return nil, err
+			}
+			return &policy.Namespace{Labels: map[string]string{"read": fmt.Sprint(n)}}, nil
+		}}
+	type answer struct {
+		ns  *policy.Namespace
+		err error
+	}
+	read := func() <-chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			ns, err := r.read(ctx, "a")
+			ch <- answer{ns, err}
+		}()
+		return ch
+	}
+	waitGets := func(want int32) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true,
+			func(context.Context) (bool, error) { return gets.Load() == want, nil }); err != nil {
+			t.Fatalf("%d GETs, want %d", gets.Load(), want)
+		}
+	}
+	got := func(ch <-chan answer, want string) {
+		t.Helper()
+		select {
+		case a := <-ch:
+			if a.err != nil || a.ns.Labels["read"] != want {
+				t.Fatalf("read gave %v, %v; want the namespace of GET %s", a.ns, a.err, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("read waited, want the namespace of GET %s at once", want)
+		}
+	}
+
+	first := read() // nothing read yet: waits for GET 1
+	waitGets(1)
+	release <- nil
+	got(first, "1")
+	clk.Step(namespaceFreshness / 4)
+	got(read(), "1") // young: no GET
+	if n := gets.Load(); n != 1 {
+		t.Fatalf("%d GETs for a read a quarter of its freshness old, want 1", n)
+	}
+
+	clk.Step(namespaceFreshness / 4) // half its freshness old
+	got(read(), "1")                 // goes by it, and reads again behind it
+	waitGets(2)
+	got(read(), "1") // one refresh under way at a time
+	clk.Step(namespaceFreshness / 4)
+	got(read(), "1")
+	release <- nil // GET 2 done: it takes the place of GET 1
+	waitGets(2)
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		ns, err := r.read(ctx, "a")
+		return err == nil && ns.Labels["read"] == "2", nil
+	}); err != nil {
+		t.Fatal("the refresh did not take the place of the read it refreshed")
+	}
+	clk.Step(namespaceFreshness / 4) // GET 1 would be stale now; GET 2 is a quarter old
+	got(read(), "2")
+	if n := gets.Load(); n != 2 {
+		t.Fatalf("%d GETs, want 2: one a half freshness at most", n)
+	}
+
+	// A failed refresh: the read it was to replace stands until stale.
+	clk.Step(namespaceFreshness / 4) // GET 2 half its freshness old
+	got(read(), "2")
+	waitGets(3)
+	release <- errors.New("refused")
+	clk.Step(namespaceFreshness / 8)
+	got(read(), "2") // no second refresh right after the failed one
+	if n := gets.Load(); n != 3 {
+		t.Fatalf("%d GETs, want 3: a failed refresh holds back the next for half the freshness", n)
+	}
+	clk.Step(namespaceFreshness / 4) // GET 2 stale: the failed refresh is the newest read, shared
+	if _, err := r.read(ctx, "a"); err == nil {
+		t.Fatal("a read older than namespaceFreshness was used after its refresh failed")
+	}
+	if n := gets.Load(); n != 3 {
+		t.Fatalf("%d GETs, want 3: the failed refresh is shared for namespaceFreshness", n)
+	}
+	clk.Step(namespaceFreshness)
+	blocked := read() // nothing fresh: waits for its own GET
+	waitGets(4)
+	select {
+	case a := <-blocked:
+		t.Fatalf("read answered %v, %v before its GET", a.ns, a.err)
+	default:
+	}
+	release <- nil
+	got(blocked, "4")
+}
