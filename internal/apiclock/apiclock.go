@@ -15,9 +15,12 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -68,7 +71,15 @@ type Clock struct {
 	// probeRTT is the latest probe's round trip, as calibrate timed it:
 	// its aim. Not any response's: a DELETE's takes many times a probe's.
 	probeRTT time.Duration
-	warned   time.Duration // the offset last warned about
+	// aimBack is, once the interval is narrow (aimWidths), how far behind
+	// its upper end a probe takes the server's clock to be when it is sent,
+	// to have its Date set just after a second of it. The upper end holds
+	// still for minutes (few probes lower it), the lower end moves with
+	// every probe, so the aim is taken from the upper one. calibrate learns
+	// it (aim); aiming says it has.
+	aimBack time.Duration
+	aiming  bool
+	warned  time.Duration // the offset last warned about
 }
 
 type offsetSample struct {
@@ -155,6 +166,9 @@ func (a *Clock) Observe(ctx context.Context, sent, received time.Time, date time
 	if date.IsZero() || received.Before(sent) {
 		return
 	}
+	if p, ok := ctx.Value(probeDateKey{}).(*time.Time); ok {
+		*p = date
+	}
 	s := offsetSample{at: received, lower: date.Sub(received), upper: date.Add(time.Second).Sub(sent)}
 	if lower, subscribers, changed := a.add(ctx, s); changed {
 		// Outside a.mu: a subscriber takes the controller's locks, which
@@ -223,19 +237,76 @@ func abs(d time.Duration) time.Duration {
 
 // Wrap returns a RoundTripper that feeds the Date header of every response
 // into a: a transport.WrapperFunc for the clients' configuration.
+//
+// The instants it takes are the ones closest to the server's that are safe
+// to take (exchangeTimes): the Date was set after the request left and
+// before the first byte of the response came in, so the time spent getting
+// a connection and the time spent parsing and handing the response over
+// between goroutines widen neither bound.
 func (a *Clock) Wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		sent := a.clock.Now()
+		t := &exchangeTimes{clock: a.clock}
+		t.sent = a.clock.Now()
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), t.trace()))
 		resp, err := rt.RoundTrip(req)
 		if err != nil {
 			return resp, err
 		}
 		received := a.clock.Now()
 		if date, perr := http.ParseTime(resp.Header.Get("Date")); perr == nil {
+			sent, received := t.bounds(received)
 			a.Observe(req.Context(), sent, received, date)
 		}
 		return resp, err
 	})
+}
+
+// exchangeTimes are the instants of one request that bound when the server
+// set its response's Date: after sent (or, later, when the connection to
+// send it on was at hand: gotConn), before the first byte of the response
+// arrived (firstByte). A 1xx response's first byte comes before the final
+// response's Date is set, so then only the end of the round trip bounds it.
+type exchangeTimes struct {
+	clock     clock.PassiveClock
+	sent      time.Time
+	// gotConn and firstByte are when their hooks were called, as the time
+	// since sent plus 1 ns; 0: not called. The hooks run on the transport's
+	// goroutines.
+	gotConn   atomic.Int64
+	firstByte atomic.Int64
+	got1xx    atomic.Bool
+}
+
+func (t *exchangeTimes) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) {
+			t.gotConn.CompareAndSwap(0, t.clock.Now().Sub(t.sent).Nanoseconds()+1)
+		},
+		GotFirstResponseByte: func() {
+			t.firstByte.Store(t.clock.Now().Sub(t.sent).Nanoseconds() + 1)
+		},
+		Got1xxResponse: func(int, textproto.MIMEHeader) error {
+			t.got1xx.Store(true)
+			return nil
+		},
+	}
+}
+
+// bounds returns the instants to bound the Date by, given the time the
+// round trip returned: each of the traced instants only where it lies
+// within the round trip (a transport that calls none of them, or one that
+// retried, leaves the outer ones).
+func (t *exchangeTimes) bounds(returned time.Time) (sent, received time.Time) {
+	sent, received = t.sent, returned
+	total := returned.Sub(t.sent)
+	g, f := time.Duration(t.gotConn.Load()-1), time.Duration(t.firstByte.Load()-1)
+	if g >= 0 && g <= total {
+		sent = t.sent.Add(g)
+	}
+	if f >= 0 && f <= total && (g < 0 || f >= g) && !t.got1xx.Load() {
+		received = t.sent.Add(f)
+	}
+	return sent, received
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
@@ -243,9 +314,11 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // calibrate narrows the offset's interval with a few requests (probe, e.g. a
-// GET /version) timed so that the API server handles each at what would be a
-// whole second of its clock if the offset were the interval's midpoint: the
-// Date it answers then halves the interval. It stops at target or after
+// GET /version) timed so that the API server sets each one's Date at what
+// would be a whole second of its clock: while the interval is wide, were the
+// offset its midpoint, so that the answer halves it; once it is narrow, just
+// after that second by the learnt aim, so that the answer raises the lower
+// end as far as the round trip allows. It stops at target or after
 // calibrationProbes requests.
 func (a *Clock) calibrate(ctx context.Context, target time.Duration, probe func(context.Context) error, sleep func(context.Context, time.Duration) bool) {
 	logger := klog.FromContext(ctx)
@@ -254,28 +327,48 @@ func (a *Clock) calibrate(ctx context.Context, target time.Duration, probe func(
 		if ok && upper-lower <= target {
 			break
 		}
+		var next time.Time // the second of the server's clock aimed at
+		aimed := false
 		if ok {
 			a.mu.Lock()
-			rtt := a.probeRTT
+			rtt, back := a.probeRTT, a.aimBack
+			narrow := upper-lower <= time.Duration(aimWidths)*rtt
+			switch {
+			case !narrow:
+				a.aiming = false // learnt again once narrow again
+			case !a.aiming:
+				back = (upper-lower)/2 - rtt/2 // where the midpoint would aim
+			}
 			a.mu.Unlock()
 			// The local time t at which the server's clock would read a whole
-			// second, were the offset the midpoint: t + mid ≡ 0 (mod 1s).
-			mid := lower + (upper-lower)/2
-			now := a.clock.Now()
-			server := now.Add(mid)
-			next := server.Truncate(time.Second).Add(time.Second)
-			wait := next.Sub(server) - rtt/2
-			if wait < 0 {
-				wait += time.Second
+			// second at the Date, were the offset the midpoint and the Date
+			// set halfway through the round trip: t + mid + rtt/2 ≡ 0 (mod
+			// 1s); once narrow, t + upper − back ≡ 0.
+			ahead := lower + (upper-lower)/2 + rtt/2
+			if narrow {
+				ahead = upper - back
 			}
+			server := a.clock.Now().Add(ahead)
+			next = server.Truncate(time.Second).Add(time.Second)
+			wait := next.Sub(server)
 			if !sleep(ctx, wait) {
 				return
 			}
+			aimed = narrow
+			if aimed {
+				a.mu.Lock()
+				a.aimBack, a.aiming = back, true
+				a.mu.Unlock()
+			}
 		}
+		var date time.Time
 		sent := a.clock.Now()
-		err := probe(ctx)
+		err := probe(context.WithValue(ctx, probeDateKey{}, &date))
 		a.mu.Lock()
 		a.probeRTT = a.clock.Since(sent)
+		if aimed && err == nil && !date.IsZero() {
+			a.aim(!date.Before(next), upper-lower)
+		}
 		a.mu.Unlock()
 		if err != nil {
 			logger.V(2).Info("Clock offset probe failed", "err", err)
@@ -284,6 +377,35 @@ func (a *Clock) calibrate(ctx context.Context, target time.Duration, probe func(
 	}
 	lower, upper, _ := a.bounds()
 	logger.V(2).Info("Measured the API server's clock offset", "offset", lower, "uncertainty", upper-lower)
+}
+
+// aimWidths is the interval's width, in round trips of a probe, below which
+// the probes aim just after a second (aim) rather than halve the interval:
+// halving it any further is up against the round trip.
+const aimWidths = 2
+
+// probeDateKey marks the context of calibrate's probe: Observe stores the
+// probe's Date in the *time.Time it holds.
+type probeDateKey struct{}
+
+const (
+	// aimStep is how much earlier the next probe goes after one whose Date
+	// was set after the second it aimed at (a hit, which raised the lower
+	// end by less than it could have); after a miss, which did not raise it
+	// at all, it goes aimMissSteps of them later. So about three in four
+	// probes hit, each just after its second.
+	aimStep      = 100 * time.Microsecond
+	aimMissSteps = 3
+)
+
+// aim learns aimBack from one aimed probe: hit says its Date was set at or
+// after the second it aimed at. Callers hold a.mu.
+func (a *Clock) aim(hit bool, width time.Duration) {
+	if hit {
+		a.aimBack = max(a.aimBack-aimStep, -a.probeRTT)
+	} else {
+		a.aimBack = min(a.aimBack+aimMissSteps*aimStep, width)
+	}
 }
 
 // RunCalibration calibrates now, then every calibrationPeriod while near
