@@ -245,6 +245,13 @@ func fresh(sent, now time.Time) bool {
 	return now.Sub(sent) < namespaceFreshness && !now.Before(sent)
 }
 
+// halfStale reports whether a read sent at sent is due a refresh at now:
+// half namespaceFreshness old or more (or sent after now, by a clock that
+// went back).
+func halfStale(sent, now time.Time) bool {
+	return now.Sub(sent) >= namespaceFreshness/2 || now.Before(sent)
+}
+
 // read returns the namespace as read at most namespaceFreshness ago.
 func (r *namespaceReader) read(ctx context.Context, name string) (*policy.Namespace, error) {
 	r.mu.Lock()
@@ -258,8 +265,8 @@ func (r *namespaceReader) read(ctx context.Context, name string) (*policy.Namesp
 		}
 	}
 	if rd != nil && fresh(rd.sent, now) {
-		if now.Sub(rd.sent) >= namespaceFreshness/2 && rd.succeeded() {
-			if next := r.refreshes[name]; next == nil || !fresh(next.sent, now) || now.Sub(next.sent) >= namespaceFreshness/2 {
+		if halfStale(rd.sent, now) && rd.succeeded() {
+			if next := r.refreshes[name]; next == nil || halfStale(next.sent, now) {
 				next = &namespaceRead{sent: now, done: make(chan struct{})}
 				r.refreshes[name] = next
 				go r.refresh(ctx, name, next)

@@ -267,8 +267,8 @@ func (a *Clock) Wrap(rt http.RoundTripper) http.RoundTripper {
 // arrived (firstByte). A 1xx response's first byte comes before the final
 // response's Date is set, so then only the end of the round trip bounds it.
 type exchangeTimes struct {
-	clock     clock.PassiveClock
-	sent      time.Time
+	clock clock.PassiveClock
+	sent  time.Time
 	// gotConn and firstByte are when their hooks were called, as the time
 	// since sent plus 1 ns; 0: not called. The hooks run on the transport's
 	// goroutines.
@@ -332,7 +332,7 @@ func (a *Clock) calibrate(ctx context.Context, target time.Duration, probe func(
 		if ok {
 			a.mu.Lock()
 			rtt, back := a.probeRTT, a.aimBack
-			narrow := upper-lower <= time.Duration(aimWidths)*rtt
+			narrow := upper-lower <= aimWidths*rtt
 			switch {
 			case !narrow:
 				a.aiming = false // learnt again once narrow again
