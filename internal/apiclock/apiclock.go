@@ -79,7 +79,10 @@ type Clock struct {
 	// it (aim); aiming says it has.
 	aimBack time.Duration
 	aiming  bool
-	warned  time.Duration // the offset last warned about
+	// sendVolley, when set, sends volleys in place of volley's goroutines
+	// (tests, whose simulated server cannot take probes at once).
+	sendVolley func(ctx context.Context, waits []time.Duration) []probeResult
+	warned     time.Duration // the offset last warned about
 }
 
 type offsetSample struct {
@@ -104,7 +107,7 @@ const (
 	// calibrationPeriod is how often the offset is measured again while a
 	// removal may be near (RunCalibration's near): short enough that the
 	// allowance for this clock running fast costs at most 0.5 ms of
-	// lateness before the next measurement, which then takes a probe a
+	// lateness before the next measurement, which then takes a volley a
 	// second (each waits for a second of the server's clock) while the
 	// interval is wider than nearCalibrationTarget.
 	calibrationPeriod = time.Second
@@ -318,8 +321,8 @@ func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) {
 // would be a whole second of its clock: while the interval is wide, were the
 // offset its midpoint, so that the answer halves it; once it is narrow, just
 // after that second by the learnt aim, so that the answer raises the lower
-// end as far as the round trip allows. It stops at target or after
-// calibrationProbes requests.
+// end as far as the round trip allows, with a volley of probes around that
+// aim. It stops at target or after calibrationProbes measurements.
 func (a *Clock) calibrate(ctx context.Context, target time.Duration, probe func(context.Context) error, sleep func(context.Context, time.Duration) bool) {
 	logger := klog.FromContext(ctx)
 	for range calibrationProbes {
@@ -329,6 +332,7 @@ func (a *Clock) calibrate(ctx context.Context, target time.Duration, probe func(
 		}
 		var next time.Time // the second of the server's clock aimed at
 		aimed := false
+		waits := []time.Duration{0}
 		if ok {
 			a.mu.Lock()
 			rtt, back := a.probeRTT, a.aimBack
@@ -350,27 +354,31 @@ func (a *Clock) calibrate(ctx context.Context, target time.Duration, probe func(
 			}
 			server := a.clock.Now().Add(ahead)
 			next = server.Truncate(time.Second).Add(time.Second)
-			wait := next.Sub(server)
-			if !sleep(ctx, wait) {
-				return
-			}
+			waits[0] = next.Sub(server)
 			aimed = narrow
 			if aimed {
 				a.mu.Lock()
 				a.aimBack, a.aiming = back, true
 				a.mu.Unlock()
+				// A volley around the aim (volleyAimed the aimed one).
+				waits = volleyWaits(waits[0])
 			}
 		}
-		var date time.Time
-		sent := a.clock.Now()
-		err := probe(context.WithValue(ctx, probeDateKey{}, &date))
+		results := a.volley(ctx, probe, sleep, waits)
+		if results == nil {
+			return // ctx ended
+		}
 		a.mu.Lock()
-		a.probeRTT = a.clock.Since(sent)
-		if aimed && err == nil && !date.IsZero() {
-			a.aim(!date.Before(next), upper-lower)
+		aimedAt := 0
+		if aimed {
+			aimedAt = volleyAimed
+		}
+		a.probeRTT = results[aimedAt].rtt
+		if aimed && results[aimedAt].err == nil && !results[aimedAt].date.IsZero() {
+			a.aim(!results[aimedAt].date.Before(next), upper-lower)
 		}
 		a.mu.Unlock()
-		if err != nil {
+		if err := results[aimedAt].err; err != nil {
 			logger.V(2).Info("Clock offset probe failed", "err", err)
 			return
 		}
@@ -383,6 +391,69 @@ func (a *Clock) calibrate(ctx context.Context, target time.Duration, probe func(
 // the probes aim just after a second (aim) rather than halve the interval:
 // halving it any further is up against the round trip.
 const aimWidths = 2
+
+// A volley: once the interval is narrow, each measurement sends volleySize
+// probes volleyGap apart, the one at volleyAimed where a single probe would
+// go; aim learns from it alone. About one in four aimed probes has its Date
+// set just before the second, and raises the lower end not at all; the
+// probe after it all but surely has it set after, a little later than the
+// aimed one would have. A single probe left the lower end a second or more
+// old, and 0.5 ms lower for it, in one measurement of four: a removal then
+// went that much later (BENCHMARKS.md). Two GET /version a second, while a
+// removal is near.
+const (
+	volleySize  = 2
+	volleyAimed = 0
+	volleyGap   = 200 * time.Microsecond
+)
+
+// volleyWaits are the waits before each of a volley's probes, the first
+// counted from now, the others from the probe before: the aimed probe goes
+// after aimedWait, the others volleyGap apart around it (at once, those
+// that would go before now).
+func volleyWaits(aimedWait time.Duration) []time.Duration {
+	waits := make([]time.Duration, volleySize)
+	var prev time.Duration
+	for i := range waits {
+		at := max(aimedWait+time.Duration(i-volleyAimed)*volleyGap, prev)
+		waits[i], prev = at-prev, at
+	}
+	return waits
+}
+
+// probeResult is what became of one probe of a volley.
+type probeResult struct {
+	date time.Time // its response's Date; zero: none
+	rtt  time.Duration
+	err  error
+}
+
+// volley sends one probe after each of waits (sleep waits them in turn),
+// each on a goroutine of its own, and returns their results once all are
+// back; nil when ctx ended first.
+func (a *Clock) volley(ctx context.Context, probe func(context.Context) error, sleep func(context.Context, time.Duration) bool,
+	waits []time.Duration) []probeResult {
+	if a.sendVolley != nil {
+		return a.sendVolley(ctx, waits)
+	}
+	results := make([]probeResult, len(waits))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for i, w := range waits {
+		if !sleep(ctx, w) {
+			return nil
+		}
+		wg.Add(1)
+		go func(r *probeResult) {
+			defer wg.Done()
+			sent := a.clock.Now()
+			r.err = probe(context.WithValue(ctx, probeDateKey{}, &r.date))
+			r.rtt = a.clock.Since(sent)
+		}(&results[i])
+	}
+	wg.Wait()
+	return results
+}
 
 // probeDateKey marks the context of calibrate's probe: Observe stores the
 // probe's Date in the *time.Time it holds.

@@ -21,7 +21,8 @@ import (
 // each request a hand-over between goroutines at both ends, which HTTP/1.1
 // does not (a GET /version on this project's local control plane: 2.5–3.2 ms
 // at the median over HTTP/2, 1.6–2.1 ms over HTTP/1.1, on a busy 2-core
-// machine). They are a few requests a minute, at most one a second.
+// machine). They are a few requests a minute, at most two a second, which
+// may be in flight at once (HTTP/1.1 then opens a second connection).
 func NewProbe(cfg *rest.Config) (func(context.Context) error, error) {
 	c := rest.CopyConfig(cfg)
 	c.RateLimiter, c.QPS = nil, -1
