@@ -332,7 +332,7 @@ func (a *Clock) calibrate(ctx context.Context, target time.Duration, probe func(
 		}
 		var next time.Time // the second of the server's clock aimed at
 		aimed := false
-		waits := []time.Duration{0}
+		waits := []time.Duration{0} // no estimate yet: one probe, at once
 		if ok {
 			a.mu.Lock()
 			rtt, back := a.probeRTT, a.aimBack
@@ -360,7 +360,6 @@ func (a *Clock) calibrate(ctx context.Context, target time.Duration, probe func(
 				a.mu.Lock()
 				a.aimBack, a.aiming = back, true
 				a.mu.Unlock()
-				// A volley around the aim (volleyAimed the aimed one).
 				waits = volleyWaits(waits[0])
 			}
 		}
@@ -368,18 +367,18 @@ func (a *Clock) calibrate(ctx context.Context, target time.Duration, probe func(
 		if results == nil {
 			return // ctx ended
 		}
-		a.mu.Lock()
-		aimedAt := 0
+		r := results[0] // the probe the measurement goes by: the only one, or the aimed one
 		if aimed {
-			aimedAt = volleyAimed
+			r = results[volleyAimed]
 		}
-		a.probeRTT = results[aimedAt].rtt
-		if aimed && results[aimedAt].err == nil && !results[aimedAt].date.IsZero() {
-			a.aim(!results[aimedAt].date.Before(next), upper-lower)
+		a.mu.Lock()
+		a.probeRTT = r.rtt
+		if aimed && r.err == nil && !r.date.IsZero() {
+			a.aim(!r.date.Before(next), upper-lower)
 		}
 		a.mu.Unlock()
-		if err := results[aimedAt].err; err != nil {
-			logger.V(2).Info("Clock offset probe failed", "err", err)
+		if r.err != nil {
+			logger.V(2).Info("Clock offset probe failed", "err", r.err)
 			return
 		}
 	}
@@ -451,8 +450,7 @@ func (a *Clock) volley(ctx context.Context, probe func(context.Context) error, s
 			r.rtt = a.clock.Since(sent)
 		}(&results[i])
 	}
-	wg.Wait()
-	return results
+	return results // once the deferred Wait is over
 }
 
 // probeDateKey marks the context of calibrate's probe: Observe stores the

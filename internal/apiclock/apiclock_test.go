@@ -37,21 +37,9 @@ type simulatedServer struct {
 	local clock.PassiveClock
 }
 
+// probe is a volley of one probe, sent at once.
 func (s *simulatedServer) probe(ctx context.Context) error {
-	local := s.local
-	if local == nil {
-		local = s.clk
-	}
-	s.probes++
-	sent := local.Now()
-	forward, back := s.rtt/2, s.rtt/2
-	if s.flight != nil {
-		forward, back = s.flight()
-	}
-	s.clk.Step(forward)
-	date := s.clk.Now().Add(s.offset).Truncate(time.Second)
-	s.clk.Step(back)
-	s.a.Observe(ctx, sent, local.Now(), date)
+	s.volley(ctx, []time.Duration{0})
 	return nil
 }
 
