@@ -573,3 +573,100 @@ func TestProbesAimJustAfterTheServersSecond(t *testing.T) {
 		t.Errorf("the closest Dates set after their second were set %v after it on average, want within 0.3 ms", mean)
 	}
 }
+
+// TestVolleyTakesEachProbeAsItComes: volley sends each probe once its wait
+// is over, on a goroutine of its own, and gives each its own outcome: a
+// probe refused (a 429, a 5xx, the API server down) fails that probe
+// alone. A context that ends between probes sends no more and returns nil
+// once those in flight are back.
+func TestVolleyTakesEachProbeAsItComes(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	clk := testingclock.NewFakeClock(t0)
+	a := New(clk)
+	started := make(chan time.Duration, volleySize)
+	probe := func(ctx context.Context) error {
+		at := clk.Since(t0)
+		started <- at
+		if at > time.Millisecond {
+			return errors.New("429 Too Many Requests")
+		}
+		*ctx.Value(probeDateKey{}).(*time.Time) = t0.Add(time.Second)
+		return nil
+	}
+	sleeps := 0
+	sleep := func(ctx context.Context, d time.Duration) bool {
+		if sleeps++; sleeps > 1 {
+			<-started // the probe before has gone: step on from its instant
+		}
+		clk.Step(d)
+		return ctx.Err() == nil
+	}
+	results := a.volley(ctx, probe, sleep, []time.Duration{time.Millisecond, volleyGap})
+	if len(results) != 2 {
+		t.Fatalf("%d results, want 2", len(results))
+	}
+	if at := <-started; at != time.Millisecond+volleyGap {
+		t.Errorf("the second probe went %v in, want %v", at, time.Millisecond+volleyGap)
+	}
+	if r := results[0]; r.err != nil || !r.date.Equal(t0.Add(time.Second)) {
+		t.Errorf("the first probe: %v, Date %v; want its answer", r.err, r.date)
+	}
+	if results[1].err == nil {
+		t.Error("the second probe was refused, and its result does not say so")
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	sleeps = 0
+	cancelling := func(ctx context.Context, d time.Duration) bool {
+		if sleeps++; sleeps > 1 {
+			<-started
+			cancel()
+		}
+		clk.Step(d)
+		return ctx.Err() == nil
+	}
+	if results := a.volley(cctx, probe, cancelling, []time.Duration{0, volleyGap}); results != nil {
+		t.Errorf("a volley whose context ended between its probes returned %v, want nil", results)
+	}
+	select {
+	case at := <-started:
+		t.Errorf("a probe went %v in, after the context had ended", at)
+	default:
+	}
+}
+
+// A measurement goes by its aimed probe: the other probe of each volley
+// refused does not end the calibration, nor hold back the aim.
+func TestCalibrationGoesOnWhenTheOtherProbeIsRefused(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	clk := testingclock.NewFakeClock(t0.Add(123 * time.Millisecond))
+	a := New(clk)
+	srv := &simulatedServer{clk: clk, a: a, offset: 371234567 * time.Nanosecond, rtt: 1600 * time.Microsecond}
+	measurements, volleys := 0, 0
+	a.sendVolley = func(ctx context.Context, waits []time.Duration) []probeResult {
+		measurements++
+		results := srv.volley(ctx, waits)
+		if len(results) == volleySize {
+			volleys++
+			for i := range results {
+				if i != volleyAimed {
+					results[i] = probeResult{err: errors.New("503 Service Unavailable")}
+				}
+			}
+		}
+		return results
+	}
+	a.calibrate(ctx, 0, srv.probe, srv.sleep) // all calibrationProbes measurements: the target is never met
+	if measurements != calibrationProbes || volleys == 0 {
+		t.Errorf("%d measurements (%d volleys), want all %d, the narrow ones volleys", measurements, volleys, calibrationProbes)
+	}
+	a.mu.Lock()
+	aiming := a.aiming
+	a.mu.Unlock()
+	if !aiming {
+		t.Error("the probes do not aim after a calibration whose every other probe was refused")
+	}
+	if lower, upper, _ := a.bounds(); lower > srv.offset || upper < srv.offset {
+		t.Errorf("interval [%v, %v] misses the true offset %v", lower, upper, srv.offset)
+	}
+}
