@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
-	"maps"
 	"math"
 	"strings"
 	"sync"
@@ -24,105 +21,24 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	clientevents "k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/metrics"
+	"github.com/podjanitor/podjanitor/internal/namespacecontroller"
 	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/internal/redecide"
 	"github.com/podjanitor/podjanitor/internal/removalerrors"
+	"github.com/podjanitor/podjanitor/internal/tenant"
+	"github.com/podjanitor/podjanitor/internal/tenantcontroller"
 	"github.com/podjanitor/podjanitor/internal/wave"
+	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
 	"github.com/podjanitor/podjanitor/policy"
 )
-
-// Options configure a Controller. The zero value of a field means its default.
-type Options struct {
-	// Evaluator decides each pod's deadline. Required.
-	Evaluator *policy.Evaluator
-	// DryRun decides and reports but changes nothing.
-	DryRun bool
-	// FreshPods reads a pod afresh before its eviction (freshDecision); nil:
-	// the client's CoreV1. The daemon passes the pod informer's lean client
-	// (podcache.LeanDecoding): the transform keeps nothing more of a pod
-	// decoded whole, so the read need not decode its spec.
-	FreshPods corev1client.PodsGetter
-	// NoRemovalEvents leaves out the LifetimeExpired events of removals.
-	// Warnings and dry-run events are recorded regardless.
-	NoRemovalEvents bool
-	// MaxRemovalsPerSecond caps removals cluster-wide; 0 means no limit.
-	MaxRemovalsPerSecond float64
-	// RemovalBurst is the token bucket size; defaults to 1 when a limit is set.
-	RemovalBurst int
-	// ShutdownTimeout bounds how long Run waits for in-flight removals; default 30s.
-	ShutdownTimeout time.Duration
-	// WriteTimeout bounds each removal call, retries inside client-go included;
-	// default 15s.
-	WriteTimeout time.Duration
-	// ClockOffset returns how far the API server's clock is ahead of this
-	// process's clock; deadlines are compared in the API server's time. nil
-	// means no offset.
-	ClockOffset func() time.Duration
-	// SleepFine sleeps the last FineLead of a parked key's wait, which the
-	// clock's timers would end up to a millisecond late (apiclock.SleepFine
-	// on the process's clock); nil: timers alone (a fake clock's tests).
-	SleepFine func(time.Duration)
-	// Metrics receives the controller's measurements; nil records nothing.
-	Metrics *metrics.Metrics
-	// PodSelector is the pod informer's label selector (--label-selector):
-	// a pod read afresh that no longer matches it is not removed. nil
-	// matches every pod.
-	PodSelector labels.Selector
-	// RedecisionInterval is the least time between two re-decisions of one
-	// namespace's pods after its tenant policies or labels change; changes
-	// in between coalesce into the next. 0: no wait.
-	RedecisionInterval time.Duration
-	// Waves holds a policy reload whose wave is too large for a person to
-	// approve (internal/wave); nil holds nothing (--hold-waves=false).
-	Waves *wave.Options
-}
-
-// Result tells processNextWorkItem what to do with a key, as controller-runtime's
-// reconcile.Result does: RequeueAfter parks the key until then, Requeue retries it
-// with backoff, the zero value forgets it.
-type Result struct {
-	Requeue      bool
-	RequeueAfter time.Duration
-
-	// parking says why a RequeueAfter parks the key: until the pod's
-	// deadline, or (the zero value) for a removal token or a refusal's
-	// backoff; podjanitor_pods_scheduled counts the former.
-	parking parking
-}
-
-// retryAfterError is a failed removal to try again after a wait of its own
-// rather than the workqueue's backoff: refusals that retrying soon cannot fix.
-type retryAfterError struct {
-	err   error
-	after time.Duration
-}
-
-func (e *retryAfterError) Error() string { return e.err.Error() }
-func (e *retryAfterError) Unwrap() error { return e.err }
-
-// terminalError marks an error that retrying cannot fix (invalid user input).
-type terminalError struct{ err error }
-
-func (e *terminalError) Error() string { return e.err.Error() }
-func (e *terminalError) Unwrap() error { return e.err }
-
-// TerminalError wraps err so that the key is forgotten instead of retried.
-func TerminalError(err error) error { return &terminalError{err: err} }
-
-func isTerminal(err error) bool {
-	var t *terminalError
-	return errors.As(err, &t)
-}
 
 // Controller removes pods whose lifetime is over.
 //
@@ -140,24 +56,25 @@ type Controller struct {
 	clock    clock.WithTicker
 
 	// pods is the pod informer's store, indexed by namespace; see
-	// podcache.Pod for what it holds. podsSynced, namespacesSynced: the
-	// controller's handlers have taken the informers' initial lists.
+	// podcache.Pod for what it holds. podsSynced: the controller's handler
+	// has taken the informer's initial list.
 	pods       cache.Indexer
 	podsSynced cache.InformerSynced
-	// namespaces holds the labels and keep annotation of each namespace
-	// (podcache.NamespaceTransform); a namespace change decides its pods again.
-	namespaces       cache.Indexer
-	namespacesSynced cache.InformerSynced
-	// nsReader reads a due pod's namespace fresh before its removal;
-	// nsWarnings keeps invalid namespace keep values to one warning each.
-	nsReader   *namespaceReader
-	nsWarnings namespaceWarnings
+	// namespaces is the namespace controller: what the namespace cache
+	// knows of a pod's namespace, its warnings and its holds; a namespace
+	// change decides its pods again. nsReader reads a due pod's namespace
+	// fresh before its removal.
+	namespaces namespaces
+	nsReader   *namespacecontroller.Reader
+	// namespaceCache is the namespace informer's store, for the tenant
+	// policy controller.
+	namespaceCache cache.Indexer
 
 	// evaluator is swapped when the policy file is reloaded.
 	evaluator atomic.Pointer[policy.Evaluator]
-	// tenants are the tenant policies (SetTenantPolicies); nil when they
-	// are not honoured.
-	tenants *tenantPolicies
+	// tenants is the tenant policy controller (SetTenantPolicies); nil
+	// when they are not honoured.
+	tenants tenantPolicies
 
 	// queue is what the workers read: keys to decide now, and failed keys
 	// waiting for their backoff. Keys parked until a deadline or a removal
@@ -180,24 +97,49 @@ type Controller struct {
 	transform cache.TransformFunc
 	opts      Options
 	metrics   *metrics.Metrics
-	// waves holds a large wave of a policy reload; nil with --hold-waves=false.
-	waves *wave.Guard
-	// tenantWaves holds a large wave of a tenant policy's change, by
-	// namespace; nil with --hold-waves=false or without tenant policies.
-	tenantWaves *wave.Holds
-	// namespaceWaves holds a large wave of a namespace's labels or keep
-	// annotation changing, by namespace; nil with --hold-waves=false.
-	namespaceWaves *wave.Holds
-	// publishedNamespaceHolds is what the record Lease holds of them, as
-	// the start read it and runNamespaceHoldRecord wrote it since;
-	// namespaceHoldsChanged wakes runNamespaceHoldRecord when they change.
-	publishedNamespaceHolds map[string]wave.ScopeHold
-	namespaceHoldsChanged   chan struct{}
-	// namespaceRecordWrites bounds the record's writes (namespaceRecordRate).
-	namespaceRecordWrites *rate.Limiter
-	// running: Run has started (this replica leads): it reports holds in
-	// Events, which every replica's informers hear of.
-	running atomic.Bool
+	// waves holds a large wave of a change of the cluster's policy; nil
+	// with --hold-waves=false.
+	waves *policyWaves
+	// holders are the holds a due pod is checked against: the cluster
+	// policy's, the namespaces' and the tenant policies' (none without
+	// --hold-waves).
+	holders []holder
+}
+
+// holder holds the pods that a change waiting for a person's approval made
+// due (internal/wave).
+type holder interface {
+	// CheckPod says whether the due pod is held, and the deadline it had
+	// before the change (zero: none).
+	CheckPod(key cache.ObjectName, pod *corev1.Pod, now time.Time) (bool, time.Time)
+	// ForgetPod drops the pod: it is gone, or not due.
+	ForgetPod(key cache.ObjectName)
+}
+
+// namespaces is what the pod controller asks of the namespace controller
+// (internal/namespacecontroller).
+type namespaces interface {
+	Info(name string) *policy.Namespace
+	WarnOnce(namespace, value string) bool
+	HasSynced() bool
+	Holds() *wave.Holds
+	Lead()
+	Resume(ctx context.Context, lease *coordinationv1.Lease) error
+	RunRecord(ctx context.Context)
+}
+
+// tenantPolicies is what the pod controller asks of the tenant policy
+// controller (internal/tenantcontroller).
+type tenantPolicies interface {
+	Store() *tenant.Store
+	Observe(podKey string, d policy.Decision)
+	Confirm(ctx context.Context, d policy.Decision) error
+	ApplyPending(namespace string)
+	HasSynced() bool
+	Holds() *wave.Holds
+	Expect(podKeys []string) <-chan struct{}
+	RunStatus(ctx context.Context, ready <-chan struct{})
+	NamespaceTerminating(namespace string)
 }
 
 // transientBackoffMax caps the workqueue's backoff for failed syncs, so that
@@ -246,31 +188,46 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{
 				Name: controllerName, Clock: clk, MetricsProvider: opts.Metrics.WorkqueueProvider()},
 		),
-		limiter:               rate.NewLimiter(limit, burst),
-		namespaceHoldsChanged: make(chan struct{}, 1),
-		namespaceRecordWrites: rate.NewLimiter(namespaceRecordRate, namespaceRecordBurst),
+		limiter: rate.NewLimiter(limit, burst),
 		// Against the cache's version, as the informer's own transform: a pod read
 		// afresh keeps the status time of the cached version with the same clocks.
 		transform: podcache.RememberingPodTransform(strings.TrimSuffix(opts.Evaluator.AnnotationKey(""), "/"), podInformer.Informer().GetIndexer()),
 		opts:      opts,
 		metrics:   opts.Metrics,
 	}
-	c.namespaces = namespaceInformer.GetIndexer()
 	c.feed = &queueFeed{queue: c.queue, depth: opts.Metrics.WorkqueueDepth(controllerName), limit: queueFeedLimit}
 	c.reporter.OnWarningDropped(opts.Metrics.CountWarningDropped)
-	c.nsReader = newNamespaceReader(client, clk, opts.WriteTimeout)
+	c.nsReader = namespacecontroller.NewReader(client, clk, opts.WriteTimeout)
 	c.state = newPodStates(clk, c.now, opts.Metrics.SetPodsParked)
 	c.state.sleepFine = opts.SleepFine
 	c.room.Store(math.MaxInt64) // until Run: as many as there are
 	c.redecide = redecide.New(clk, opts.RedecisionInterval, func(namespace string) []string {
-		c.applyPendingTenants(namespace) // a namespace's tenant changes take effect at its pass
+		if c.tenants != nil {
+			c.tenants.ApplyPending(namespace) // a namespace's tenant changes take effect at its pass
+		}
 		return c.namespacePodKeys(namespace)
 	}, c.enqueueKey,
 		func() bool { return int64(c.queue.Len()) < c.room.Load() })
 	c.evaluator.Store(opts.Evaluator)
 	if w := opts.Waves; w != nil {
-		c.waves = wave.NewGuard(w.Threshold, w.Window, policyJSON(opts.Evaluator), c.decider(opts.Evaluator), opts.Metrics.SetPodsHeld)
-		c.namespaceWaves = wave.NewHolds(wave.SourceNamespace, w.Threshold, w.Window, opts.Metrics.SetPodsHeld)
+		c.waves = newPolicyWaves(w, opts.Evaluator, policyWaves{
+			pods: c.pods, decider: c.decider, evaluator: c.evaluator.Load, now: c.now,
+			clock: clk, reporter: c.reporter, requeue: c.feed.Add,
+		}, opts.Metrics.SetPodsHeld)
+		c.holders = append(c.holders, c.waves)
+	}
+	ns, err := namespacecontroller.New(ctx, namespaceInformer, namespacecontroller.Config{
+		Pods: c.pods, Decide: c.namespaceDecider, Now: c.now, Clock: clk, Reporter: c.reporter,
+		Waves: opts.Waves, OnHeld: opts.Metrics.SetPodsHeld,
+		Redecide: c.enqueueNamespace, Requeue: c.feed.Add,
+		Terminating: c.tenantNamespaceTerminating,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.namespaces, c.namespaceCache = ns, namespaceInformer.GetIndexer()
+	if h := ns.Holds(); h != nil {
+		c.holders = append(c.holders, h)
 	}
 	// The workers wait for the handlers' registrations, not the informers:
 	// an informer has synced once its cache holds the initial list, its
@@ -289,11 +246,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	if err != nil {
 		return nil, fmt.Errorf("adding pod event handler: %w", err)
 	}
-	namespaceHandler, err := namespaceInformer.AddEventHandlerWithOptions(c.namespaceEventHandler(), cache.HandlerOptions{Logger: &logger})
-	if err != nil {
-		return nil, fmt.Errorf("adding namespace event handler: %w", err)
-	}
-	c.podsSynced, c.namespacesSynced = podHandler.HasSynced, namespaceHandler.HasSynced
+	c.podsSynced = podHandler.HasSynced
 	return c, nil
 }
 
@@ -312,59 +265,6 @@ func (c *Controller) enqueue(obj interface{}) {
 		return
 	}
 	c.feed.Add(key)
-}
-
-// namespaceEventHandler decides a namespace's pods again when what decisions
-// read of it changes: its labels or keep annotation, or its arrival after
-// the initial list (its pods, seen first, were left alone until then). The
-// initial list enqueues nothing: every cached pod is queued already, and
-// workers start only once both caches have synced.
-func (c *Controller) namespaceEventHandler() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(obj interface{}, isInInitialList bool) {
-			if !isInInitialList {
-				c.enqueueNamespacePods(obj)
-			}
-		},
-		UpdateFunc: func(old, cur interface{}) {
-			oldMeta, err1 := meta.Accessor(old)
-			curMeta, err2 := meta.Accessor(cur)
-			if err1 == nil && err2 == nil {
-				c.namespaceWave(oldMeta, curMeta)
-				if oldMeta.GetDeletionTimestamp() == nil && curMeta.GetDeletionTimestamp() != nil {
-					c.tenantNamespaceTerminating(curMeta.GetName())
-				}
-			}
-			if err1 != nil || err2 != nil || !maps.Equal(oldMeta.GetAnnotations(), curMeta.GetAnnotations()) {
-				c.nsWarnings.forget(curMeta)
-				c.enqueueNamespacePods(cur)
-			} else if !maps.Equal(oldMeta.GetLabels(), curMeta.GetLabels()) {
-				c.enqueueNamespacePods(cur)
-			}
-		},
-		DeleteFunc: func(obj interface{}) {
-			if m, err := meta.Accessor(obj); err == nil {
-				c.nsWarnings.forget(m)
-			}
-			// A deleted namespace's held change goes with it: a namespace
-			// made again under its name starts with nothing held.
-			if name, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil && c.namespaceWaves != nil {
-				if c.namespaceWaves.End(name, "namespace/"+name) {
-					c.namespaceHoldsMayHaveChanged()
-				}
-			}
-		},
-	}
-}
-
-// enqueueNamespacePods decides the pods of a namespace again (enqueueNamespace).
-func (c *Controller) enqueueNamespacePods(obj interface{}) {
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	c.enqueueNamespace(m.GetName())
 }
 
 // enqueueNamespace decides every cached pod of namespace again: the
@@ -392,20 +292,52 @@ func (c *Controller) enqueueKey(key string) {
 	c.feed.Add(name)
 }
 
+// SetTenantPolicies makes the controller honour the tenant policies of
+// informer (a PodLifetimePolicy informer of the namespaces it watches),
+// under restrictions, writing their status with client at most once per
+// statusInterval each: it makes their controller (internal/tenantcontroller),
+// whose store the evaluator reads from then on. Call it before Run, and
+// before the informer starts.
+func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.SharedIndexInformer, client versioned.Interface,
+	r policy.Restrictions, statusInterval time.Duration) (*tenantcontroller.Controller, error) {
+	t, err := tenantcontroller.New(ctx, tenantcontroller.Config{
+		Informer: informer, Client: client, Restrictions: r, StatusInterval: statusInterval,
+		Pods: c.pods, Namespaces: c.namespaceCache, Evaluator: c.evaluator.Load, Now: c.now, Clock: c.clock,
+		WriteTimeout: c.opts.WriteTimeout, Waves: c.opts.Waves, DryRun: c.opts.DryRun,
+		Reporter: c.reporter, Metrics: c.metrics, Redecide: c.enqueueNamespace, Requeue: c.feed.Add,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.tenants = t
+	if h := t.Holds(); h != nil {
+		c.holders = append(c.holders, h)
+	}
+	e := *c.evaluator.Load()
+	e.Tenants = t.Store()
+	c.evaluator.Store(&e)
+	return t, nil
+}
+
+// tenantNamespaceTerminating tells the tenant policies, if honoured, of a
+// namespace whose deletion began.
+func (c *Controller) tenantNamespaceTerminating(namespace string) {
+	if c.tenants != nil {
+		c.tenants.NamespaceTerminating(namespace)
+	}
+}
+
 // SetEvaluator replaces the policy and decides every cached pod again. The
 // tenant policies stay. A change whose wave is too large is held first
 // (holdWave), before any worker decides by the new policy.
 func (c *Controller) SetEvaluator(e *policy.Evaluator) error {
 	if c.tenants != nil {
 		copied := *e
-		copied.Tenants = c.tenants.store
+		copied.Tenants = c.tenants.Store()
 		e = &copied
 	}
 	if c.waves != nil {
-		if h, held := c.waves.Change(wave.SourceFile, policyJSON(e), c.decider(e), c.cachedPods(), c.now()); held {
-			klog.Background().Info("Holding the removals of the reloaded policy: it makes too many pods due at once",
-				"change", h.ID, "pods", h.Pods, "approve", c.opts.Waves.Record.ApproveCommand(h.ID))
-		}
+		c.waves.reload(e)
 	}
 	c.evaluator.Store(e)
 	for _, key := range c.pods.ListKeys() {
@@ -444,9 +376,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	}()
 
 	logger.Info("Starting controller", "workers", workers, "dryRun", c.opts.DryRun)
-	synced := []cache.InformerSynced{c.podsSynced, c.namespacesSynced}
+	synced := []cache.InformerSynced{c.podsSynced, c.namespaces.HasSynced}
 	if c.tenants != nil {
-		synced = append(synced, c.tenants.synced)
+		synced = append(synced, c.tenants.HasSynced)
 	}
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, synced...) {
 		return errors.New("pod, namespace and tenant policy caches did not sync")
@@ -456,19 +388,20 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 			return err
 		}
 	}
-	c.running.Store(true)
+	c.namespaces.Lead()
 	wg.Go(func() { c.state.run(ctx, c.feed.Add) })
 	c.room.Store(int64(workers))
 	c.feed.setLimit(max(queueFeedLimit, 2*workers))
 	wg.Go(func() { c.redecide.Run(ctx) })
 	if c.waves != nil {
-		wg.Go(func() { c.runWaveRecord(ctx) })
-		wg.Go(func() { c.runNamespaceHoldRecord(ctx) })
+		wg.Go(func() { c.waves.run(ctx) })
+		wg.Go(func() { c.namespaces.RunRecord(ctx) })
 	}
 	if c.tenants != nil {
-		// The first status writes wait for the pods they count.
-		decided := c.tenants.tracker.Expect(c.tenants.podsOfPolicyNamespaces(c.pods.ListKeys()))
-		wg.Go(func() { c.tenants.status.Run(ctx, decided) })
+		// The first status writes wait for the pods they count, all
+		// decided after this.
+		decided := c.tenants.Expect(c.pods.ListKeys())
+		wg.Go(func() { c.tenants.RunStatus(ctx, decided) })
 	}
 	c.metrics.SetMaxConcurrency(workers)
 	for range workers {
@@ -595,13 +528,13 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	}
 
 	now := c.now()
-	decision, err := c.evaluator.Load().Decide(pod, namespaceInfo(c.namespaces, pod.Namespace), now)
+	decision, err := c.evaluator.Load().Decide(pod, c.namespaces.Info(pod.Namespace), now)
 	c.trackTenantDeadline(key, decision)
 	if err != nil {
 		var invalid *policy.AnnotationError
 		if errors.As(err, &invalid) {
 			if invalid.Namespace != "" { // one warning per namespace and value, not per pod
-				if c.nsWarnings.warnOnce(invalid.Namespace, invalid.Value) {
+				if c.namespaces.WarnOnce(invalid.Namespace, invalid.Value) {
 					c.reporter.InvalidNamespaceAnnotation(invalid)
 				}
 			} else if c.state.warnOnce(key, pod.UID, invalid.Key, invalid.Value) {
@@ -639,41 +572,30 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	return c.removePod(ctx, pod, decision)
 }
 
-// holdWave asks the wave guard whether a pod is held: due by the running
-// policy, not by the policy acted on, while a change of it waits for
+// holdWave asks the holds whether a pod is held: due by the running
+// rules, not by the rules acted on, while a change of them waits for
 // approval. A held pod waits for the old deadline, if it has one; the
 // approval or the revert decides it again. pod nil: the pod is gone.
 func (c *Controller) holdWave(logger klog.Logger, key cache.ObjectName, pod *corev1.Pod, d policy.Decision, now time.Time) (bool, Result) {
-	if c.waves == nil && c.tenantWaves == nil {
+	if len(c.holders) == 0 {
 		return false, Result{}
 	}
 	if pod == nil || !d.HasDeadline() || d.Deadline.After(now) {
-		if c.waves != nil {
-			c.waves.Forget(key.String())
-			c.namespaceWaves.Forget(key.Namespace, key.String())
-		}
-		if c.tenantWaves != nil {
-			c.tenantWaves.Forget(key.Namespace, key.String())
+		for _, h := range c.holders {
+			h.ForgetPod(key)
 		}
 		return false, Result{}
 	}
-	// Each guard that holds the pod says when it would go by the decision
+	// Each hold that holds the pod says when it would go by the decision
 	// it holds back; the pod is decided again at the first of those.
 	held, deadline := false, time.Time{}
-	check := func(h bool, dl time.Time) {
-		if h {
+	for _, h := range c.holders {
+		if ok, dl := h.CheckPod(key, pod, now); ok {
 			held = true
 			if !dl.IsZero() && (deadline.IsZero() || dl.Before(deadline)) {
 				deadline = dl
 			}
 		}
-	}
-	if c.waves != nil {
-		check(c.waves.Check(key.String(), pod, now))
-		check(c.namespaceWaves.Check(key.Namespace, key.String(), pod, now))
-	}
-	if c.tenantWaves != nil {
-		check(c.tenantWaves.Check(key.Namespace, key.String(), pod, now))
 	}
 	if !held {
 		return false, Result{}
@@ -691,122 +613,46 @@ func (c *Controller) decider(e *policy.Evaluator) wave.Decide {
 	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) {
 		running := *c.evaluator.Load()
 		running.Policy = e.Policy
-		return running.Decide(pod, namespaceInfo(c.namespaces, pod.Namespace), now)
+		return running.Decide(pod, c.namespaces.Info(pod.Namespace), now)
 	}
 }
 
-// cachedPods are the pods of the cache, for a wave.
-func (c *Controller) cachedPods() iter.Seq[*corev1.Pod] {
-	return func(yield func(*corev1.Pod) bool) {
-		for _, obj := range c.pods.List() {
-			if pod, err := podcache.Pod(obj); err == nil && !yield(pod) {
-				return
-			}
-		}
+// namespaceDecider decides pods as the running evaluator does, with ns for
+// their namespace, for a wave of a namespace's change.
+func (c *Controller) namespaceDecider(ns *policy.Namespace) wave.Decide {
+	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) {
+		return c.evaluator.Load().Decide(pod, ns, now)
 	}
 }
 
-// policyJSON is what names a policy in a change ID: its rules as JSON, so
-// that a comment or a reformatting of the file is no change.
-func policyJSON(e *policy.Evaluator) []byte {
-	b, err := json.Marshal(e.Policy)
-	if err != nil {
-		return nil
-	}
-	return b
-}
-
-// runWaveRecord publishes held waves on the record Lease, reports each on
-// it in a Warning Event, and takes their approvals, until ctx ends.
-func (c *Controller) runWaveRecord(ctx context.Context) {
-	r := c.opts.Waves.Record
-	r.Keep(ctx, c.waves, c.clock, waveRecordInterval, func(h wave.Hold) {
-		c.reporter.RemovalsHeld(r.Ref(), waveChange(h.Source), h.Pods, r.ApproveCommand(h.ID))
-	}, func(_ wave.Hold, keys []string) {
-		for _, k := range keys {
-			if name, err := cache.ParseObjectName(k); err == nil {
-				c.feed.Add(name)
-			}
-		}
-	})
-}
-
-// waveChange says in an Event what made a held change of the cluster's policy.
-func waveChange(source string) string {
-	if source == wave.SourceStartup {
-		return "the start with a policy file other than the one recorded on this Lease (none recorded: a first install on a backlog)"
-	}
-	return "the reloaded policy file"
-}
-
-// startWave measures the start against the policy the last leader acted
-// on, as the record Lease holds it, before any worker decides: the same
-// policy holds nothing; another is a change like a reload, and its wave is
-// held when too large; none recorded (a first install) is measured against
-// no rules: the pods the policy's rules make due by now+window are the wave,
-// the pods' own annotations are not. A policy recorded by its hash alone (too large to
-// record) counts as none. The Lease cannot be read: the start fails, rather
-// than act on a change it cannot measure.
+// startWave measures the start against what the last leader acted on, as
+// the record Lease holds it, before any worker decides: the namespace
+// changes it held are held again, and the cluster's policy is measured
+// against the one recorded (policyWaves.start). The Lease cannot be read,
+// or its records do not parse: the start fails, rather than act on a change
+// it cannot measure.
 func (c *Controller) startWave(ctx context.Context) error {
-	r := c.opts.Waves.Record
-	var lease *coordinationv1.Lease
-	err := retry.OnError(retry.DefaultBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
-		var err error
-		lease, err = r.Read(ctx)
-		return err
-	})
+	lease, err := c.waves.readRecord(ctx)
 	if err != nil {
-		return fmt.Errorf("--hold-waves: the policy the last leader acted on: %w", err)
-	}
-	hash, recorded := wave.BaselineOn(lease)
-	if err := c.resumeNamespaceHolds(ctx, lease); err != nil {
 		return err
 	}
-	e := c.evaluator.Load()
-	current := policyJSON(e)
-	if hash != "" && hash == wave.BaselineHash(current) {
-		return nil
+	if err := c.namespaces.Resume(ctx, lease); err != nil {
+		return err
 	}
-	var oldDecide wave.Decide
-	if recorded != nil {
-		var p policy.Policy
-		if err := json.Unmarshal(recorded, &p); err == nil {
-			if parsed, err := policy.NewPolicy(p.Rules...); err == nil {
-				old := *e
-				old.Policy = parsed
-				oldDecide = c.decider(&old)
-			}
-		}
-	}
-	if oldDecide == nil {
-		// None recorded: measured against no rules at all, so that the pods'
-		// own deadlines (their annotations) are never in the wave.
-		recorded, oldDecide = nil, c.decider(&policy.Evaluator{})
-	}
-	c.waves.Rebase(recorded, oldDecide)
-	logger := klog.FromContext(ctx)
-	if h, held := c.waves.Change(wave.SourceStartup, current, c.decider(e), c.cachedPods(), c.now()); held {
-		logger.Info("Holding the removals of the start: its policy makes too many pods due at once against the one recorded on the Lease (none: a first install)",
-			"change", h.ID, "pods", h.Pods, "firstInstall", recorded == nil, "approve", r.ApproveCommand(h.ID))
-	} else {
-		logger.Info("Started with a policy other than the one recorded on the Lease; its wave is small enough", "firstInstall", recorded == nil)
-	}
+	c.waves.start(ctx, lease)
 	return nil
 }
-
-// waveRecordInterval is how often the record Lease is read for an approval.
-const waveRecordInterval = 2 * time.Second
 
 // trackTenantDeadline tells the tenant policies' status which policy, if
 // any, gives the pod its deadline now.
 func (c *Controller) trackTenantDeadline(key cache.ObjectName, d policy.Decision) {
 	if c.tenants != nil {
-		c.tenants.tracker.Observe(key.String(), d)
+		c.tenants.Observe(key.String(), d)
 	}
 }
 
 // decideFresh decides once more a pod that the namespace cache made due, on
-// its namespace as read from the API server (namespaceReader): due says that
+// its namespace as read from the API server (namespacecontroller.Reader): due says that
 // the pod must go now by that read too, and d is then the decision to act on
 // (its labels may select another rule). Otherwise result says what to do.
 // A failed read is an error: the removal waits, with the workqueue's backoff,
@@ -815,7 +661,7 @@ func (c *Controller) trackTenantDeadline(key cache.ObjectName, d policy.Decision
 // two, so the pod is decided again (with backoff) rather than forgotten, until
 // the cache agrees; a later deadline parks it until then.
 func (c *Controller) decideFresh(ctx context.Context, pod *corev1.Pod, now time.Time) (d policy.Decision, due bool, result Result, err error) {
-	ns, err := c.nsReader.read(ctx, pod.Namespace)
+	ns, err := c.nsReader.Read(ctx, pod.Namespace)
 	if err != nil {
 		return d, false, Result{}, fmt.Errorf("pod %s/%s is due, reading its namespace before removing it: %w", pod.Namespace, pod.Name, err)
 	}
@@ -834,15 +680,15 @@ func (c *Controller) decideFresh(ctx context.Context, pod *corev1.Pod, now time.
 
 // confirmTenantPolicy checks, for a due pod that a tenant policy's rule
 // decided, that the policy is still there as it was when it decided, by a
-// fresh read (tenantPolicies.confirm): deleting or changing it cancels its
+// fresh read (tenantcontroller's Confirm): deleting or changing it cancels its
 // deadlines even while its watch lags. The zero Result and a nil error: the
 // pod may go (as it may when no tenant policy decided).
 func (c *Controller) confirmTenantPolicy(ctx context.Context, pod *corev1.Pod, d policy.Decision) (Result, error) {
 	if d.Policy == "" {
 		return Result{}, nil
 	}
-	switch err := c.tenants.confirm(ctx, d); {
-	case errors.Is(err, errTenantPolicyChanged):
+	switch err := c.tenants.Confirm(ctx, d); {
+	case errors.Is(err, tenantcontroller.ErrChanged):
 		klog.FromContext(ctx).V(2).Info("Not removing pod: its tenant policy as read now is not the one that decided, deciding again",
 			"pod", klog.KObj(pod), "policy", d.Policy, "generation", d.PolicyGeneration)
 		return Result{Requeue: true}, nil
@@ -922,7 +768,7 @@ func (c *Controller) freshDecision(ctx context.Context, cached *corev1.Pod, d po
 		return nil, d, Result{}, err
 	}
 	now := c.now()
-	freshD, err := c.evaluator.Load().Decide(fresh, namespaceInfo(c.namespaces, fresh.Namespace), now)
+	freshD, err := c.evaluator.Load().Decide(fresh, c.namespaces.Info(fresh.Namespace), now)
 	switch {
 	case err != nil:
 		logger.V(2).Info("Pod changed since the decision and its annotations do not parse, not evicting", "pod", klog.KObj(cached), "err", events.CutNote(err.Error()))

@@ -33,7 +33,9 @@ import (
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/metrics"
+	"github.com/podjanitor/podjanitor/internal/namespacecontroller"
 	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/internal/tenantcontroller"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -808,4 +810,22 @@ func TestParkedDeadlinesFollowTheClockOffset(t *testing.T) {
 	if !f.stepAndWaitReady(time.Millisecond) {
 		t.Fatal("pod did not come due at its deadline in the API server's time as now estimated")
 	}
+}
+
+// tenantsOf is c's tenant policy controller (SetTenantPolicies); nil when
+// c honours none.
+func tenantsOf(c *Controller) *tenantcontroller.Controller {
+	t, _ := c.tenants.(*tenantcontroller.Controller)
+	return t
+}
+
+// namespacesOf is c's namespace controller.
+func namespacesOf(c *Controller) *namespacecontroller.Controller {
+	return c.namespaces.(*namespacecontroller.Controller)
+}
+
+// tenantPolicy is what c's tenant policy controller made of the policy of key.
+func tenantPolicy(c *Controller, key string) tenantcontroller.Seen {
+	s, _ := tenantsOf(c).Policy(key)
+	return s
 }

@@ -33,7 +33,8 @@ type endpointsConfig struct {
 	metricsSecure            bool
 	metricsCertDir           string
 	metricsHTTP2             bool
-	tokenAudiences           string // comma-separated
+	tokenAudiences           string   // comma-separated, as given
+	audiences                []string // tokenAudiences split (validate)
 	readTimeout, idleTimeout time.Duration
 	maxConnections           int // of each endpoint
 	// reviews is the configuration of the API server that reviews the
@@ -90,7 +91,7 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 				return fmt.Errorf("metrics endpoint: %w", err)
 			}
 			handler, err = secureserving.WithAuth(mux, reviews.AuthenticationV1(), reviews.AuthorizationV1(), secureserving.Options{
-				Audiences: splitList(cfg.tokenAudiences),
+				Audiences: cfg.audiences,
 				Refused:   metrics.CountMetricsRefusal,
 				Evicted:   metrics.CountReviewCacheEviction,
 			})

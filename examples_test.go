@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
+	"github.com/podjanitor/podjanitor/internal/tenantcontroller"
 	"github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
 	"github.com/podjanitor/podjanitor/policy"
 )
@@ -77,7 +78,7 @@ func TestExamplePodLifetimePolicy(t *testing.T) {
 	if err := yaml.UnmarshalStrict(data, &obj); err != nil {
 		t.Fatal(err)
 	}
-	tp, err := convertTenantPolicy(&obj, policy.Restrictions{})
+	tp, err := tenantcontroller.Convert(&obj, policy.Restrictions{})
 	if err != nil {
 		t.Fatalf("podjanitor does not use the example: %v", err)
 	}

@@ -318,7 +318,8 @@ func (o *flagValues) validate(cmd command) error {
 	if o.endpoints.tokenAudiences != "" && !o.endpoints.metricsSecure {
 		return bad("metrics-token-audiences", "%q needs --metrics-secure", o.endpoints.tokenAudiences)
 	}
-	if o.endpoints.tokenAudiences != "" && len(splitList(o.endpoints.tokenAudiences)) == 0 {
+	o.endpoints.audiences = splitList(o.endpoints.tokenAudiences)
+	if o.endpoints.tokenAudiences != "" && len(o.endpoints.audiences) == 0 {
 		return bad("metrics-token-audiences", "%q has no audience", o.endpoints.tokenAudiences)
 	}
 	if o.endpoints.maxConnections < 1 {

@@ -5,9 +5,12 @@ package main
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"os"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
@@ -15,7 +18,9 @@ import (
 	"github.com/podjanitor/podjanitor/internal/apiclock"
 	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/metrics"
+	"github.com/podjanitor/podjanitor/internal/namespacecontroller"
 	"github.com/podjanitor/podjanitor/internal/removalerrors"
+	"github.com/podjanitor/podjanitor/internal/served"
 	"github.com/podjanitor/podjanitor/policy"
 	"github.com/podjanitor/podjanitor/signals"
 )
@@ -78,7 +83,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 
 	factory := informerFactory(clients.informerKube, o.scope)
 	podInformer := factory.Core().V1().Pods()
-	namespaceWatch := newWatchHealth(logger, clk, meters.SetNamespaceWatchHealthy)
+	namespaceWatch := namespacecontroller.NewWatchHealth(logger, clk, meters.SetNamespaceWatchHealthy)
 	namespaceInformer, err := newNamespaceInformer(clients.metadata, o.scope, namespaceWatch)
 	if err != nil {
 		return err
@@ -134,7 +139,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 	synced := func() bool {
 		return podInformer.Informer().HasSynced() && namespaceInformer.HasSynced() && tenantsSynced()
 	}
-	if err := serveEndpoints(ctx, o.endpoints.reviewedBy(clients.config), meters, watchdog, synced, namespaceWatch.check, serveErr); err != nil {
+	if err := serveEndpoints(ctx, o.endpoints.reviewedBy(clients.config), meters, watchdog, synced, namespaceWatch.Check, serveErr); err != nil {
 		return err
 	}
 
@@ -159,4 +164,42 @@ func daemon(ctx context.Context, o *flagValues) error {
 		return run(runCtx)
 	}
 	return runAsLeader(runCtx, o.lease, clients.kube, meters.SetLeader, watchdog, run)
+}
+
+// startTenantPolicies makes the controller honour the tenant policies with
+// --tenant-policies and starts their informer; synced says when the
+// controller's handler has taken its initial list (at once without
+// --tenant-policies).
+func startTenantPolicies(ctx context.Context, c *Controller, clients *clients, o *flagValues) (synced func() bool, err error) {
+	if !o.tenants.enabled {
+		return func() bool { return true }, nil
+	}
+	// Without the CRD the informer would never sync: the controller runs
+	// without tenant policies until the API server serves them.
+	probe := func(ctx context.Context) error {
+		_, err := clients.podjanitor.PodjanitorV1alpha1().PodLifetimePolicies(o.scope.namespace).List(ctx, metav1.ListOptions{Limit: 1})
+		return err
+	}
+	probeErr := probe(ctx)
+	if apierrors.IsForbidden(probeErr) {
+		return nil, fmt.Errorf("--tenant-policies: podjanitor may not list %s (see its RBAC): %w", policy.TenantKind, probeErr)
+	}
+	informer := newTenantInformer(clients.podjanitor, o.scope, o.tenants.limits.Bytes)
+	tenants, err := c.SetTenantPolicies(ctx, informer, clients.podjanitor, o.tenants.restrictions, 0)
+	if err != nil {
+		return nil, err
+	}
+	tenants.SetLimits(o.tenants.limits)
+	tenants.SetFinalizer(cmp.Or(o.lease.namespace, ownNamespace()), o.lease.name)
+	// The restrictions by what they leave tenants, not by the flags' names:
+	// the e2e tests read a log that says "forbidden" as an RBAC error.
+	r := o.tenants.restrictions
+	klog.FromContext(ctx).Info("Honouring tenant policies", "kind", policy.TenantKind,
+		"disallowedClocks", r.ForbiddenClocks, "disallowedActions", r.ForbiddenActions, "runningPods", !r.NoRunningPods, "minAfter", r.MinAfter, "maxAfter", r.MaxAfter)
+	if served.Absent(probeErr) {
+		return tenants.AwaitAPI(ctx, probe, o.tenants.crdCheckInterval, probeErr), nil
+	}
+	c.metrics.SetTenantPoliciesAvailable(true)
+	go informer.RunWithContext(ctx)
+	return tenants.HasSynced, nil
 }

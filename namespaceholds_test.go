@@ -18,6 +18,7 @@ import (
 	core "k8s.io/client-go/testing"
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
+	"github.com/podjanitor/podjanitor/internal/namespacecontroller"
 	"github.com/podjanitor/podjanitor/internal/wave"
 	"github.com/podjanitor/podjanitor/policy"
 )
@@ -36,7 +37,7 @@ func (f *fixture) takeKeepOff(ns *corev1.Namespace, pods []*corev1.Pod) {
 // returns the record Lease.
 func (f *fixture) publishedLease() *coordinationv1.Lease {
 	f.t.Helper()
-	f.c.publishNamespaceHolds(f.ctx)
+	namespacesOf(f.c).Publish(f.ctx)
 	l, err := f.client.CoordinationV1().Leases("podjanitor").Get(f.ctx, "podjanitor", metav1.GetOptions{})
 	if err != nil {
 		f.t.Fatal(err)
@@ -52,7 +53,7 @@ func heldNamespaceRecord(t *testing.T) (*coordinationv1.Lease, wave.Hold) {
 	t.Helper()
 	f, ns, pods := namespaceWaveFixture(t)
 	f.takeKeepOff(ns, pods)
-	h, _, ok := f.c.namespaceWaves.Held("team-a")
+	h, _, ok := namespacesOf(f.c).Holds().Held("team-a")
 	if !ok {
 		t.Fatal("the namespace's change is not held")
 	}
@@ -78,7 +79,7 @@ func TestNamespaceHoldOutlastsARestart(t *testing.T) {
 	if n := f.deletes(); n != 0 {
 		t.Fatalf("%d pods removed after the restart of a held namespace change, want none", n)
 	}
-	got, _, ok := f.c.namespaceWaves.Held("team-a")
+	got, _, ok := namespacesOf(f.c).Holds().Held("team-a")
 	if !ok || got.ID != h.ID {
 		t.Fatalf("held %+v, %v after the restart; want the change %s", got, ok, h.ID)
 	}
@@ -107,7 +108,7 @@ func TestNamespaceHoldApprovedWhileDown(t *testing.T) {
 	if n := f.deletes(); n != 12 {
 		t.Errorf("%d pods removed, want the 12 the approval lets go", n)
 	}
-	if _, _, ok := f.c.namespaceWaves.Held("team-a"); ok {
+	if _, _, ok := namespacesOf(f.c).Holds().Held("team-a"); ok {
 		t.Error("still held after its approval")
 	}
 }
@@ -121,7 +122,7 @@ func TestNamespaceHoldRevertedWhileDown(t *testing.T) {
 	if n := f.deletes(); n != 0 {
 		t.Errorf("%d pods removed of a kept namespace", n)
 	}
-	if _, _, ok := f.c.namespaceWaves.Held("team-a"); ok {
+	if _, _, ok := namespacesOf(f.c).Holds().Held("team-a"); ok {
 		t.Error("held after the revert")
 	}
 	l := f.publishedLease()
@@ -158,7 +159,7 @@ func TestNamespaceHoldEndsWithTheNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		_, _, held := f.c.namespaceWaves.Held("team-a")
+		_, _, held := namespacesOf(f.c).Holds().Held("team-a")
 		return !held, nil
 	}); err != nil {
 		t.Fatal("the deleted namespace's change is still held")
@@ -229,13 +230,13 @@ func TestNamespaceHoldIsRecordedAtOnce(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); f.c.runNamespaceHoldRecord(ctx) }()
+	go func() { defer close(done); namespacesOf(f.c).RunRecord(ctx) }()
 	defer func() { cancel(); <-done }()
 	time.Sleep(100 * time.Millisecond) // its first look, with nothing held, is done
 	changed := ns.DeepCopy()
 	changed.Annotations = nil
-	f.c.namespaceWave(&ns.ObjectMeta, &changed.ObjectMeta) // as the namespace informer's update does
-	h, _, ok := f.c.namespaceWaves.Held("team-a")
+	namespacesOf(f.c).Measure(&ns.ObjectMeta, &changed.ObjectMeta) // as the namespace informer's update does
+	h, _, ok := namespacesOf(f.c).Holds().Held("team-a")
 	if !ok {
 		t.Fatal("the namespace's change is not held")
 	}
@@ -249,7 +250,7 @@ func TestNamespaceHoldIsRecordedAtOnce(t *testing.T) {
 
 // TestNamespaceHoldRecordWritesAreBounded: a namespace whose keep flaps on
 // and off 50 times (a hold, a revert, each a change of the record) costs
-// the Lease at most namespaceRecordBurst writes while no time passes, not
+// the Lease at most namespacecontroller.RecordBurst writes while no time passes, not
 // one per flap; the last state is written at the next look once time has
 // passed.
 func TestNamespaceHoldRecordWritesAreBounded(t *testing.T) {
@@ -260,10 +261,10 @@ func TestNamespaceHoldRecordWritesAreBounded(t *testing.T) {
 	kept, changed := ns.DeepCopy(), ns.DeepCopy()
 	changed.Annotations = nil
 	for range 50 {
-		f.c.namespaceWave(&kept.ObjectMeta, &changed.ObjectMeta)
-		f.c.publishNamespaceHolds(f.ctx)
-		f.c.namespaceWave(&changed.ObjectMeta, &kept.ObjectMeta)
-		f.c.publishNamespaceHolds(f.ctx)
+		namespacesOf(f.c).Measure(&kept.ObjectMeta, &changed.ObjectMeta)
+		namespacesOf(f.c).Publish(f.ctx)
+		namespacesOf(f.c).Measure(&changed.ObjectMeta, &kept.ObjectMeta)
+		namespacesOf(f.c).Publish(f.ctx)
 	}
 	writes := 0
 	for _, a := range f.client.Actions() {
@@ -271,10 +272,10 @@ func TestNamespaceHoldRecordWritesAreBounded(t *testing.T) {
 			writes++
 		}
 	}
-	if writes > namespaceRecordBurst {
-		t.Errorf("%d Lease writes for 100 flaps with no time passing, want at most %d", writes, namespaceRecordBurst)
+	if writes > namespacecontroller.RecordBurst {
+		t.Errorf("%d Lease writes for 100 flaps with no time passing, want at most %d", writes, namespacecontroller.RecordBurst)
 	}
-	f.c.namespaceWave(&kept.ObjectMeta, &changed.ObjectMeta) // held at last
+	namespacesOf(f.c).Measure(&kept.ObjectMeta, &changed.ObjectMeta) // held at last
 	f.clock.Step(time.Second)
 	if v := f.publishedLease().Annotations[wave.AnnotationHeldNamespaces]; !strings.Contains(v, "team-a") {
 		t.Errorf("the last hold is not recorded a second later: %q", v)
@@ -314,7 +315,7 @@ func TestNamespaceHoldRecordWriteFailing(t *testing.T) {
 	f.takeKeepOff(ns, pods)
 	for range len(faults) - 1 { // the conflict is retried within the last look
 		f.clock.Step(time.Second) // the write budget refills
-		f.c.publishNamespaceHolds(f.ctx)
+		namespacesOf(f.c).Publish(f.ctx)
 		if _, err := f.client.CoordinationV1().Leases("podjanitor").Get(f.ctx, "podjanitor", metav1.GetOptions{}); err == nil {
 			t.Fatal("the record was written while the API server refused it")
 		}

@@ -26,10 +26,11 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/clock"
-	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/metrics"
+	"github.com/podjanitor/podjanitor/internal/namespacecontroller"
+	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -155,7 +156,7 @@ func TestCriticalPodIsNotRemovedByRule(t *testing.T) {
 // TestNamespaceInfoOfAnUncachedNamespaceIsNil proves that a namespace the
 // cache does not hold is "not known" (nil) to the policy.
 func TestNamespaceInfoOfAnUncachedNamespaceIsNil(t *testing.T) {
-	if info := namespaceInfo(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), "ci"); info != nil {
+	if info := podcache.NamespaceInfo(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}), "ci"); info != nil {
 		t.Errorf("namespaceInfo of a namespace not cached = %+v, want nil", info)
 	}
 }
@@ -171,7 +172,18 @@ func (f *fixture) staleNamespaces(namespaces ...*corev1.Namespace) {
 			f.t.Fatal(err)
 		}
 	}
-	f.c.namespaces = stale
+	f.c.namespaces = staleNamespaces{namespaces: f.c.namespaces, stale: stale}
+}
+
+// staleNamespaces is the namespace controller with a namespace cache that
+// no longer changes.
+type staleNamespaces struct {
+	namespaces
+	stale cache.Indexer
+}
+
+func (s staleNamespaces) Info(name string) *policy.Namespace {
+	return podcache.NamespaceInfo(s.stale, name)
 }
 
 // namespaceGets counts the client's GETs of namespaces.
@@ -219,7 +231,7 @@ func TestDueRemovalReadsNamespaceFresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkActions(t, nil, f.writes()) // the read of a moment ago still stands
-	f.clock.Step(namespaceFreshness)
+	f.clock.Step(namespacecontroller.Freshness)
 	if _, err := f.c.syncHandler(f.ctx, keyOf(a)); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +270,7 @@ func TestDueRemovalWaitsWhileNamespaceCannotBeRead(t *testing.T) {
 	}
 
 	refuse.Store(false)
-	f.clock.Step(namespaceFreshness)
+	f.clock.Step(namespacecontroller.Freshness)
 	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true,
 		func(context.Context) (bool, error) { return f.c.queue.Len() == 2, nil }); err != nil {
 		t.Fatalf("the held pods did not come back from their backoff: %d queued", f.c.queue.Len())
@@ -342,43 +354,6 @@ func TestInvalidNamespaceKeepWarnsOncePerNamespace(t *testing.T) {
 	checkActions(t, nil, f.writes())
 }
 
-// TestWatchHealth proves that the namespace watch counts as failing from a
-// request that fails until one succeeds, on the metric and in check, and
-// that a request cancelled at shutdown is no failure.
-func TestWatchHealth(t *testing.T) {
-	clk := testingclock.NewFakeClock(t0)
-	m := metrics.New(controllerName, "test", "test")
-	h := newWatchHealth(klog.Background(), clk, m.SetNamespaceWatchHealthy)
-	healthy := func() float64 { return metricValue(m, "podjanitor_namespace_watch_healthy") }
-	if h.check() != nil || healthy() != 1 {
-		t.Fatalf("new: check %v, gauge %v; want healthy", h.check(), healthy())
-	}
-	h.observe(nil)
-	h.observe(context.Canceled)
-	if h.check() != nil || healthy() != 1 {
-		t.Errorf("after a success and a cancelled request: check %v, gauge %v; want healthy", h.check(), healthy())
-	}
-	h.observe(apierrors.NewForbidden(schema.GroupResource{Resource: "namespaces"}, "", errors.New("RBAC")))
-	clk.Step(time.Minute)
-	h.observe(errors.New("connection refused"))
-	err := h.check()
-	if err == nil || !strings.Contains(err.Error(), "since 2026-11-29T12:00:00Z") || !strings.Contains(err.Error(), "connection refused") {
-		t.Errorf("failing: check = %v, want the time of the first failure and the last error", err)
-	}
-	if healthy() != 0 {
-		t.Errorf("failing: gauge %v, want 0", healthy())
-	}
-	h.observe(nil)
-	if h.check() != nil || healthy() != 1 {
-		t.Errorf("recovered: check %v, gauge %v; want healthy", h.check(), healthy())
-	}
-	var none *watchHealth
-	none.observe(errors.New("x"))
-	if none.check() != nil {
-		t.Error("a nil watchHealth must report healthy")
-	}
-}
-
 // TestNamespaceInformerReportsItsRequests proves that the namespace
 // informer's requests reach its watchHealth: a refused list makes it fail
 // until a list succeeds.
@@ -394,7 +369,7 @@ func TestNamespaceInformerReportsItsRequests(t *testing.T) {
 	})
 	m := metrics.New(controllerName, "test", "test")
 	_, ctx := ktesting.NewTestContext(t)
-	h := newWatchHealth(klog.FromContext(ctx), clock.RealClock{}, m.SetNamespaceWatchHealthy)
+	h := namespacecontroller.NewWatchHealth(klog.FromContext(ctx), clock.RealClock{}, m.SetNamespaceWatchHealthy)
 	informer, err := newNamespaceInformer(client, scopeFlags{}, h)
 	if err != nil {
 		t.Fatal(err)
@@ -403,7 +378,7 @@ func TestNamespaceInformerReportsItsRequests(t *testing.T) {
 	defer cancel()
 	go informer.RunWithContext(ctx)
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true,
-		func(context.Context) (bool, error) { return h.check() != nil, nil }); err != nil {
+		func(context.Context) (bool, error) { return h.Check() != nil, nil }); err != nil {
 		t.Fatal("a refused list of namespaces did not make the namespace watch fail")
 	}
 	if got := metricValue(m, "podjanitor_namespace_watch_healthy"); got != 0 {
@@ -411,8 +386,8 @@ func TestNamespaceInformerReportsItsRequests(t *testing.T) {
 	}
 	refuse.Store(false)
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 20*time.Second, true,
-		func(context.Context) (bool, error) { return informer.HasSynced() && h.check() == nil, nil }); err != nil {
-		t.Fatalf("the namespace watch did not recover once the list succeeded: %v", h.check())
+		func(context.Context) (bool, error) { return informer.HasSynced() && h.Check() == nil, nil }); err != nil {
+		t.Fatalf("the namespace watch did not recover once the list succeeded: %v", h.Check())
 	}
 }
 
@@ -475,116 +450,4 @@ func TestBacklogReadsEachNamespaceOncePerRemoval(t *testing.T) {
 	if got := f.namespaceGets(); got != len(pods) {
 		t.Errorf("%d namespace reads for %d removals in %d namespaces, want one each", got, len(pods), len(pods))
 	}
-}
-
-// TestNamespaceReadIsRefreshedAhead proves that a namespace whose pods go one
-// after another has its read refreshed before it is stale, so that no
-// removal waits for a GET while the namespace can be read: the removal that
-// finds the read more than half namespaceFreshness old goes by it and starts
-// one GET behind it, which the removals after it use; that no read older
-// than namespaceFreshness is used; that a removal starts at most one GET and
-// a namespace has at most one refresh under way; and that a failed refresh
-// leaves the read it was to replace in place until that is stale.
-func TestNamespaceReadIsRefreshedAhead(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	clk := testingclock.NewFakeClock(t0)
-	var gets atomic.Int32
-	release := make(chan error)
-	r := &namespaceReader{clock: clk, reads: map[string]*namespaceRead{}, refreshes: map[string]*namespaceRead{},
-		get: func(ctx context.Context, name string) (*policy.Namespace, error) {
-			n := gets.Add(1)
-			if err := <-release; err != nil {
-				return nil, err
-			}
-			return &policy.Namespace{Labels: map[string]string{"read": fmt.Sprint(n)}}, nil
-		}}
-	type answer struct {
-		ns  *policy.Namespace
-		err error
-	}
-	read := func() <-chan answer {
-		ch := make(chan answer, 1)
-		go func() {
-			ns, err := r.read(ctx, "a")
-			ch <- answer{ns, err}
-		}()
-		return ch
-	}
-	waitGets := func(want int32) {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true,
-			func(context.Context) (bool, error) { return gets.Load() == want, nil }); err != nil {
-			t.Fatalf("%d GETs, want %d", gets.Load(), want)
-		}
-	}
-	// noMoreGets checks that no GET beyond want starts: refreshes start on
-	// goroutines of their own, so it gives them a moment first.
-	noMoreGets := func(want int32, why string) {
-		t.Helper()
-		time.Sleep(100 * time.Millisecond)
-		if n := gets.Load(); n != want {
-			t.Fatalf("%d GETs, want %d: %s", n, want, why)
-		}
-	}
-	got := func(ch <-chan answer, want string) {
-		t.Helper()
-		select {
-		case a := <-ch:
-			if a.err != nil || a.ns.Labels["read"] != want {
-				t.Fatalf("read gave %v, %v; want the namespace of GET %s", a.ns, a.err, want)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("read waited, want the namespace of GET %s at once", want)
-		}
-	}
-
-	first := read() // nothing read yet: waits for GET 1
-	waitGets(1)
-	release <- nil
-	got(first, "1")
-	clk.Step(namespaceFreshness / 4)
-	got(read(), "1") // young: no GET
-	noMoreGets(1, "a read a quarter of its freshness old is not refreshed")
-
-	clk.Step(namespaceFreshness / 4) // half its freshness old
-	got(read(), "1")                 // goes by it, and reads again behind it
-	waitGets(2)
-	got(read(), "1") // one refresh under way at a time
-	clk.Step(namespaceFreshness / 4)
-	got(read(), "1")
-	noMoreGets(2, "one refresh under way at a time")
-	release <- nil // GET 2 done: it takes the place of GET 1
-	waitGets(2)
-	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		ns, err := r.read(ctx, "a")
-		return err == nil && ns.Labels["read"] == "2", nil
-	}); err != nil {
-		t.Fatal("the refresh did not take the place of the read it refreshed")
-	}
-	// GET 1 is stale now; GET 2, sent when GET 1 was half old, answers,
-	// and is half old itself: it is refreshed in turn.
-	clk.Step(namespaceFreshness / 4)
-	got(read(), "2")
-	waitGets(3)
-
-	// A failed refresh: the read it was to replace stands until stale.
-	release <- errors.New("refused")
-	clk.Step(namespaceFreshness / 8)
-	got(read(), "2") // no second refresh right after the failed one
-	noMoreGets(3, "a failed refresh holds back the next for half the freshness")
-	clk.Step(3 * namespaceFreshness / 8) // GET 2 stale: the failed refresh is the newest read, shared
-	if _, err := r.read(ctx, "a"); err == nil {
-		t.Fatal("a read older than namespaceFreshness was used after its refresh failed")
-	}
-	noMoreGets(3, "the failed refresh is shared for namespaceFreshness")
-	clk.Step(namespaceFreshness)
-	blocked := read() // nothing fresh: waits for its own GET
-	waitGets(4)
-	select {
-	case a := <-blocked:
-		t.Fatalf("read answered %v, %v before its GET", a.ns, a.err)
-	default:
-	}
-	release <- nil
-	got(blocked, "4")
 }

@@ -23,7 +23,9 @@ import (
 	"k8s.io/client-go/tools/pager"
 	"k8s.io/klog/v2"
 
+	"github.com/podjanitor/podjanitor/internal/namespacecontroller"
 	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/internal/tenantcontroller"
 	"github.com/podjanitor/podjanitor/internal/wave"
 	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
 	"github.com/podjanitor/podjanitor/policy"
@@ -297,7 +299,7 @@ func markNamespaceHeld(r *planReport, lease *coordinationv1.Lease, e *policy.Eva
 		if ns == nil || ns.Annotations[podcache.ApproveWaveAnnotation] == h.Change {
 			continue
 		}
-		m, err := namespaceFromJSON(name, h.Before)
+		m, err := namespacecontroller.NamespaceFromJSON(name, h.Before)
 		if err != nil {
 			continue
 		}
@@ -316,7 +318,7 @@ func markNamespaceHeld(r *planReport, lease *coordinationv1.Lease, e *policy.Eva
 		}
 		if marked > 0 {
 			r.NamespaceHolds = append(r.NamespaceHolds, planNamespaceHold{Namespace: name,
-				planHold: planHold{Change: h.Change, Pods: h.Pods, Approve: namespaceApproveCommand(name, h.Change)}})
+				planHold: planHold{Change: h.Change, Pods: h.Pods, Approve: namespacecontroller.ApproveCommand(name, h.Change)}})
 		}
 	}
 }
@@ -345,7 +347,7 @@ func markTenantHeld(r *planReport, e *policy.Evaluator, pods []*corev1.Pod, name
 			list = append(list, t.rules)
 			slices.SortFunc(list, func(a, b *policy.TenantPolicy) int { return strings.Compare(a.Name, b.Name) })
 		}
-		other.Tenants = tenantOverlay{namespace: t.Namespace, rest: e.Tenants, list: list}
+		other.Tenants = tenantcontroller.Overlay(t.Namespace, list, e.Tenants)
 		for i := range r.Pods {
 			entry := &r.Pods[i]
 			if !entry.Overdue || entry.Held || entry.Namespace != t.Namespace {
@@ -372,13 +374,13 @@ func listTenantPolicies(ctx context.Context, client versioned.Interface, scope s
 	for i := range list.Items {
 		p := &list.Items[i]
 		entry := planTenant{Namespace: p.Namespace, Name: p.Name, Used: true}
-		converted, err := convertTenantPolicy(p, r)
+		converted, err := tenantcontroller.Convert(p, r)
 		if err == nil && p.DeletionTimestamp != nil {
 			// Not used, as the daemon does not use it; its deletion may be held.
-			entry.Used, entry.Reason = false, tenantReasonDeleting
+			entry.Used, entry.Reason = false, tenantcontroller.DeletingReason
 			entry.Error = fmt.Sprintf("the policy is being deleted (since %s): its rules give no deadline", p.DeletionTimestamp.UTC().Format(time.RFC3339))
-			if h, held := heldInStatus(p); held && p.Annotations[wave.AnnotationApprove] != h.ID {
-				entry.Held = &planHold{Change: h.ID, Pods: h.Pods, Approve: tenantApproveCommand(p.Namespace, p.Name, h.ID)}
+			if h, held := tenantcontroller.HeldInStatus(p); held && p.Annotations[wave.AnnotationApprove] != h.ID {
+				entry.Held = &planHold{Change: h.ID, Pods: h.Pods, Approve: tenantcontroller.ApproveCommand(p.Namespace, p.Name, h.ID)}
 				entry.HeldDeletion, entry.rules = true, converted
 			}
 		} else if err != nil {
@@ -388,8 +390,8 @@ func listTenantPolicies(ctx context.Context, client versioned.Interface, scope s
 			}
 		} else {
 			used = append(used, converted)
-			if h, held := heldInStatus(p); held && p.Annotations[wave.AnnotationApprove] != h.ID {
-				entry.Held = &planHold{Change: h.ID, Pods: h.Pods, Approve: tenantApproveCommand(p.Namespace, p.Name, h.ID)}
+			if h, held := tenantcontroller.HeldInStatus(p); held && p.Annotations[wave.AnnotationApprove] != h.ID {
+				entry.Held = &planHold{Change: h.ID, Pods: h.Pods, Approve: tenantcontroller.ApproveCommand(p.Namespace, p.Name, h.ID)}
 			}
 		}
 		all = append(all, entry)

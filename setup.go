@@ -27,6 +27,7 @@ import (
 
 	"github.com/podjanitor/podjanitor/internal/apiclock"
 	"github.com/podjanitor/podjanitor/internal/clientfeatures"
+	"github.com/podjanitor/podjanitor/internal/namespacecontroller"
 	"github.com/podjanitor/podjanitor/internal/podcache"
 	"github.com/podjanitor/podjanitor/internal/tenant"
 	"github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned"
@@ -243,20 +244,20 @@ func informerFactory(client kubernetes.Interface, scope scopeFlags) informers.Sh
 // health (nil: none), which client-go's watch error handler would not all
 // see: it is not called for a watch that the reflector retries (a 429, a
 // refused connection).
-func newNamespaceInformer(client metadata.Interface, scope scopeFlags, health *watchHealth) (cache.SharedIndexInformer, error) {
+func newNamespaceInformer(client metadata.Interface, scope scopeFlags, health *namespacecontroller.WatchHealth) (cache.SharedIndexInformer, error) {
 	resource := client.Resource(corev1.SchemeGroupVersion.WithResource("namespaces"))
 	tweak := func(lo *metav1.ListOptions) { lo.FieldSelector = namespaceFieldSelector(scope.namespace) }
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
 			tweak(&lo)
 			list, err := resource.List(ctx, lo)
-			health.observe(err)
+			health.Observe(err)
 			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
 			tweak(&lo)
 			w, err := resource.Watch(ctx, lo)
-			health.observe(err)
+			health.Observe(err)
 			return w, err
 		},
 	}

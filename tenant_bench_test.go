@@ -73,7 +73,7 @@ func benchmarkTenantPolicyChange(b *testing.B, writes int, holdWaves bool) {
 	}
 	pj := pjfake.NewSimpleClientset()
 	c := newBenchController(b, ctx, clk, client, pods, opts, func(c *Controller) {
-		if err := c.SetTenantPolicies(ctx, newTenantInformer(pj, scopeFlags{}, 0), pj, policy.Restrictions{}, time.Hour); err != nil {
+		if _, err := c.SetTenantPolicies(ctx, newTenantInformer(pj, scopeFlags{}, 0), pj, policy.Restrictions{}, time.Hour); err != nil {
 			b.Fatal(err)
 		}
 	})
@@ -93,7 +93,7 @@ func benchmarkTenantPolicyChange(b *testing.B, writes int, holdWaves bool) {
 			p = p.DeepCopy()
 			p.Generation = int64(generation)
 			p.Spec.Rules[0].After = fmt.Sprintf("%dh", 1+generation%2) // a real change: every deadline moves
-			c.tenantPolicyChanged(p, true)
+			tenantsOf(c).PolicyChanged(p, true)
 		}
 		for !c.redecide.Idle() { // the namespace fed to the queue
 			time.Sleep(100 * time.Microsecond)
@@ -109,8 +109,8 @@ func benchmarkTenantPolicyChange(b *testing.B, writes int, holdWaves bool) {
 	if got := c.state.len(); got != n {
 		b.Fatalf("%d pods parked, want %d", got, n)
 	}
-	if c.tenantWaves != nil {
-		if _, _, held := c.tenantWaves.Held("bench"); held {
+	if tenantsOf(c).Holds() != nil {
+		if _, _, held := tenantsOf(c).Holds().Held("bench"); held {
 			b.Fatal("a change between 1h and 2h was held")
 		}
 	}
@@ -198,10 +198,10 @@ func BenchmarkTenantPolicyMemory(b *testing.B) {
 				}
 				pj := pjfake.NewSimpleClientset()
 				informer := newTenantInformer(pj, scopeFlags{}, bc.bytes)
-				if err := c.SetTenantPolicies(ctx, informer, pj, policy.Restrictions{}, time.Hour); err != nil {
+				if _, err := c.SetTenantPolicies(ctx, informer, pj, policy.Restrictions{}, time.Hour); err != nil {
 					b.Fatal(err)
 				}
-				c.SetTenantLimits(tenant.Limits{Policies: 16, Rules: 64, Bytes: bc.bytes})
+				tenantsOf(c).SetLimits(tenant.Limits{Policies: 16, Rules: 64, Bytes: bc.bytes})
 				transform := tenant.Transform(bc.bytes)
 				before := liveHeap()
 				for i := range bc.n {
@@ -213,10 +213,10 @@ func BenchmarkTenantPolicyMemory(b *testing.B) {
 					if err := informer.GetIndexer().Add(obj); err != nil {
 						b.Fatal(err)
 					}
-					c.tenantPolicyChanged(obj, false)
+					tenantsOf(c).PolicyChanged(obj, false)
 				}
 				after := liveHeap()
-				used := len(c.tenants.store.For("team-000"))
+				used := len(tenantsOf(c).Store().For("team-000"))
 				b.ReportMetric(float64(after-before)/float64(bc.n), "heap-B/policy")
 				b.ReportMetric(float64(used), "used-in-team-000")
 				b.ReportMetric(float64(maxRSS())/(1<<20), "maxrss-MiB")

@@ -17,6 +17,7 @@ import (
 	core "k8s.io/client-go/testing"
 
 	"github.com/podjanitor/podjanitor/internal/tenant"
+	"github.com/podjanitor/podjanitor/internal/tenantcontroller"
 	"github.com/podjanitor/podjanitor/internal/wave"
 	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
 	pjfake "github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned/fake"
@@ -57,7 +58,7 @@ func tenantDeletionFixtureWith(t *testing.T, pods []*corev1.Pod, opts Options, s
 	}
 	opts.Evaluator = &policy.Evaluator{Policy: p}
 	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods, setup...)
-	f.c.running.Store(true)
+	namespacesOf(f.c).Lead()
 	return f, pods
 }
 
@@ -161,7 +162,7 @@ func TestTenantPolicyDeletionIsHeld(t *testing.T) {
 	if n := len(f.podWrites()); n != 0 {
 		t.Fatalf("%d of 12 pods removed after the deletion of the policy that kept them, want none: it is held", n)
 	}
-	h, object, ok := f.c.tenantWaves.Held("team-a")
+	h, object, ok := tenantsOf(f.c).Holds().Held("team-a")
 	if !ok || h.Pods != 12 || object != "team-a/keep-long" {
 		t.Fatalf("held %+v by %q, %v; want 12 pods held by team-a/keep-long", h, object, ok)
 	}
@@ -229,7 +230,7 @@ func TestTenantPolicyDeletionUnderTheThresholdGoes(t *testing.T) {
 	f.finalize("team-a", "keep-long")
 	f.waitQueued(1)
 	f.settle()
-	if _, _, ok := f.c.tenantWaves.Held("team-a"); ok {
+	if _, _, ok := tenantsOf(f.c).Holds().Held("team-a"); ok {
 		t.Error("a deletion under the threshold is held")
 	}
 	if n := len(f.podWrites()); n != 3 {
@@ -280,7 +281,7 @@ func TestTenantPolicyDeletionHeldOutlastsARestart(t *testing.T) {
 	first.waitPolicy("team-a", "keep-long", "given podjanitor's finalizer", hasWaveGuard)
 	first.deletePolicy("team-a", "keep-long")
 	first.settle()
-	h, _, ok := first.c.tenantWaves.Held("team-a")
+	h, _, ok := tenantsOf(first.c).Holds().Held("team-a")
 	if !ok {
 		t.Fatal("the first leader does not hold the deletion")
 	}
@@ -299,7 +300,7 @@ func TestTenantPolicyDeletionHeldOutlastsARestart(t *testing.T) {
 	if n := len(f.podWrites()); n != 0 {
 		t.Fatalf("%d pods removed after the restart of a held deletion, want none", n)
 	}
-	got, object, ok := f.c.tenantWaves.Held("team-a")
+	got, object, ok := tenantsOf(f.c).Holds().Held("team-a")
 	if !ok || got.ID != h.ID || object != "team-a/keep-long" {
 		t.Fatalf("held %+v by %q, %v after the restart; want the change %s by team-a/keep-long", got, object, ok, h.ID)
 	}
@@ -333,14 +334,14 @@ func TestTenantPolicyDeletionInADeletedNamespace(t *testing.T) {
 		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil))
 	}
 	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, []*corev1.Namespace{ns}, pods)
-	f.c.running.Store(true)
+	namespacesOf(f.c).Lead()
 	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "keep-long", keepLongRule), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitPolicy("team-a", "keep-long", "given podjanitor's finalizer", hasWaveGuard)
 	f.deletePolicy("team-a", "keep-long")
 	f.settle()
-	if _, _, ok := f.c.tenantWaves.Held("team-a"); !ok {
+	if _, _, ok := tenantsOf(f.c).Holds().Held("team-a"); !ok {
 		t.Fatal("the deletion is not held")
 	}
 	deleted := ns.DeepCopy()
@@ -350,7 +351,7 @@ func TestTenantPolicyDeletionInADeletedNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.waitPolicy("team-a", "keep-long", "without the finalizer in a namespace being deleted", func(p *v1alpha1.PodLifetimePolicy) bool { return !hasWaveGuard(p) })
-	if _, _, ok := f.c.tenantWaves.Held("team-a"); ok {
+	if _, _, ok := tenantsOf(f.c).Holds().Held("team-a"); ok {
 		t.Error("still held in a namespace being deleted")
 	}
 }
@@ -402,13 +403,13 @@ func TestPlanMarksAHeldDeletionsPods(t *testing.T) {
 	now := metav1.NewTime(t0)
 	deleting.DeletionTimestamp, deleting.Generation, deleting.Finalizers = &now, 2, []string{testFinalizer}
 	deleting.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: 2,
-		Reason: wave.ReasonRemovalsHeld, Message: tenantHeldMessage(deleting, wave.Hold{ID: "0123456789ab", Pods: 12}), LastTransitionTime: now}}
+		Reason: wave.ReasonRemovalsHeld, Message: tenantcontroller.HeldMessage(deleting, wave.Hold{ID: "0123456789ab", Pods: 12}), LastTransitionTime: now}}
 	pj := pjfake.NewSimpleClientset(deleting)
 	tenants, listed, err := listTenantPolicies(context.Background(), pj, scopeFlags{}, policy.Restrictions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(listed) != 1 || listed[0].Used || listed[0].Reason != tenantReasonDeleting || !listed[0].HeldDeletion || listed[0].Held == nil {
+	if len(listed) != 1 || listed[0].Used || listed[0].Reason != tenantcontroller.DeletingReason || !listed[0].HeldDeletion || listed[0].Held == nil {
 		t.Fatalf("listed %+v; want keep-long not used (Deleting), its deletion held", listed)
 	}
 	p, err := policy.Parse([]byte("apiVersion: podjanitor.io/v1alpha1\nkind: PodJanitorPolicy\nrules:\n- name: max-age\n  clock: created\n  after: 1h\n"))
@@ -432,7 +433,7 @@ func TestPlanMarksAHeldDeletionsPods(t *testing.T) {
 	if err := printPlan(&out, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"HELD 0123456789ab", "its deletion (change 0123456789ab)", tenantApproveCommand("team-a", "keep-long", "0123456789ab")} {
+	for _, want := range []string{"HELD 0123456789ab", "its deletion (change 0123456789ab)", tenantcontroller.ApproveCommand("team-a", "keep-long", "0123456789ab")} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("plan lacks %q:\n%s", want, out.String())
 		}
@@ -452,7 +453,7 @@ func TestTenantFinalizerStaysUntilTheDeletionIsRead(t *testing.T) {
 	f.waitPolicy("team-a", "keep-long", "given podjanitor's finalizer", hasWaveGuard)
 	var cached *v1alpha1.PodLifetimePolicy
 	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		cached, _ = f.c.tenants.lister.PodLifetimePolicies("team-a").Get("keep-long")
+		cached, _ = tenantsOf(f.c).Lister().PodLifetimePolicies("team-a").Get("keep-long")
 		return hasWaveGuard(cached), nil
 	}); err != nil {
 		t.Fatalf("cached %+v; want the policy with the finalizer", cached)
@@ -463,7 +464,7 @@ func TestTenantFinalizerStaysUntilTheDeletionIsRead(t *testing.T) {
 	if err := f.policies.Update(deleting); err != nil { // the cache, not the handler
 		t.Fatal(err)
 	}
-	if err := f.c.writeTenantStatus(f.ctx, "team-a/keep-long"); err != nil && err != tenant.ErrNotYet {
+	if err := tenantsOf(f.c).WriteStatus(f.ctx, "team-a/keep-long"); err != nil && err != tenant.ErrNotYet {
 		t.Fatal(err)
 	}
 	for _, a := range f.pj.Actions() {
@@ -490,8 +491,8 @@ func TestTenantPolicyDeletionHeldByOneOfTwo(t *testing.T) {
 	// The other has no cluster rule: without the policy the pods have no
 	// deadline, so the deletion makes none due.
 	other := newTenantFixtureOn(t, holdingWaves(), policy.Restrictions{}, nil, teamPods(12, t0.Add(-2*time.Hour)), f.pj)
-	other.c.running.Store(true)
-	other.c.SetTenantFinalizer("team-b", "podjanitor")
+	namespacesOf(other.c).Lead()
+	tenantsOf(other.c).SetFinalizer("team-b", "podjanitor")
 	otherFinalizer := tenant.FinalizerFor("team-b", "podjanitor")
 	if otherFinalizer == testFinalizer {
 		t.Fatalf("two Leases, one finalizer %s", testFinalizer)
@@ -514,7 +515,7 @@ func TestTenantPolicyDeletionHeldByOneOfTwo(t *testing.T) {
 	if p := f.policyNow("team-a", "keep-long"); !hasWaveGuard(p) {
 		t.Fatalf("the finalizer of the podjanitor that holds the deletion is off: %+v", p)
 	}
-	if _, _, ok := f.c.tenantWaves.Held("team-a"); !ok {
+	if _, _, ok := tenantsOf(f.c).Holds().Held("team-a"); !ok {
 		t.Fatal("the deletion is not held")
 	}
 	if n := len(f.podWrites()); n != 0 {
@@ -556,7 +557,7 @@ func TestTenantFinalizerRefused(t *testing.T) {
 	if refused != 1 {
 		t.Errorf("%d finalizer patches refused for 3 policies over 3 status intervals, want 1 (then none asked)", refused)
 	}
-	if !f.c.tenants.finalizerRefused.Load() {
+	if !tenantsOf(f.c).FinalizerRefused() {
 		t.Error("the refusal is not remembered")
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/podjanitor/podjanitor/internal/tenant"
+	"github.com/podjanitor/podjanitor/internal/tenantcontroller"
 	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
 	pjfake "github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned/fake"
 	"github.com/podjanitor/podjanitor/policy"
@@ -58,7 +59,7 @@ func TestStartWaitsForTheTenantHandler(t *testing.T) {
 	pj := pjfake.NewSimpleClientset(lifetimePolicy("team-a", "keep-longer", v1alpha1.PodLifetimeRule{Name: "max-age", Clock: "created", After: "3h"}))
 	f := &tenantFixture{fixture: newFixtureWithNamespaces(t, Options{Evaluator: &policy.Evaluator{Policy: cluster}}, nil, pod), pj: pj}
 	informer := &slowHandlerInformer{SharedIndexInformer: newTenantInformer(pj, scopeFlags{}, 0), gate: make(chan struct{})}
-	if err := f.c.SetTenantPolicies(f.ctx, informer, pj, policy.Restrictions{}, tenantStatusInterval); err != nil {
+	if _, err := f.c.SetTenantPolicies(f.ctx, informer, pj, policy.Restrictions{}, tenantStatusInterval); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
@@ -127,7 +128,7 @@ func TestTenantPolicyBeingDeletedRemovesNothing(t *testing.T) {
 					t.Fatal(err)
 				}
 				if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-					return len(f.c.tenants.store.For("team-a")) == 0, nil
+					return len(tenantsOf(f.c).Store().For("team-a")) == 0, nil
 				}); err != nil {
 					t.Error("the policy being deleted is still in the store")
 				}
@@ -254,9 +255,7 @@ func TestTenantPolicyChangedSinceTheDecisionRemovesNothing(t *testing.T) {
 				return true, nil, err
 			}
 			err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-				f.c.tenants.mu.Lock()
-				defer f.c.tenants.mu.Unlock()
-				return f.c.tenants.seen["team-a/cleanup"].generation == 2, nil
+				return tenantPolicy(f.c, "team-a/cleanup").Generation == 2, nil
 			})
 			return err != nil, nil, err
 		})
@@ -299,7 +298,7 @@ func TestEvictionConfirmsItsTenantPolicy(t *testing.T) {
 		}
 	}
 	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 10*time.Second, true,
-		func(context.Context) (bool, error) { return len(f.c.tenants.store.For("team-a")) == 2, nil }); err != nil {
+		func(context.Context) (bool, error) { return len(tenantsOf(f.c).Store().For("team-a")) == 2, nil }); err != nil {
 		t.Fatal("the two policies are not in the store")
 	}
 	f.waitQueued(1)
@@ -328,7 +327,7 @@ func TestTenantConfirmComparesTheDecisionsGeneration(t *testing.T) {
 	if err != nil || d.Policy != "team-a/cleanup" || d.PolicyGeneration != 1 {
 		t.Fatalf("decision %+v, %v; want one of team-a/cleanup at generation 1", d, err)
 	}
-	if err := f.c.tenants.confirm(f.ctx, d); err != nil {
+	if err := tenantsOf(f.c).Confirm(f.ctx, d); err != nil {
 		t.Fatalf("confirm of the current generation: %v, want nil", err)
 	}
 	changed := created.DeepCopy()
@@ -337,14 +336,12 @@ func TestTenantConfirmComparesTheDecisionsGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		f.c.tenants.mu.Lock()
-		defer f.c.tenants.mu.Unlock()
-		return f.c.tenants.seen["team-a/cleanup"].generation == 2, nil
+		return tenantPolicy(f.c, "team-a/cleanup").Generation == 2, nil
 	}); err != nil {
 		t.Fatal("the cache never took generation 2")
 	}
-	if err := f.c.tenants.confirm(f.ctx, d); !errors.Is(err, errTenantPolicyChanged) {
-		t.Errorf("confirm of a decision of generation 1 with generation 2 cached and read: %v, want errTenantPolicyChanged", err)
+	if err := tenantsOf(f.c).Confirm(f.ctx, d); !errors.Is(err, tenantcontroller.ErrChanged) {
+		t.Errorf("confirm of a decision of generation 1 with generation 2 cached and read: %v, want tenantcontroller.ErrChanged", err)
 	}
 }
 
@@ -423,7 +420,7 @@ func TestTenantStatusForgetsDeletedPolicies(t *testing.T) {
 		f.waitQueued(len(pods))
 		f.drain()
 	}
-	if n := f.c.tenants.status.Len(); n != 0 {
+	if n := tenantsOf(f.c).StatusPending(); n != 0 {
 		t.Errorf("the status writer keeps state for %d policies after 20 created and deleted, want 0", n)
 	}
 }
@@ -439,7 +436,7 @@ func TestFirstTenantStatusHasTheRealFigures(t *testing.T) {
 	pj := pjfake.NewSimpleClientset(lifetimePolicy("team-a", "cleanup", maxAgeRule))
 	f := &tenantFixture{fixture: newFixtureWithNamespaces(t, Options{}, nil, pods...), pj: pj}
 	informer := newTenantInformer(pj, scopeFlags{}, 0)
-	if err := f.c.SetTenantPolicies(f.ctx, informer, pj, policy.Restrictions{}, tenantStatusInterval); err != nil {
+	if _, err := f.c.SetTenantPolicies(f.ctx, informer, pj, policy.Restrictions{}, tenantStatusInterval); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
@@ -462,7 +459,7 @@ func TestFirstTenantStatusHasTheRealFigures(t *testing.T) {
 func TestTenantPolicyRefHasNoResourceVersion(t *testing.T) {
 	p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
 	p.ResourceVersion = "42"
-	if ref := tenantPolicyRef(p); ref.ResourceVersion != "" || ref.Name != "cleanup" || ref.UID != p.UID {
+	if ref := tenantcontroller.PolicyRef(p); ref.ResourceVersion != "" || ref.Name != "cleanup" || ref.UID != p.UID {
 		t.Errorf("reference %+v, want the policy's name and UID without resourceVersion", ref)
 	}
 }

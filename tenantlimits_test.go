@@ -19,6 +19,7 @@ import (
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/tenant"
+	"github.com/podjanitor/podjanitor/internal/tenantcontroller"
 	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
 	pjfake "github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned/fake"
 	"github.com/podjanitor/podjanitor/policy"
@@ -30,10 +31,10 @@ import (
 func (f *fixture) withTenants(l tenant.Limits) *pjfake.Clientset {
 	f.t.Helper()
 	pj := pjfake.NewSimpleClientset()
-	if err := f.c.SetTenantPolicies(f.ctx, newTenantInformer(pj, scopeFlags{}, l.Bytes), pj, policy.Restrictions{}, time.Hour); err != nil {
+	if _, err := f.c.SetTenantPolicies(f.ctx, newTenantInformer(pj, scopeFlags{}, l.Bytes), pj, policy.Restrictions{}, time.Hour); err != nil {
 		f.t.Fatal(err)
 	}
-	f.c.SetTenantLimits(l)
+	tenantsOf(f.c).SetLimits(l)
 	return pj
 }
 
@@ -69,7 +70,7 @@ func TestPolicyWritesCoalesce(t *testing.T) {
 	for i := range 1000 {
 		p := lifetimePolicy("team-a", "max-age", v1alpha1.PodLifetimeRule{Name: "max-age", Clock: "created", After: fmt.Sprintf("%dh", 1+i%2)})
 		p.Generation = int64(i + 1)
-		f.c.tenantPolicyChanged(p, true)
+		tenantsOf(f.c).PolicyChanged(p, true)
 		decided += f.redecided()
 	}
 	f.clock.Step(time.Second)
@@ -77,7 +78,7 @@ func TestPolicyWritesCoalesce(t *testing.T) {
 	if decided != 2*len(pods) {
 		t.Errorf("pods decided %d times in all, want %d (two passes over the namespace: the first write's, then one for the 999 others)", decided, 2*len(pods))
 	}
-	if n, next := f.c.tenants.tracker.Summary("team-a/max-age"); n != len(pods) || !next.Equal(t0.Add(-30*time.Minute+2*time.Hour)) {
+	if n, next := tenantsOf(f.c).Summary("team-a/max-age"); n != len(pods) || !next.Equal(t0.Add(-30*time.Minute+2*time.Hour)) {
 		t.Errorf("policy gives %d pods a deadline, the next at %v; want %d at %v (the last write's after: 2h)", n, next, len(pods), t0.Add(90*time.Minute))
 	}
 	if got := f.c.redecide.Passes(); got != 2 {
@@ -141,22 +142,20 @@ func TestTenantPolicyLimits(t *testing.T) {
 		policies = append(policies, p)
 	}
 	for i := 16; i >= 0; i-- {
-		f.c.tenantPolicyChanged(policies[i], true)
+		tenantsOf(f.c).PolicyChanged(policies[i], true)
 	}
 	var names []string
-	for _, p := range f.c.tenants.store.For("team-a") {
+	for _, p := range tenantsOf(f.c).Store().For("team-a") {
 		names = append(names, p.Name)
 	}
 	if want := []string{"p00", "p01", "p02", "p03", "p04", "p05", "p06", "p07", "p08", "p09", "p10", "p11", "p12", "p13", "p14", "p15"}; !cmp.Equal(want, names) {
 		t.Errorf("policies used %v, want %v", names, want)
 	}
-	f.c.tenants.mu.Lock()
-	seen := f.c.tenants.seen["team-a/p16"]
-	f.c.tenants.mu.Unlock()
-	if seen.err == nil || seen.err.Reason != tenant.TooManyPolicies {
-		t.Fatalf("p16: %+v, want not used, reason %s", seen.err, tenant.TooManyPolicies)
+	seen := tenantPolicy(f.c, "team-a/p16")
+	if seen.Err == nil || seen.Err.Reason != tenant.TooManyPolicies {
+		t.Fatalf("p16: %+v, want not used, reason %s", seen.Err, tenant.TooManyPolicies)
 	}
-	status := f.c.tenantStatus(policies[16], seen)
+	status := tenantsOf(f.c).Status(policies[16], seen)
 	if c := readyCondition(status); c.Status != metav1.ConditionFalse || c.Reason != tenant.TooManyPolicies || !strings.Contains(c.Message, "16") {
 		t.Errorf("p16's Ready condition %+v, want False, %s", c, tenant.TooManyPolicies)
 	}
@@ -177,12 +176,10 @@ func TestTenantPolicyLimits(t *testing.T) {
 	checkActions(t, []core.Action{deleteAction(used)}, f.podActions())
 
 	f.client.ClearActions()
-	f.c.tenantPolicyDeleted(policies[3])
-	f.c.tenants.mu.Lock()
-	seen = f.c.tenants.seen["team-a/p16"]
-	f.c.tenants.mu.Unlock()
-	if seen.err != nil {
-		t.Errorf("p16 after p03 is deleted: %+v, want used", seen.err)
+	tenantsOf(f.c).PolicyDeleted(policies[3])
+	seen = tenantPolicy(f.c, "team-a/p16")
+	if seen.Err != nil {
+		t.Errorf("p16 after p03 is deleted: %+v, want used", seen.Err)
 	}
 	f.redecided()
 	checkActions(t, []core.Action{deleteAction(past)}, f.podActions())
@@ -243,13 +240,11 @@ func TestTenantInformerKeepsLittle(t *testing.T) {
 
 	f := newFixture(t, Options{})
 	f.withTenants(tenant.Limits{Bytes: 512})
-	f.c.tenantPolicyChanged(cachedBig, false)
-	f.c.tenantPolicyChanged(cached, false)
-	f.c.tenants.mu.Lock()
-	seenBig, seenSmall := f.c.tenants.seen["team-a/big"], f.c.tenants.seen["team-a/cleanup"]
-	f.c.tenants.mu.Unlock()
-	if seenBig.err == nil || seenBig.err.Reason != tenant.TooLarge || seenSmall.err != nil {
-		t.Errorf("big: %+v, cleanup: %+v; want big not used (%s), cleanup used", seenBig.err, seenSmall.err, tenant.TooLarge)
+	tenantsOf(f.c).PolicyChanged(cachedBig, false)
+	tenantsOf(f.c).PolicyChanged(cached, false)
+	seenBig, seenSmall := tenantPolicy(f.c, "team-a/big"), tenantPolicy(f.c, "team-a/cleanup")
+	if seenBig.Err == nil || seenBig.Err.Reason != tenant.TooLarge || seenSmall.Err != nil {
+		t.Errorf("big: %+v, cleanup: %+v; want big not used (%s), cleanup used", seenBig.Err, seenSmall.Err, tenant.TooLarge)
 	}
 }
 
@@ -309,7 +304,7 @@ func TestTypedConversionAgreesWithJSON(t *testing.T) {
 		}
 		for _, r := range []policy.Restrictions{{}, {ForbiddenClocks: []policy.Clock{policy.ClockCreated}, MaxAfter: 2 * time.Hour}} {
 			want, wantErr := convertByJSON(obj, r)
-			got, err := convertTenantPolicy(obj, r)
+			got, err := tenantcontroller.Convert(obj, r)
 			if fmt.Sprint(wantErr) != fmt.Sprint(err) {
 				t.Errorf("%s: error\n %v\nwant\n %v", rules, err, wantErr)
 				continue

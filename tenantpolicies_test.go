@@ -57,7 +57,7 @@ func newTenantFixtureOn(t *testing.T, opts Options, r policy.Restrictions, names
 	t.Helper()
 	f := newFixtureWithNamespaces(t, opts, namespaces, pods...)
 	informer := newTenantInformer(pj, scopeFlags{}, 0)
-	if err := f.c.SetTenantPolicies(f.ctx, informer, pj, r, tenantStatusInterval); err != nil {
+	if _, err := f.c.SetTenantPolicies(f.ctx, informer, pj, r, tenantStatusInterval); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
@@ -66,7 +66,7 @@ func newTenantFixtureOn(t *testing.T, opts Options, r policy.Restrictions, names
 		t.Fatal("tenant policy cache did not sync")
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); f.c.tenants.status.Run(ctx, nil) }()
+	go func() { defer close(done); tenantsOf(f.c).RunStatus(ctx, nil) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return &tenantFixture{fixture: f, pj: pj, policies: informer.GetIndexer()}
 }
@@ -236,7 +236,7 @@ func TestTenantPoliciesWaitForTheirCRD(t *testing.T) {
 	if err != nil {
 		t.Fatalf("startTenantPolicies without the CRD: %v, want podjanitor to run without tenant policies", err)
 	}
-	if !synced() || !f.c.tenants.synced() {
+	if !synced() || !tenantsOf(f.c).HasSynced() {
 		t.Fatal("/readyz or the controller's start waits for tenant policies that the API server does not serve")
 	}
 	available := func() float64 { return metricValue(f.metrics, "podjanitor_tenant_policies_available") }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/podjanitor/podjanitor/internal/redecide"
+	"github.com/podjanitor/podjanitor/internal/tenantcontroller"
 	"github.com/podjanitor/podjanitor/internal/wave"
 	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
 	pjfake "github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned/fake"
@@ -98,7 +99,7 @@ func TestTenantWaveIsHeldUntilApproved(t *testing.T) {
 	if n := len(f.podWrites()); n != 0 {
 		t.Fatalf("%d pod writes of a held wave, want none", n)
 	}
-	h, object, ok := f.c.tenantWaves.Held("team-a")
+	h, object, ok := tenantsOf(f.c).Holds().Held("team-a")
 	if !ok || h.Pods != 12 || object != "team-a/cleanup" {
 		t.Fatalf("held %+v by %q, %v; want 12 pods held by team-a/cleanup", h, object, ok)
 	}
@@ -116,7 +117,7 @@ func TestTenantWaveIsHeldUntilApproved(t *testing.T) {
 	// The file's hold ID or another change's approves nothing.
 	f.annotatePolicy("team-a", "cleanup", "0123456789ab")
 	time.Sleep(100 * time.Millisecond)
-	if _, _, ok := f.c.tenantWaves.Held("team-a"); !ok || f.c.queue.Len() != 0 {
+	if _, _, ok := tenantsOf(f.c).Holds().Held("team-a"); !ok || f.c.queue.Len() != 0 {
 		t.Fatal("a wrong approval released the wave")
 	}
 
@@ -151,7 +152,7 @@ func TestSmallTenantWaveIsNotHeld(t *testing.T) {
 	if n := len(f.podWrites()); n != 10 {
 		t.Errorf("%d pods removed of a wave of 10, want 10", n)
 	}
-	if _, _, ok := f.c.tenantWaves.Held("team-a"); ok {
+	if _, _, ok := tenantsOf(f.c).Holds().Held("team-a"); ok {
 		t.Error("a wave of 10 is held")
 	}
 }
@@ -181,7 +182,7 @@ func TestTenantWaveRevertedRemovesNothing(t *testing.T) {
 	}
 	edit(maxAgeRule, 2)
 	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		_, _, ok := f.c.tenantWaves.Held("team-a")
+		_, _, ok := tenantsOf(f.c).Holds().Held("team-a")
 		return ok, nil
 	}); err != nil {
 		t.Fatal("the change to 1h is not held")
@@ -190,7 +191,7 @@ func TestTenantWaveRevertedRemovesNothing(t *testing.T) {
 	f.drain()
 	edit(week, 3)
 	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		_, _, ok := f.c.tenantWaves.Held("team-a")
+		_, _, ok := tenantsOf(f.c).Holds().Held("team-a")
 		return !ok, nil
 	}); err != nil {
 		t.Fatal("the revert did not end the hold")
@@ -236,7 +237,7 @@ func TestTenantApprovalNeverApprovesTheFile(t *testing.T) {
 func heldPolicy(id string) *v1alpha1.PodLifetimePolicy {
 	p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
 	p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: 1,
-		Reason: wave.ReasonRemovalsHeld, Message: tenantHeldMessage(p, wave.Hold{ID: id, Pods: 12}), LastTransitionTime: metav1.NewTime(t0)}}
+		Reason: wave.ReasonRemovalsHeld, Message: tenantcontroller.HeldMessage(p, wave.Hold{ID: id, Pods: 12}), LastTransitionTime: metav1.NewTime(t0)}}
 	return p
 }
 
@@ -270,7 +271,7 @@ func TestTenantWaveHeldAcrossARestart(t *testing.T) {
 	if n := len(f.podWrites()); n != 0 {
 		t.Fatalf("%d pod writes after a restart of a held change, want none", n)
 	}
-	if h, _, ok := f.c.tenantWaves.Held("team-a"); !ok || h.ID != "0123456789ab" {
+	if h, _, ok := tenantsOf(f.c).Holds().Held("team-a"); !ok || h.ID != "0123456789ab" {
 		t.Fatalf("held %+v, %v; want the recorded change held", h, ok)
 	}
 	f.annotatePolicy("team-a", "cleanup", "0123456789ab")
@@ -287,7 +288,7 @@ func TestApprovedTenantWaveIsNotHeldAfterARestart(t *testing.T) {
 	p := heldPolicy("0123456789ab")
 	p.Annotations = map[string]string{wave.AnnotationApprove: "0123456789ab"}
 	f, _ := restartedTenantFixture(t, p)
-	if _, _, ok := f.c.tenantWaves.Held("team-a"); ok {
+	if _, _, ok := tenantsOf(f.c).Holds().Held("team-a"); ok {
 		t.Error("an approved change held after a restart")
 	}
 	if n := len(f.podWrites()); n != 12 {
@@ -324,7 +325,7 @@ func TestPlanMarksATenantPolicysHeldPods(t *testing.T) {
 	if err := printPlan(&out, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"HELD 0123456789ab", tenantApproveCommand("team-a", "cleanup", "0123456789ab")} {
+	for _, want := range []string{"HELD 0123456789ab", tenantcontroller.ApproveCommand("team-a", "cleanup", "0123456789ab")} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("plan lacks %q:\n%s", want, out.String())
 		}
@@ -343,7 +344,7 @@ func TestSecondTenantChangeTakesOverTheHold(t *testing.T) {
 	}
 	f.waitQueued(len(pods))
 	f.drain()
-	first, _, _ := f.c.tenantWaves.Held("team-a")
+	first, _, _ := tenantsOf(f.c).Holds().Held("team-a")
 	q := lifetimePolicy("team-a", "later", v1alpha1.PodLifetimeRule{Name: "none", Match: v1alpha1.PodLifetimeMatch{LabelSelector: "app=none"}, Clock: "created", After: "30d"})
 	q.UID = "uid-policy-later"
 	if _, err := policies.Create(f.ctx, q, metav1.CreateOptions{}); err != nil {
@@ -352,7 +353,7 @@ func TestSecondTenantChangeTakesOverTheHold(t *testing.T) {
 	var second wave.Hold
 	var object string
 	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		second, object, _ = f.c.tenantWaves.Held("team-a")
+		second, object, _ = tenantsOf(f.c).Holds().Held("team-a")
 		return object == "team-a/later", nil
 	}); err != nil {
 		t.Fatalf("hold by %q, want team-a/later", object)
@@ -380,7 +381,7 @@ func TestSecondTenantChangeTakesOverTheHold(t *testing.T) {
 	}
 	f.annotatePolicy("team-a", "later", second.ID)
 	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		_, _, held := f.c.tenantWaves.Held("team-a")
+		_, _, held := tenantsOf(f.c).Holds().Held("team-a")
 		return !held, nil
 	}); err != nil {
 		t.Fatal("the approval on the second policy was not taken")
@@ -400,13 +401,11 @@ func TestTenantPolicyDeletedWhilePendingStaysDeleted(t *testing.T) {
 	p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
 	// No pass runs on its own: the change stays pending until the test's.
 	f.c.redecide = redecide.New(f.clock, time.Hour, func(string) []string { return nil }, func(string) {}, func() bool { return false })
-	f.c.tenantPolicyChanged(p, true)
-	f.c.tenants.mu.Lock()
-	pending := len(f.c.tenants.pending["team-a"])
-	f.c.tenants.mu.Unlock()
-	f.c.tenantPolicyDeleted(p)
-	f.c.applyPendingTenants("team-a") // the pass
-	if got := f.c.tenants.store.For("team-a"); len(got) != 0 || pending == 0 {
+	tenantsOf(f.c).PolicyChanged(p, true)
+	pending := tenantsOf(f.c).Pending("team-a")
+	tenantsOf(f.c).PolicyDeleted(p)
+	tenantsOf(f.c).ApplyPending("team-a") // the pass
+	if got := tenantsOf(f.c).Store().For("team-a"); len(got) != 0 || pending == 0 {
 		t.Errorf("store %v after the deletion (%d change(s) were pending); want the policy gone", got, pending)
 	}
 }
@@ -420,16 +419,14 @@ func TestPendingTenantChangesKeepOnePerPolicy(t *testing.T) {
 	for g := range 50 {
 		p = p.DeepCopy()
 		p.Generation = int64(g + 1)
-		f.c.tenantPolicyChanged(p, true)
+		tenantsOf(f.c).PolicyChanged(p, true)
 	}
-	f.c.tenants.mu.Lock()
-	n := len(f.c.tenants.pending["team-a"])
-	f.c.tenants.mu.Unlock()
+	n := tenantsOf(f.c).Pending("team-a")
 	if n != 1 {
 		t.Errorf("%d pending changes after 50 writes of one policy, want 1", n)
 	}
-	f.c.applyPendingTenants("team-a")
-	if got := f.c.tenants.store.For("team-a"); len(got) != 1 || got[0].Generation != 50 {
+	tenantsOf(f.c).ApplyPending("team-a")
+	if got := tenantsOf(f.c).Store().For("team-a"); len(got) != 1 || got[0].Generation != 50 {
 		t.Errorf("store %v, want the policy's generation 50", got)
 	}
 }

@@ -75,7 +75,7 @@ func TestReloadWaveIsHeldUntilApproved(t *testing.T) {
 	f, pods := waveFixture(t, 12)
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); f.c.runWaveRecord(ctx) }()
+	go func() { defer close(done); f.c.waves.run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
 	f.reload("1m", pods)
@@ -358,7 +358,7 @@ func TestFirstInstallOnABacklogIsHeld(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); f.c.runWaveRecord(ctx) }()
+	go func() { defer close(done); f.c.waves.run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	lease := waitLease(t, f, func(a map[string]string) bool { return a[wave.AnnotationHeld] == h.ID })
 	if _, ok := lease[wave.AnnotationBaselineHash]; ok {
@@ -399,7 +399,7 @@ func TestFirstInstallOnACleanClusterIsNotHeld(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); f.c.runWaveRecord(ctx) }()
+	go func() { defer close(done); f.c.waves.run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	week := policyJSON(evaluatorWithAfter(t, "7d"))
 	waitLease(t, f, func(a map[string]string) bool { return a[wave.AnnotationBaselineHash] == wave.BaselineHash(week) })
@@ -463,7 +463,7 @@ func namespaceWaveFixtureWith(t *testing.T, annotations map[string]string, lease
 			t.Fatal(err)
 		}
 	}
-	f.c.running.Store(true) // the leader: it reports holds in Events
+	namespacesOf(f.c).Lead() // the leader: it reports holds in Events
 	return f, ns, pods
 }
 
@@ -495,7 +495,7 @@ func TestNamespaceWaveIsHeldUntilApproved(t *testing.T) {
 	if n := f.deletes(); n != 0 {
 		t.Fatalf("%d pods removed of a held namespace wave", n)
 	}
-	h, _, ok := f.c.namespaceWaves.Held("team-a")
+	h, _, ok := namespacesOf(f.c).Holds().Held("team-a")
 	if !ok || h.Pods != 12 || h.Source != wave.SourceNamespace {
 		t.Fatalf("held %+v, %v; want 12 pods held", h, ok)
 	}
@@ -525,7 +525,7 @@ func TestNamespaceWaveRevertedRemovesNothing(t *testing.T) {
 	if n := f.deletes(); n != 0 {
 		t.Errorf("%d pods removed, want none", n)
 	}
-	if _, _, ok := f.c.namespaceWaves.Held("team-a"); ok {
+	if _, _, ok := namespacesOf(f.c).Holds().Held("team-a"); ok {
 		t.Error("held after the revert")
 	}
 }
@@ -598,7 +598,7 @@ func TestStartLeaseReadFailing(t *testing.T) {
 
 	f, _ = startFixture(t, "1m", time.Hour, 12, recordedLease(t, "1m"))
 	failLeaseReads(f, 1<<30)
-	f.c.podsSynced, f.c.namespacesSynced = alwaysReady, alwaysReady
+	f.c.podsSynced = alwaysReady
 	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
 	defer cancel()
 	err := f.c.Run(ctx, 2)

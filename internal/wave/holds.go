@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
 // SourceTenant is a namespace's tenant policies (PodLifetimePolicy), created
@@ -93,8 +94,12 @@ func (h *Holds) Resume(scope, object string, hold Hold, old []byte, oldDecide De
 	h.scopes[scope] = &scopeHold{guard: g, object: object}
 }
 
-// Held returns the held change of scope and the object that made it.
+// Held returns the held change of scope and the object that made it (none
+// on a nil *Holds, which holds nothing).
 func (h *Holds) Held(scope string) (hold Hold, object string, ok bool) {
+	if h == nil {
+		return Hold{}, "", false
+	}
 	h.mu.Lock()
 	s := h.scopes[scope]
 	if s != nil {
@@ -156,6 +161,14 @@ func (h *Holds) Forget(scope, key string) {
 		s.guard.Forget(key)
 	}
 }
+
+// CheckPod is Check for the pod of key, its namespace the scope.
+func (h *Holds) CheckPod(key cache.ObjectName, pod *corev1.Pod, now time.Time) (bool, time.Time) {
+	return h.Check(key.Namespace, key.String(), pod, now)
+}
+
+// ForgetPod is Forget for the pod of key, its namespace the scope.
+func (h *Holds) ForgetPod(key cache.ObjectName) { h.Forget(key.Namespace, key.String()) }
 
 func (h *Holds) scope(scope string) *scopeHold {
 	h.mu.Lock()

@@ -1,18 +1,14 @@
-package main
-
-// Tenant policies: the PodLifetimePolicy resources in which namespace owners
-// write rules for the pods of their namespace (--tenant-policies). The
-// controller converts each into a policy.TenantPolicy when it changes, keeps
-// the usable ones in a tenant.Store that its evaluator reads, decides the
-// policy's namespace again, and writes the policy's status at a bounded rate.
+// Package tenantcontroller is podjanitor's PodLifetimePolicy controller:
+// the resources in which namespace owners write rules for the pods of their
+// namespace (--tenant-policies), their admission under the limits, the
+// holds of their changes, their status and finalizer writes.
+package tenantcontroller
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
 	"maps"
 	"slices"
 	"strings"
@@ -29,6 +25,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/metrics"
@@ -44,14 +41,60 @@ import (
 
 // Ready condition reasons besides policy.TenantReason*.
 const (
-	tenantReasonInUse = "RulesInUse"
-	// tenantReasonDeleting: the policy has a deletion timestamp (a
+	InUseReason = "RulesInUse"
+	// DeletingReason: the policy has a deletion timestamp (a
 	// finalizer holds it): it gives no deadline, and no Warning says so.
-	tenantReasonDeleting = "Deleting"
+	DeletingReason = "Deleting"
 )
 
-// tenantPolicies is the controller's side of the tenant policies.
-type tenantPolicies struct {
+// Config is what the controller is given. Every field but DryRun, Waves
+// and StatusInterval is required.
+type Config struct {
+	// Informer is a PodLifetimePolicy informer of the namespaces watched
+	// (tenant.Transform); Client writes their status and finalizer.
+	Informer cache.SharedIndexInformer
+	Client   versioned.Interface
+	// Restrictions are what tenants' rules may not do.
+	Restrictions policy.Restrictions
+	// StatusInterval is the least time between two status writes of a
+	// policy.
+	StatusInterval time.Duration
+	// Pods is the pod cache with its namespace index; Namespaces the
+	// namespace cache (podcache.NamespaceTransform).
+	Pods, Namespaces cache.Indexer
+	// Evaluator is the running evaluator, for a wave's decisions.
+	Evaluator func() *policy.Evaluator
+	// Now is the API server's time as the process estimates it.
+	Now          func() time.Time
+	Clock        clock.WithTicker
+	WriteTimeout time.Duration
+	// Waves holds a change whose wave is too large; nil holds nothing.
+	Waves *wave.Options
+	// DryRun: no finalizer is put on a policy.
+	DryRun   bool
+	Reporter *events.Reporter
+	Metrics  *metrics.Metrics
+	// Redecide decides a namespace's pods again (coalesced by the caller,
+	// which calls ApplyPending at the namespace's pass).
+	Redecide func(namespace string)
+	// Requeue decides a pod again now: its policies changed, or a held
+	// change was approved.
+	Requeue func(key cache.ObjectName)
+}
+
+// Controller is the PodLifetimePolicy controller: it converts each policy
+// into a policy.TenantPolicy when it changes, chooses which of a namespace's
+// policies are used (the Limits), keeps those in a tenant.Store that the
+// evaluator reads (Store), has the namespace's pods decided again, holds a
+// change whose wave is too large (--hold-waves) until a person approves it
+// on the policy, keeps a finalizer on the policies whose deletion could be
+// held, and writes each policy's status at a bounded rate.
+//
+// The pod controller sees it through Store, Observe, Confirm, ApplyPending,
+// Check and Forget; the controller reaches back only through its Config's
+// callbacks.
+type Controller struct {
+	cfg    Config
 	client versioned.Interface
 	lister listers.PodLifetimePolicyLister
 	// synced: the handler has taken the informer's initial list, so the
@@ -63,6 +106,8 @@ type tenantPolicies struct {
 	store   *tenant.Store
 	tracker *tenant.Tracker
 	status  *tenant.StatusWriter
+	// holds are the held changes by namespace; nil without Config.Waves.
+	holds *wave.Holds
 	// finalizer is this podjanitor's on the policies it uses
 	// (tenant.FinalizerFor its record Lease).
 	finalizer string
@@ -72,7 +117,7 @@ type tenantPolicies struct {
 
 	mu sync.Mutex
 	// seen is what the controller made of each policy it read, by key.
-	seen map[string]tenantSeen
+	seen map[string]Seen
 	// reader is confirm's reads from the API server.
 	reader *tenant.Reader
 	// converted is each policy's conversion, by namespace and name; the
@@ -103,20 +148,20 @@ type tenantConverted struct {
 	rules, bytes int
 }
 
-// tenantSeen is what the controller made of one generation of a policy:
-// err says why it is not used (nil: it is).
-type tenantSeen struct {
-	uid        types.UID
-	generation int64
-	rules      int
-	err        *policy.TenantError
+// Seen is what the controller made of one generation of a policy: Err
+// says why it is not used (nil: it is).
+type Seen struct {
+	UID        types.UID
+	Generation int64
+	Rules      int
+	Err        *policy.TenantError
 }
 
-// convertTenantPolicy makes the policy.TenantPolicy of a resource under the
+// Convert makes the policy.TenantPolicy of a resource under the
 // restrictions: the checks of the loader the API server's validation agrees
 // with (policy.ParseTenantRules is policy.ParseRules on typed rules), with
 // the resource's strings shared, not copied.
-func convertTenantPolicy(obj *v1alpha1.PodLifetimePolicy, r policy.Restrictions) (*policy.TenantPolicy, error) {
+func Convert(obj *v1alpha1.PodLifetimePolicy, r policy.Restrictions) (*policy.TenantPolicy, error) {
 	parsed, err := policy.ParseTenantRules(tenant.RuleSpecs(obj))
 	if err != nil {
 		return nil, &policy.TenantError{Reason: policy.TenantReasonInvalid, Message: err.Error()}
@@ -124,159 +169,206 @@ func convertTenantPolicy(obj *v1alpha1.PodLifetimePolicy, r policy.Restrictions)
 	return policy.NewTenantPolicy(obj.Namespace, obj.Name, parsed.Rules, r)
 }
 
-// SetTenantPolicies makes the controller honour the tenant policies of
-// informer (a PodLifetimePolicy informer of the namespaces it watches),
-// under restrictions, writing their status with client at most once per
-// statusInterval each. Call it before Run, and before the informer starts.
-func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.SharedIndexInformer, client versioned.Interface,
-	r policy.Restrictions, statusInterval time.Duration) error {
+// New makes the controller of the tenant policies of cfg.Informer and
+// registers its handler. Call it before the informer starts.
+func New(ctx context.Context, cfg Config) (*Controller, error) {
 	logger := klog.FromContext(ctx)
-	t := &tenantPolicies{
-		client:       client,
-		lister:       listers.NewPodLifetimePolicyLister(informer.GetIndexer()),
-		restrictions: r,
+	c := &Controller{
+		cfg:          cfg,
+		client:       cfg.Client,
+		lister:       listers.NewPodLifetimePolicyLister(cfg.Informer.GetIndexer()),
+		restrictions: cfg.Restrictions,
 		store:        tenant.NewStore(),
-		seen:         map[string]tenantSeen{},
-		reader:       tenant.NewReader(c.clock, c.opts.WriteTimeout, readTenantPolicy(client)),
+		seen:         map[string]Seen{},
+		reader:       tenant.NewReader(cfg.Clock, cfg.WriteTimeout, readTenantPolicy(cfg.Client)),
 		converted:    map[string]map[string]tenantConverted{},
 		overLimit:    map[string]int{},
 		pending:      map[string]map[string]tenantOp{},
 		pendingBy:    map[string]*v1alpha1.PodLifetimePolicy{},
 		finalizer:    tenant.FinalizerFor("podjanitor", "podjanitor"), // artifacts/deploy's Lease
-
 	}
-	t.status = tenant.NewStatusWriter(c.clock, statusInterval, func(ctx context.Context, key string) error {
-		return c.writeTenantStatus(ctx, key)
+	c.status = tenant.NewStatusWriter(cfg.Clock, cfg.StatusInterval, func(ctx context.Context, key string) error {
+		return c.WriteStatus(ctx, key)
 	})
-	t.tracker = tenant.NewTracker(t.status.Mark)
-	c.tenants = t
-	if w := c.opts.Waves; w != nil {
-		c.tenantWaves = wave.NewHolds(wave.SourceTenant, w.Threshold, w.Window, c.metrics.SetPodsHeld)
+	c.tracker = tenant.NewTracker(c.status.Mark)
+	if w := cfg.Waves; w != nil {
+		c.holds = wave.NewHolds(wave.SourceTenant, w.Threshold, w.Window, cfg.Metrics.SetPodsHeld)
 	}
-	e := *c.evaluator.Load()
-	e.Tenants = t.store
-	c.evaluator.Store(&e)
-	handler, err := informer.AddEventHandlerWithOptions(cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(obj interface{}, isInInitialList bool) { c.tenantPolicyChanged(obj, !isInInitialList) },
+	handler, err := cfg.Informer.AddEventHandlerWithOptions(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj interface{}, isInInitialList bool) { c.PolicyChanged(obj, !isInInitialList) },
 		UpdateFunc: func(old, cur interface{}) {
 			o, ok1 := old.(*v1alpha1.PodLifetimePolicy)
 			n, ok2 := cur.(*v1alpha1.PodLifetimePolicy)
 			// Status writes (ours) change none of these: no work for them.
 			if !ok1 || !ok2 || o.Generation != n.Generation || o.UID != n.UID || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) {
-				c.tenantPolicyChanged(cur, true)
-				if ok1 && ok2 && o.DeletionTimestamp == nil && n.DeletionTimestamp != nil && t.hasFinalizer(n) {
-					t.status.Release(n.Namespace + "/" + n.Name) // its deletion waits on the write
+				c.PolicyChanged(cur, true)
+				if ok1 && ok2 && o.DeletionTimestamp == nil && n.DeletionTimestamp != nil && c.hasFinalizer(n) {
+					c.status.Release(n.Namespace + "/" + n.Name) // its deletion waits on the write
 				}
 			} else if o.Annotations[wave.AnnotationApprove] != n.Annotations[wave.AnnotationApprove] {
 				c.tenantWaveApproved(n)
-			} else if t.hasFinalizer(o) != t.hasFinalizer(n) {
-				t.status.Mark(n.Namespace + "/" + n.Name) // put back on a policy in use
+			} else if c.hasFinalizer(o) != c.hasFinalizer(n) {
+				c.status.Mark(n.Namespace + "/" + n.Name) // put back on a policy in use
 			}
 		},
-		DeleteFunc: c.tenantPolicyDeleted,
+		DeleteFunc: c.PolicyDeleted,
 	}, cache.HandlerOptions{Logger: &logger})
 	if err != nil {
-		return fmt.Errorf("adding tenant policy event handler: %w", err)
+		return nil, fmt.Errorf("adding tenant policy event handler: %w", err)
 	}
-	t.synced = handler.HasSynced
-	return nil
+	c.synced = handler.HasSynced
+	return c, nil
 }
 
-// SetTenantFinalizer names this podjanitor's finalizer on the policies it
+// Store is the usable tenant policies by namespace: the evaluator's Tenants.
+func (c *Controller) Store() *tenant.Store { return c.store }
+
+// HasSynced reports whether the handler has taken the informer's initial
+// list (at once while the API server does not serve the policies: AwaitAPI).
+func (c *Controller) HasSynced() bool { return c.synced() }
+
+// Observe tells the policies' status which policy, if any, gives the pod
+// of podKey its deadline now.
+func (c *Controller) Observe(podKey string, d policy.Decision) { c.tracker.Observe(podKey, d) }
+
+// Holds are the held changes by namespace; nil without Config.Waves.
+func (c *Controller) Holds() *wave.Holds { return c.holds }
+
+// Expect returns a channel closed once the pods of podKeys (the cache's at
+// the start, before any worker decides) in namespaces with a usable policy
+// have been decided: the first status writes wait for it, so that they
+// count those pods.
+func (c *Controller) Expect(podKeys []string) <-chan struct{} {
+	return c.tracker.Expect(c.podsOfPolicyNamespaces(podKeys))
+}
+
+// RunStatus writes the policies' status until ctx ends, the first writes
+// once ready is closed (nil: at once).
+func (c *Controller) RunStatus(ctx context.Context, ready <-chan struct{}) { c.status.Run(ctx, ready) }
+
+// Policy is what the controller made of the policy of key, if it read it.
+func (c *Controller) Policy(key string) (Seen, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.seen[key]
+	return s, ok
+}
+
+// Pending is the number of changes of namespace's policies that wait for
+// the namespace's pass.
+func (c *Controller) Pending(namespace string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending[namespace])
+}
+
+// Summary is the number of pods the policy of key gives a deadline, and
+// the first of those deadlines.
+func (c *Controller) Summary(key string) (int, time.Time) { return c.tracker.Summary(key) }
+
+// StatusPending is the number of policies whose status waits for a write.
+func (c *Controller) StatusPending() int { return c.status.Len() }
+
+// FinalizerRefused reports whether the API server refused the finalizer.
+func (c *Controller) FinalizerRefused() bool { return c.finalizerRefused.Load() }
+
+// Lister lists the policies of the informer's cache.
+func (c *Controller) Lister() listers.PodLifetimePolicyLister { return c.lister }
+
+// SetFinalizer names this podjanitor's finalizer on the policies it
 // uses after its record Lease (tenant.FinalizerFor); call it after
-// SetTenantPolicies, before Run. Unset, it is the default Lease's.
-func (c *Controller) SetTenantFinalizer(leaseNamespace, leaseName string) {
-	c.tenants.finalizer = tenant.FinalizerFor(leaseNamespace, leaseName)
+// New, before Run. Unset, it is the default Lease's.
+func (c *Controller) SetFinalizer(leaseNamespace, leaseName string) {
+	c.finalizer = tenant.FinalizerFor(leaseNamespace, leaseName)
 }
 
-// SetTenantLimits bounds what each namespace's usable policies hold; call
-// it after SetTenantPolicies, before Run. The zero Limits bound nothing.
-func (c *Controller) SetTenantLimits(l tenant.Limits) { c.tenants.limits = l }
+// SetLimits bounds what each namespace's usable policies hold; call
+// it after New, before Run. The zero Limits bound nothing.
+func (c *Controller) SetLimits(l tenant.Limits) { c.limits = l }
 
-// tenantPolicyChanged converts a created or changed policy, chooses again
+// PolicyChanged converts a created or changed policy, chooses again
 // which of its namespace's policies are used (the Limits, by name), puts
 // those in the store and takes the others out (those it cannot use or
-// that are being deleted; writeTenantStatus warns about the former),
+// that are being deleted; WriteStatus warns about the former),
 // and decides the namespace's pods again (not for the initial list: every
 // pod is decided once the caches have synced).
-func (c *Controller) tenantPolicyChanged(obj interface{}, enqueue bool) {
+func (c *Controller) PolicyChanged(obj interface{}, enqueue bool) {
 	p, ok := obj.(*v1alpha1.PodLifetimePolicy)
 	if !ok {
 		utilruntime.HandleError(fmt.Errorf("tenant policy informer: unexpected %T", obj))
 		return
 	}
-	t := c.tenants
 	key := p.Namespace + "/" + p.Name
-	conv := t.convert(p, p.DeletionTimestamp != nil)
+	conv := c.convert(p, p.DeletionTimestamp != nil)
 	// A policy the initial list finds being deleted and held by podjanitor's
 	// finalizer: its deletion was not measured yet, or was held, when the
 	// last leader stopped. The policy as it was before it is the one acted
 	// on, and its deletion a change of the namespace measured at the
 	// namespace's pass, as a live one is: a restart cannot let a held
 	// deletion through.
-	resume := !enqueue && c.tenantWaves != nil && p.DeletionTimestamp != nil && t.hasFinalizer(p)
-	t.reader.Forget(p.Namespace, p.Name)
-	t.mu.Lock()
-	if t.converted[p.Namespace] == nil {
-		t.converted[p.Namespace] = map[string]tenantConverted{}
+	resume := !enqueue && c.holds != nil && p.DeletionTimestamp != nil && c.hasFinalizer(p)
+	c.reader.Forget(p.Namespace, p.Name)
+	c.mu.Lock()
+	if c.converted[p.Namespace] == nil {
+		c.converted[p.Namespace] = map[string]tenantConverted{}
 	}
 	if resume {
-		t.converted[p.Namespace][p.Name] = t.convert(p, false)
-		_, before := t.admit(p.Namespace, key)
-		t.apply(t.store, before)
+		c.converted[p.Namespace][p.Name] = c.convert(p, false)
+		_, before := c.admit(p.Namespace, key)
+		c.apply(c.store, before)
 	}
-	t.converted[p.Namespace][p.Name] = conv
-	changed, ops := t.admit(p.Namespace, key)
-	if (enqueue || resume) && c.tenantWaves != nil {
-		// Measured and made by the namespace's pass (applyPendingTenants).
-		if t.pending[p.Namespace] == nil {
-			t.pending[p.Namespace] = map[string]tenantOp{}
+	c.converted[p.Namespace][p.Name] = conv
+	changed, ops := c.admit(p.Namespace, key)
+	if (enqueue || resume) && c.holds != nil {
+		// Measured and made by the namespace's pass (ApplyPending).
+		if c.pending[p.Namespace] == nil {
+			c.pending[p.Namespace] = map[string]tenantOp{}
 		}
 		for _, op := range ops {
-			t.pending[p.Namespace][op.name] = op
+			c.pending[p.Namespace][op.name] = op
 		}
-		t.pendingBy[p.Namespace] = p
+		c.pendingBy[p.Namespace] = p
 	} else {
-		t.apply(t.store, ops)
+		c.apply(c.store, ops)
 	}
-	if !enqueue && c.tenantWaves != nil && t.seen[key].err == nil {
+	if !enqueue && c.holds != nil && c.seen[key].Err == nil {
 		c.resumeTenantWave(p)
 	}
-	seen := t.seen[key]
+	seen := c.seen[key]
 	c.setTenantMetrics()
-	t.mu.Unlock()
-	if seen.err != nil {
-		klog.Background().V(2).Info("Tenant policy read, not used", "policy", key, "generation", p.Generation, "reason", seen.err.Reason, "err", seen.err.Message)
+	c.mu.Unlock()
+	if seen.Err != nil {
+		klog.Background().V(2).Info("Tenant policy read, not used", "policy", key, "generation", p.Generation, "reason", seen.Err.Reason, "err", seen.Err.Message)
 	} else {
-		klog.Background().V(2).Info("Tenant policy read", "policy", key, "generation", p.Generation, "rules", seen.rules)
+		klog.Background().V(2).Info("Tenant policy read", "policy", key, "generation", p.Generation, "rules", seen.Rules)
 	}
-	t.status.Add(key)
+	c.status.Add(key)
 	for _, k := range changed {
 		if k != key {
-			t.status.Mark(k)
+			c.status.Mark(k)
 		}
 	}
 	if enqueue || resume {
-		c.enqueueNamespace(p.Namespace)
+		c.cfg.Redecide(p.Namespace)
 	}
 }
 
 // convert converts one generation of a policy: deleting, it gives no
 // deadline.
-func (t *tenantPolicies) convert(p *v1alpha1.PodLifetimePolicy, deleting bool) tenantConverted {
+func (c *Controller) convert(p *v1alpha1.PodLifetimePolicy, deleting bool) tenantConverted {
 	conv := tenantConverted{uid: p.UID, generation: p.Generation, rules: len(p.Spec.Rules)}
 	size, dropped := tenant.RulesBytes(p)
 	conv.bytes = size
 	var err error
 	switch {
 	case deleting: // deleted, held by a finalizer: its deadlines are gone
-		err = &policy.TenantError{Reason: tenantReasonDeleting,
+		err = &policy.TenantError{Reason: DeletingReason,
 			Message: fmt.Sprintf("the policy is being deleted (since %s): its rules give no deadline", p.DeletionTimestamp.UTC().Format(time.RFC3339))}
 	case dropped:
 		err = &policy.TenantError{Reason: tenant.TooLarge, Message: fmt.Sprintf(
-			"its rules hold %d bytes, more than the %d a namespace's policies may hold in all (--tenant-max-bytes-per-namespace)", size, t.limits.Bytes)}
+			"its rules hold %d bytes, more than the %d a namespace's policies may hold in all (--tenant-max-bytes-per-namespace)", size, c.limits.Bytes)}
 	default:
-		conv.policy, err = convertTenantPolicy(p, t.restrictions)
+		conv.policy, err = Convert(p, c.restrictions)
 	}
 	if err != nil {
 		var te *policy.TenantError
@@ -290,44 +382,39 @@ func (t *tenantPolicies) convert(p *v1alpha1.PodLifetimePolicy, deleting bool) t
 	return conv
 }
 
-// applyPendingTenants makes the pending changes of namespace's tenant
+// ApplyPending makes the pending changes of namespace's tenant
 // policies, their wave measured first (holdTenantWave): the namespace's
 // pass calls it before it lists the pods to decide again, so that the
 // changes of one interval are measured once, before any worker decides by
 // them.
-func (c *Controller) applyPendingTenants(namespace string) {
-	t := c.tenants
-	if t == nil {
-		return
-	}
-	t.mu.Lock()
+func (c *Controller) ApplyPending(namespace string) {
+	c.mu.Lock()
 	p, hold := c.applyPendingLocked(namespace)
-	var keys []string // their status waited for this pass (writeTenantStatus)
+	var keys []string // their status waited for this pass (WriteStatus)
 	if p != nil {
-		for name := range t.converted[namespace] {
+		for name := range c.converted[namespace] {
 			keys = append(keys, namespace+"/"+name)
 		}
 	}
-	t.mu.Unlock()
+	c.mu.Unlock()
 	for _, key := range keys {
-		t.status.Mark(key)
+		c.status.Mark(key)
 	}
 	c.reportTenantWave(p, hold)
 }
 
 // applyPendingLocked measures and makes the pending changes of namespace
 // and returns the policy that made the last of them and the hold, if any;
-// t.mu is held.
+// c.mu is held.
 func (c *Controller) applyPendingLocked(namespace string) (*v1alpha1.PodLifetimePolicy, *wave.Hold) {
-	t := c.tenants
-	ops, p := slices.Collect(maps.Values(t.pending[namespace])), t.pendingBy[namespace]
-	delete(t.pending, namespace)
-	delete(t.pendingBy, namespace)
+	ops, p := slices.Collect(maps.Values(c.pending[namespace])), c.pendingBy[namespace]
+	delete(c.pending, namespace)
+	delete(c.pendingBy, namespace)
 	if p == nil {
 		return nil, nil
 	}
 	hold := c.holdTenantWave(p, ops)
-	t.apply(t.store, ops)
+	c.apply(c.store, ops)
 	return p, hold
 }
 
@@ -338,7 +425,7 @@ func (c *Controller) reportTenantWave(p *v1alpha1.PodLifetimePolicy, hold *wave.
 		return
 	}
 	key := p.Namespace + "/" + p.Name
-	c.tenants.status.Mark(key)
+	c.status.Mark(key)
 	if hold == nil {
 		return
 	}
@@ -346,7 +433,7 @@ func (c *Controller) reportTenantWave(p *v1alpha1.PodLifetimePolicy, hold *wave.
 	if p.DeletionTimestamp != nil {
 		what = "Holding the deletion of a tenant policy: without its rules too many pods of its namespace are due at once"
 	}
-	klog.Background().Info(what, "policy", key, "change", hold.ID, "pods", hold.Pods, "approve", tenantApproveCommand(p.Namespace, p.Name, hold.ID))
+	klog.Background().Info(what, "policy", key, "change", hold.ID, "pods", hold.Pods, "approve", ApproveCommand(p.Namespace, p.Name, hold.ID))
 	if p.Annotations[wave.AnnotationApprove] == hold.ID {
 		c.tenantWaveApproved(p) // approved before: the approval is in the API server
 	}
@@ -355,30 +442,29 @@ func (c *Controller) reportTenantWave(p *v1alpha1.PodLifetimePolicy, hold *wave.
 // holdTenantWave measures the change that ops make to the tenant policies
 // of p's namespace (before they are applied: no worker decides by them
 // yet) against the pods of the namespace, and holds it when its wave is too
-// large; t.mu is held.
+// large; c.mu is held.
 func (c *Controller) holdTenantWave(p *v1alpha1.PodLifetimePolicy, ops []tenantOp) *wave.Hold {
-	t := c.tenants
-	old := t.store.For(p.Namespace)
+	old := c.store.For(p.Namespace)
 	next := tenant.NewStore()
 	for _, q := range old {
 		next.Set(q)
 	}
-	t.apply(next, ops)
+	c.apply(next, ops)
 	cur := next.For(p.Namespace)
-	if slices.Equal(old, cur) || namespaceTerminating(c.namespaces, p.Namespace) {
+	if slices.Equal(old, cur) || podcache.NamespaceTerminating(c.cfg.Namespaces, p.Namespace) {
 		// A namespace being deleted loses its pods whatever its policies
 		// say: holding a policy's deletion there would only hold the
 		// namespace's.
 		return nil
 	}
 	key := p.Namespace + "/" + p.Name
-	_, before, wasHeld := c.tenantWaves.Held(p.Namespace)
-	h, held := c.tenantWaves.Change(p.Namespace, key,
+	_, before, wasHeld := c.holds.Held(p.Namespace)
+	h, held := c.holds.Change(p.Namespace, key,
 		tenantsJSON(p.Namespace, old), c.tenantDecider(p.Namespace, old),
 		tenantsJSON(p.Namespace, cur), c.tenantDecider(p.Namespace, cur),
-		c.namespacePods(p.Namespace), c.now())
+		podcache.PodsOf(c.cfg.Pods, p.Namespace), c.cfg.Now())
 	if wasHeld && before != key {
-		t.status.Mark(before) // another policy's change was held: it is not, or no more by that one
+		c.status.Mark(before) // another policy's change was held: it is not, or no more by that one
 	}
 	if !held {
 		return nil
@@ -392,24 +478,24 @@ func (c *Controller) holdTenantWave(p *v1alpha1.PodLifetimePolicy, ops []tenantO
 // carries no approval of it. The rules acted on before it are not known
 // any more: the hold is against the namespace's policies without p, so a
 // pod goes only when due both with and without p's rules, until the change
-// is approved (its recorded ID), changed again or deleted. t.mu is held.
+// is approved (its recorded ID), changed again or deleted. c.mu is held.
 func (c *Controller) resumeTenantWave(p *v1alpha1.PodLifetimePolicy) {
-	h, ok := heldInStatus(p)
+	h, ok := HeldInStatus(p)
 	if !ok || p.Annotations[wave.AnnotationApprove] == h.ID {
 		return
 	}
-	cur := c.tenants.store.For(p.Namespace)
+	cur := c.store.For(p.Namespace)
 	without := slices.DeleteFunc(slices.Clone(cur), func(q *policy.TenantPolicy) bool { return q.Name == p.Name })
-	c.tenantWaves.Resume(p.Namespace, p.Namespace+"/"+p.Name, h,
+	c.holds.Resume(p.Namespace, p.Namespace+"/"+p.Name, h,
 		tenantsJSON(p.Namespace, without), c.tenantDecider(p.Namespace, without),
 		tenantsJSON(p.Namespace, cur), c.tenantDecider(p.Namespace, cur))
 	klog.Background().Info("Holding the removals of a tenant policy's change again: its status says it is held and not approved",
-		"policy", klog.KObj(p), "change", h.ID, "pods", h.Pods, "approve", tenantApproveCommand(p.Namespace, p.Name, h.ID))
+		"policy", klog.KObj(p), "change", h.ID, "pods", h.Pods, "approve", ApproveCommand(p.Namespace, p.Name, h.ID))
 }
 
-// heldInStatus reads the held change of p's current generation from its
-// Ready condition (tenantHeldMessage), as the leader wrote it.
-func heldInStatus(p *v1alpha1.PodLifetimePolicy) (wave.Hold, bool) {
+// HeldInStatus reads the held change of p's current generation from its
+// Ready condition (HeldMessage), as the leader wrote it.
+func HeldInStatus(p *v1alpha1.PodLifetimePolicy) (wave.Hold, bool) {
 	cond := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
 	if cond == nil || cond.Reason != wave.ReasonRemovalsHeld || cond.ObservedGeneration != p.Generation {
 		return wave.Hold{}, false
@@ -425,40 +511,45 @@ func heldInStatus(p *v1alpha1.PodLifetimePolicy) (wave.Hold, bool) {
 // held change of p's namespace that p made: the held pods are decided again,
 // and go at the removal cap.
 func (c *Controller) tenantWaveApproved(p *v1alpha1.PodLifetimePolicy) {
-	if c.tenantWaves == nil {
+	if c.holds == nil {
 		return
 	}
 	key := p.Namespace + "/" + p.Name
 	id := p.Annotations[wave.AnnotationApprove]
-	keys, ok := c.tenantWaves.Approve(p.Namespace, key, id)
+	keys, ok := c.holds.Approve(p.Namespace, key, id)
 	if !ok {
 		return
 	}
 	klog.Background().Info("Tenant policy's wave approved, removing its pods at the removal rate", "policy", key, "change", id, "pods", len(keys))
-	c.tenants.status.Mark(key)
+	c.status.Mark(key)
 	for _, k := range keys {
 		if name, err := cache.ParseObjectName(k); err == nil {
-			c.feed.Add(name)
+			c.cfg.Requeue(name)
 		}
 	}
 }
 
-// tenantApproveCommand is the one command that approves the held change id
+// ApproveCommand is the one command that approves the held change id
 // of a tenant policy: an annotation on the policy itself, which the
 // namespace's owners may write.
-func tenantApproveCommand(namespace, name, id string) string {
+func ApproveCommand(namespace, name, id string) string {
 	return fmt.Sprintf("kubectl annotate podlifetimepolicy -n %s %s --overwrite %s=%s", namespace, name, wave.AnnotationApprove, id)
 }
 
 // tenantDecider decides pods as the running evaluator does, with list for
 // the tenant policies of namespace (the others as they are), for a wave.
 func (c *Controller) tenantDecider(namespace string, list []*policy.TenantPolicy) wave.Decide {
-	over := tenantOverlay{namespace: namespace, list: list, rest: c.tenants.store}
+	over := tenantOverlay{namespace: namespace, list: list, rest: c.store}
 	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) {
-		e := *c.evaluator.Load()
+		e := *c.cfg.Evaluator()
 		e.Tenants = over
-		return e.Decide(pod, namespaceInfo(c.namespaces, pod.Namespace), now)
+		return e.Decide(pod, podcache.NamespaceInfo(c.cfg.Namespaces, pod.Namespace), now)
 	}
+}
+
+// Overlay is rest with list for the policies of namespace.
+func Overlay(namespace string, list []*policy.TenantPolicy, rest policy.Tenants) policy.Tenants {
+	return tenantOverlay{namespace: namespace, list: list, rest: rest}
 }
 
 // tenantOverlay is rest with list for the policies of namespace.
@@ -493,26 +584,10 @@ func tenantsJSON(namespace string, list []*policy.TenantPolicy) []byte {
 	return b
 }
 
-// namespacePods are the cached pods of namespace, for a wave.
-func (c *Controller) namespacePods(namespace string) iter.Seq[*corev1.Pod] {
-	return func(yield func(*corev1.Pod) bool) {
-		objs, err := c.pods.ByIndex(cache.NamespaceIndex, namespace)
-		if err != nil {
-			utilruntime.HandleError(err)
-			return
-		}
-		for _, obj := range objs {
-			if pod, err := podcache.Pod(obj); err == nil && !yield(pod) {
-				return
-			}
-		}
-	}
-}
-
-// tenantPolicyDeleted takes a deleted policy out of the store, lets the
+// PolicyDeleted takes a deleted policy out of the store, lets the
 // namespace's policies past a limit take its place, and decides its
 // namespace's pods again: the deadlines it gave are gone with it.
-func (c *Controller) tenantPolicyDeleted(obj interface{}) {
+func (c *Controller) PolicyDeleted(obj interface{}) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
@@ -521,60 +596,58 @@ func (c *Controller) tenantPolicyDeleted(obj interface{}) {
 		utilruntime.HandleError(err)
 		return
 	}
-	t := c.tenants
 	key := m.GetNamespace() + "/" + m.GetName()
-	t.mu.Lock()
+	c.mu.Lock()
 	// Changes pending before the deletion are measured and made first (one
 	// of them may set this very policy).
 	pendingBy, hold := c.applyPendingLocked(m.GetNamespace())
-	t.store.Delete(m.GetNamespace(), m.GetName())
-	t.reader.Forget(m.GetNamespace(), m.GetName())
-	delete(t.converted[m.GetNamespace()], m.GetName())
-	if len(t.converted[m.GetNamespace()]) == 0 {
-		delete(t.converted, m.GetNamespace())
+	c.store.Delete(m.GetNamespace(), m.GetName())
+	c.reader.Forget(m.GetNamespace(), m.GetName())
+	delete(c.converted[m.GetNamespace()], m.GetName())
+	if len(c.converted[m.GetNamespace()]) == 0 {
+		delete(c.converted, m.GetNamespace())
 	}
-	t.setSeen(key, nil)
-	changed, ops := t.admit(m.GetNamespace(), "")
-	t.apply(t.store, ops)
+	c.setSeen(key, nil)
+	changed, ops := c.admit(m.GetNamespace(), "")
+	c.apply(c.store, ops)
 	c.setTenantMetrics()
-	t.mu.Unlock()
+	c.mu.Unlock()
 	c.reportTenantWave(pendingBy, hold)
-	t.status.Forget(key)
+	c.status.Forget(key)
 	for _, k := range changed {
-		t.status.Mark(k)
+		c.status.Mark(k)
 	}
 	klog.Background().V(2).Info("Tenant policy deleted", "policy", key)
-	if c.tenantWaves != nil && c.tenantWaves.End(m.GetNamespace(), key) {
+	if c.holds != nil && c.holds.End(m.GetNamespace(), key) {
 		klog.Background().Info("The tenant policy of a held wave is deleted: its hold ends", "policy", key)
 	}
-	c.enqueueNamespace(m.GetNamespace())
+	c.cfg.Redecide(m.GetNamespace())
 }
 
 // hasFinalizer reports whether p has this podjanitor's finalizer.
-func (t *tenantPolicies) hasFinalizer(p *v1alpha1.PodLifetimePolicy) bool {
-	return tenant.HasFinalizer(p, t.finalizer)
+func (c *Controller) hasFinalizer(p *v1alpha1.PodLifetimePolicy) bool {
+	return tenant.HasFinalizer(p, c.finalizer)
 }
 
-// tenantNamespaceTerminating ends the held change of a namespace being
+// NamespaceTerminating ends the held change of a namespace being
 // deleted (its pods go with it whatever its policies say) and marks its
 // policies, so that a held deletion lets its policy go: the namespace's own
 // deletion waits for its policies'.
-func (c *Controller) tenantNamespaceTerminating(namespace string) {
-	if c.tenants == nil || c.tenantWaves == nil {
+func (c *Controller) NamespaceTerminating(namespace string) {
+	if c.holds == nil {
 		return
 	}
-	if _, object, held := c.tenantWaves.Held(namespace); held && c.tenantWaves.End(namespace, object) {
+	if _, object, held := c.holds.Held(namespace); held && c.holds.End(namespace, object) {
 		klog.Background().Info("The namespace of a held tenant policy change is being deleted: its hold ends", "namespace", namespace, "policy", object)
 	}
-	t := c.tenants
-	t.mu.Lock()
-	keys := make([]string, 0, len(t.converted[namespace]))
-	for name := range t.converted[namespace] {
+	c.mu.Lock()
+	keys := make([]string, 0, len(c.converted[namespace]))
+	for name := range c.converted[namespace] {
 		keys = append(keys, namespace+"/"+name)
 	}
-	t.mu.Unlock()
+	c.mu.Unlock()
 	for _, key := range keys {
-		t.status.Mark(key)
+		c.status.Mark(key)
 	}
 }
 
@@ -585,7 +658,7 @@ type tenantOp struct {
 }
 
 // apply makes the changes ops to store.
-func (t *tenantPolicies) apply(store *tenant.Store, ops []tenantOp) {
+func (c *Controller) apply(store *tenant.Store, ops []tenantOp) {
 	for _, op := range ops {
 		if op.set != nil {
 			store.Set(op.set)
@@ -598,9 +671,9 @@ func (t *tenantPolicies) apply(store *tenant.Store, ops []tenantOp) {
 // admit chooses which converted policies of namespace are used (the
 // Limits, in name order), updates seen for those whose use changed, and
 // returns their keys, and written's (the policy just converted) always,
-// and the changes of the store that follow (apply); t.mu is held.
-func (t *tenantPolicies) admit(namespace, written string) (changed []string, ops []tenantOp) {
-	convs := t.converted[namespace]
+// and the changes of the store that follow (apply); c.mu is held.
+func (c *Controller) admit(namespace, written string) (changed []string, ops []tenantOp) {
+	convs := c.converted[namespace]
 	names := slices.Sorted(maps.Keys(convs))
 	var candidates []tenant.Candidate
 	for _, name := range names {
@@ -608,22 +681,22 @@ func (t *tenantPolicies) admit(namespace, written string) (changed []string, ops
 			candidates = append(candidates, tenant.Candidate{Name: name, Rules: conv.rules, Bytes: conv.bytes})
 		}
 	}
-	reasons := t.limits.Admit(candidates)
+	reasons := c.limits.Admit(candidates)
 	refused := make(map[string]string, len(candidates))
 	for i, c := range candidates {
 		refused[c.Name] = reasons[i]
 	}
 	for _, name := range names {
 		conv, key := convs[name], namespace+"/"+name
-		s := tenantSeen{uid: conv.uid, generation: conv.generation, rules: conv.rules, err: conv.err}
+		s := Seen{UID: conv.uid, Generation: conv.generation, Rules: conv.rules, Err: conv.err}
 		if reason := refused[name]; reason != "" {
-			s.err = &policy.TenantError{Reason: reason, Message: t.limits.Message(reason)}
+			s.Err = &policy.TenantError{Reason: reason, Message: c.limits.Message(reason)}
 		}
-		if old, ok := t.seen[key]; ok && key != written && old.uid == s.uid && old.generation == s.generation && sameTenantError(old.err, s.err) {
+		if old, ok := c.seen[key]; ok && key != written && old.UID == s.UID && old.Generation == s.Generation && sameTenantError(old.Err, s.Err) {
 			continue
 		}
-		t.setSeen(key, &s)
-		if s.err == nil {
+		c.setSeen(key, &s)
+		if s.Err == nil {
 			ops = append(ops, tenantOp{namespace: namespace, name: name, set: conv.policy})
 		} else {
 			ops = append(ops, tenantOp{namespace: namespace, name: name})
@@ -638,33 +711,32 @@ func sameTenantError(a, b *policy.TenantError) bool {
 }
 
 // setSeen sets (nil: deletes) what the controller made of the policy of
-// key, and the counts the metrics read; t.mu is held.
-func (t *tenantPolicies) setSeen(key string, s *tenantSeen) {
-	if old, ok := t.seen[key]; ok && old.err != nil {
-		t.notReady--
-		t.overLimit[old.err.Reason]--
+// key, and the counts the metrics read; c.mu is held.
+func (c *Controller) setSeen(key string, s *Seen) {
+	if old, ok := c.seen[key]; ok && old.Err != nil {
+		c.notReady--
+		c.overLimit[old.Err.Reason]--
 	}
 	if s == nil {
-		delete(t.seen, key)
+		delete(c.seen, key)
 		return
 	}
-	t.seen[key] = *s
-	if s.err != nil {
-		t.notReady++
-		t.overLimit[s.err.Reason]++
+	c.seen[key] = *s
+	if s.Err != nil {
+		c.notReady++
+		c.overLimit[s.Err.Reason]++
 	}
 }
 
-// setTenantMetrics sets the tenant metrics from the counts; t.mu is held.
+// setTenantMetrics sets the tenant metrics from the counts; c.mu is held.
 func (c *Controller) setTenantMetrics() {
-	t := c.tenants
-	c.metrics.SetTenantPolicies(len(t.seen)-t.notReady, t.notReady)
+	c.cfg.Metrics.SetTenantPolicies(len(c.seen)-c.notReady, c.notReady)
 	for _, reason := range metrics.TenantLimitReasons {
-		c.metrics.SetTenantPoliciesOverLimit(reason, t.overLimit[reason])
+		c.cfg.Metrics.SetTenantPoliciesOverLimit(reason, c.overLimit[reason])
 	}
 }
 
-func tenantPolicyRef(p *v1alpha1.PodLifetimePolicy) *corev1.ObjectReference {
+func PolicyRef(p *v1alpha1.PodLifetimePolicy) *corev1.ObjectReference {
 	return &corev1.ObjectReference{
 		APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: policy.TenantKind,
 		// No resourceVersion: the events library merges the Warnings of one
@@ -673,59 +745,58 @@ func tenantPolicyRef(p *v1alpha1.PodLifetimePolicy) *corev1.ObjectReference {
 	}
 }
 
-// tenantStatus is the status the policy should have now, given what the
+// Status is the status the policy should have now, given what the
 // controller made of it and the pods it gives a deadline.
-func (c *Controller) tenantStatus(p *v1alpha1.PodLifetimePolicy, seen tenantSeen) v1alpha1.PodLifetimePolicyStatus {
+func (c *Controller) Status(p *v1alpha1.PodLifetimePolicy, seen Seen) v1alpha1.PodLifetimePolicyStatus {
 	status := *p.Status.DeepCopy()
-	status.ObservedGeneration = seen.generation
-	cond := metav1.Condition{Type: v1alpha1.ConditionReady, ObservedGeneration: seen.generation}
-	if seen.err != nil {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, seen.err.Reason, events.CutNote(seen.err.Message)
+	status.ObservedGeneration = seen.Generation
+	cond := metav1.Condition{Type: v1alpha1.ConditionReady, ObservedGeneration: seen.Generation}
+	if seen.Err != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, seen.Err.Reason, events.CutNote(seen.Err.Message)
 		status.PodsWithDeadline, status.NextDeadline = 0, nil
-		if h, held := c.tenantHeld(p); held && seen.err.Reason == tenantReasonDeleting {
-			cond.Reason, cond.Message = wave.ReasonRemovalsHeld, tenantHeldMessage(p, h)
+		if h, held := c.tenantHeld(p); held && seen.Err.Reason == DeletingReason {
+			cond.Reason, cond.Message = wave.ReasonRemovalsHeld, HeldMessage(p, h)
 		}
 	} else {
-		cond.Status, cond.Reason = metav1.ConditionTrue, tenantReasonInUse
-		cond.Message = fmt.Sprintf("podjanitor uses the %d rule(s) for the pods of namespace %s", seen.rules, p.Namespace)
+		cond.Status, cond.Reason = metav1.ConditionTrue, InUseReason
+		cond.Message = fmt.Sprintf("podjanitor uses the %d rule(s) for the pods of namespace %s", seen.Rules, p.Namespace)
 		if h, held := c.tenantHeld(p); held {
 			cond.Status, cond.Reason = metav1.ConditionFalse, wave.ReasonRemovalsHeld
-			cond.Message = tenantHeldMessage(p, h)
+			cond.Message = HeldMessage(p, h)
 		}
-		n, next := c.tenants.tracker.Summary(p.Namespace + "/" + p.Name)
+		n, next := c.tracker.Summary(p.Namespace + "/" + p.Name)
 		status.PodsWithDeadline, status.NextDeadline = int32(n), nil
 		if !next.IsZero() {
 			t := metav1.NewTime(next.UTC().Truncate(time.Second))
 			status.NextDeadline = &t
 		}
 	}
-	cond.LastTransitionTime = metav1.NewTime(c.now())
+	cond.LastTransitionTime = metav1.NewTime(c.cfg.Now())
 	meta.SetStatusCondition(&status.Conditions, cond)
 	return status
 }
 
-// writeTenantStatus writes the policy's status if it differs from the
+// WriteStatus writes the policy's status if it differs from the
 // cached one (the tenant.StatusWriter calls it, at a bounded rate).
-func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
-	t := c.tenants
+func (c *Controller) WriteStatus(ctx context.Context, key string) error {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return nil
 	}
-	p, err := t.lister.PodLifetimePolicies(namespace).Get(name)
+	p, err := c.lister.PodLifetimePolicies(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	} else if err != nil {
 		return err
 	}
-	t.mu.Lock()
-	seen, ok := t.seen[key]
-	_, pending := t.pendingBy[namespace]
-	t.mu.Unlock()
-	if !ok || seen.uid != p.UID {
+	c.mu.Lock()
+	seen, ok := c.seen[key]
+	_, pending := c.pendingBy[namespace]
+	c.mu.Unlock()
+	if !ok || seen.UID != p.UID {
 		return nil // not read yet: its event marks it again
 	}
-	if seen.generation != p.Generation {
+	if seen.Generation != p.Generation {
 		// The cache has a generation the handler has not read yet (it
 		// updates before it calls the handler), a deletion's among them:
 		// written when the handler marks it, so that the finalizer comes off
@@ -738,14 +809,14 @@ func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
 		return tenant.ErrNotYet
 	}
 	wantFinalizer := c.wantTenantFinalizer(p, seen)
-	if p.DeletionTimestamp != nil && t.hasFinalizer(p) && !wantFinalizer {
+	if p.DeletionTimestamp != nil && c.hasFinalizer(p) && !wantFinalizer {
 		// Its deletion is measured and not held (or approved): let it go.
 		return c.setTenantFinalizer(ctx, p, false)
 	}
 	if err := c.patchTenantStatus(ctx, p, seen); err != nil {
 		return err
 	}
-	if wantFinalizer != t.hasFinalizer(p) {
+	if wantFinalizer != c.hasFinalizer(p) {
 		return c.setTenantFinalizer(ctx, p, wantFinalizer)
 	}
 	return nil
@@ -753,8 +824,8 @@ func (c *Controller) writeTenantStatus(ctx context.Context, key string) error {
 
 // patchTenantStatus writes the policy's status if it differs from the
 // cached one, and warns of what changed.
-func (c *Controller) patchTenantStatus(ctx context.Context, p *v1alpha1.PodLifetimePolicy, seen tenantSeen) error {
-	status := c.tenantStatus(p, seen)
+func (c *Controller) patchTenantStatus(ctx context.Context, p *v1alpha1.PodLifetimePolicy, seen Seen) error {
+	status := c.Status(p, seen)
 	if apiequality.Semantic.DeepEqual(status, p.Status) {
 		return nil
 	}
@@ -768,9 +839,9 @@ func (c *Controller) patchTenantStatus(ctx context.Context, p *v1alpha1.PodLifet
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.opts.WriteTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.WriteTimeout)
 	defer cancel()
-	_, err = c.tenants.client.PodjanitorV1alpha1().PodLifetimePolicies(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	_, err = c.client.PodjanitorV1alpha1().PodLifetimePolicies(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if apierrors.IsNotFound(err) {
 		return nil
 	} else if err != nil {
@@ -779,24 +850,24 @@ func (c *Controller) patchTenantStatus(ctx context.Context, p *v1alpha1.PodLifet
 	// One Warning per new reason or message, by the writer of the status
 	// (the leader), not by every replica's informer.
 	was := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
-	deleting := seen.err != nil && seen.err.Reason == tenantReasonDeleting
-	if h, held := c.tenantHeld(p); held && (seen.err == nil || deleting) {
-		if msg := tenantHeldMessage(p, h); was == nil || was.Reason != wave.ReasonRemovalsHeld || was.Message != msg {
+	deleting := seen.Err != nil && seen.Err.Reason == DeletingReason
+	if h, held := c.tenantHeld(p); held && (seen.Err == nil || deleting) {
+		if msg := HeldMessage(p, h); was == nil || was.Reason != wave.ReasonRemovalsHeld || was.Message != msg {
 			what := "this change of the PodLifetimePolicy"
 			if deleting {
 				what = "the deletion of the PodLifetimePolicy (the policy stays until it is approved)"
 			}
-			c.reporter.RemovalsHeld(tenantPolicyRef(p), what, h.Pods, tenantApproveCommand(p.Namespace, p.Name, h.ID))
+			c.cfg.Reporter.RemovalsHeld(PolicyRef(p), what, h.Pods, ApproveCommand(p.Namespace, p.Name, h.ID))
 		}
 	}
-	if seen.err != nil && !deleting && (was == nil || was.Status != metav1.ConditionFalse || was.Reason != seen.err.Reason || was.Message != events.CutNote(seen.err.Message)) {
-		c.reporter.TenantPolicyNotUsed(tenantPolicyRef(p), seen.err.Reason, seen.err.Message)
+	if seen.Err != nil && !deleting && (was == nil || was.Status != metav1.ConditionFalse || was.Reason != seen.Err.Reason || was.Message != events.CutNote(seen.Err.Message)) {
+		c.cfg.Reporter.TenantPolicyNotUsed(PolicyRef(p), seen.Err.Reason, seen.Err.Message)
 	}
 	return nil
 }
 
 // wantTenantFinalizer says whether the policy should carry podjanitor's
-// finalizer (tenantPolicies.finalizer), so that its deletion is measured as
+// finalizer (Controller.finalizer), so that its deletion is measured as
 // a change (--hold-waves) before the policy goes: a policy in use whose
 // deletion could be held (mayHoldDeletion) gets it (not in a dry run, which
 // changes nothing that blocks a deletion) and keeps it while it is not being
@@ -804,15 +875,15 @@ func (c *Controller) patchTenantStatus(ctx context.Context, p *v1alpha1.PodLifet
 // its deletion is held, in a namespace that is not being deleted itself.
 // Once the API server has refused the finalizer (RBAC without patch), no
 // policy gets it. Without --hold-waves no policy keeps it.
-func (c *Controller) wantTenantFinalizer(p *v1alpha1.PodLifetimePolicy, seen tenantSeen) bool {
+func (c *Controller) wantTenantFinalizer(p *v1alpha1.PodLifetimePolicy, seen Seen) bool {
 	switch {
-	case c.tenantWaves == nil:
+	case c.holds == nil:
 		return false
 	case p.DeletionTimestamp != nil:
 		_, held := c.tenantHeld(p)
-		return held && c.tenants.hasFinalizer(p) && !namespaceTerminating(c.namespaces, p.Namespace)
+		return held && c.hasFinalizer(p) && !podcache.NamespaceTerminating(c.cfg.Namespaces, p.Namespace)
 	}
-	return c.tenants.hasFinalizer(p) || seen.err == nil && !c.opts.DryRun && !c.tenants.finalizerRefused.Load() && c.mayHoldDeletion(p)
+	return c.hasFinalizer(p) || seen.Err == nil && !c.cfg.DryRun && !c.finalizerRefused.Load() && c.mayHoldDeletion(p)
 }
 
 // mayHoldDeletion reports whether the policy's deletion could be held: its
@@ -822,8 +893,8 @@ func (c *Controller) wantTenantFinalizer(p *v1alpha1.PodLifetimePolicy, seen ten
 // and its deletion (its namespace's) never waits for podjanitor; once it
 // has one, it keeps it while it is not being deleted.
 func (c *Controller) mayHoldDeletion(p *v1alpha1.PodLifetimePolicy) bool {
-	n, _ := c.tenants.tracker.Summary(p.Namespace + "/" + p.Name)
-	return n > c.opts.Waves.Threshold.Floor()
+	n, _ := c.tracker.Summary(p.Namespace + "/" + p.Name)
+	return n > c.cfg.Waves.Threshold.Floor()
 }
 
 // setTenantFinalizer puts podjanitor's finalizer on the policy or takes it
@@ -833,9 +904,9 @@ func (c *Controller) mayHoldDeletion(p *v1alpha1.PodLifetimePolicy) bool {
 // again) rather than being lost. No finalizer is put on a policy being
 // deleted (the API server refuses that).
 func (c *Controller) setTenantFinalizer(ctx context.Context, p *v1alpha1.PodLifetimePolicy, want bool) error {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.WriteTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.WriteTimeout)
 	defer cancel()
-	policies := c.tenants.client.PodjanitorV1alpha1().PodLifetimePolicies(p.Namespace)
+	policies := c.client.PodjanitorV1alpha1().PodLifetimePolicies(p.Namespace)
 	got, err := policies.Get(ctx, p.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -845,7 +916,7 @@ func (c *Controller) setTenantFinalizer(ctx context.Context, p *v1alpha1.PodLife
 	case got.UID != p.UID:
 		return nil // replaced: the new one's events mark it
 	}
-	finalizer := c.tenants.finalizer
+	finalizer := c.finalizer
 	finalizers := slices.DeleteFunc(slices.Clone(got.Finalizers), func(f string) bool { return f == finalizer })
 	if want && got.DeletionTimestamp == nil {
 		finalizers = append(finalizers, finalizer)
@@ -869,7 +940,7 @@ func (c *Controller) setTenantFinalizer(ctx context.Context, p *v1alpha1.PodLife
 		// RBAC older than this version (patch on podlifetimepolicies is
 		// new): no policy gets the finalizer, and their deletions are not
 		// held, rather than one refused write per policy every interval.
-		if c.tenants.finalizerRefused.CompareAndSwap(false, true) {
+		if c.finalizerRefused.CompareAndSwap(false, true) {
 			klog.FromContext(ctx).Error(err, "podjanitor may not patch PodLifetimePolicies (RBAC: patch on podlifetimepolicies): it puts its finalizer on none, and their deletions are not held", "finalizer", finalizer)
 		}
 		return nil
@@ -882,50 +953,50 @@ func (c *Controller) setTenantFinalizer(ctx context.Context, p *v1alpha1.PodLife
 
 // tenantHeld returns the held change of p's namespace, if p made it.
 func (c *Controller) tenantHeld(p *v1alpha1.PodLifetimePolicy) (wave.Hold, bool) {
-	if c.tenantWaves == nil {
+	if c.holds == nil {
 		return wave.Hold{}, false
 	}
-	h, object, ok := c.tenantWaves.Held(p.Namespace)
+	h, object, ok := c.holds.Held(p.Namespace)
 	return h, ok && object == p.Namespace+"/"+p.Name
 }
 
-// tenantHeldMessage is the Ready condition's message of a policy whose
+// HeldMessage is the Ready condition's message of a policy whose
 // change is held.
-func tenantHeldMessage(p *v1alpha1.PodLifetimePolicy, h wave.Hold) string {
+func HeldMessage(p *v1alpha1.PodLifetimePolicy, h wave.Hold) string {
 	if p.DeletionTimestamp != nil {
 		return fmt.Sprintf("change %s holds %d pod removal(s): the policy's deletion makes them due at once in namespace %s; podjanitor removes none of them, and the policy stays (finalizer %s), until the deletion is approved (%s)",
-			h.ID, h.Pods, p.Namespace, tenant.FinalizerPrefix+"…", tenantApproveCommand(p.Namespace, p.Name, h.ID))
+			h.ID, h.Pods, p.Namespace, tenant.FinalizerPrefix+"…", ApproveCommand(p.Namespace, p.Name, h.ID))
 	}
 	return fmt.Sprintf("change %s holds %d pod removal(s): it makes them due at once in namespace %s; podjanitor removes none of them until it is approved (%s) or reverted",
-		h.ID, h.Pods, p.Namespace, tenantApproveCommand(p.Namespace, p.Name, h.ID))
+		h.ID, h.Pods, p.Namespace, ApproveCommand(p.Namespace, p.Name, h.ID))
 }
 
-// errTenantPolicyChanged: the policy as read now is not the one that decided.
-var errTenantPolicyChanged = errors.New("the policy was deleted or changed since it decided")
+// ErrChanged: the policy as read now is not the one that decided.
+var ErrChanged = errors.New("the policy was deleted or changed since it decided")
 
-// confirm reads the tenant policy that made decision d (from the API
+// Confirm reads the tenant policy that made decision d (from the API
 // server, or a read shared with other removals: tenant.Reader) and says
 // whether it is still the one that decided: same UID and generation, no
 // deletion timestamp, and usable in the cache. A pod it gave a deadline is
 // removed only then, so that a policy deleted or changed a moment ago removes
 // nothing even while its watch lags behind.
-func (t *tenantPolicies) confirm(ctx context.Context, d policy.Decision) error {
+func (c *Controller) Confirm(ctx context.Context, d policy.Decision) error {
 	namespace, name, ok := policy.TenantPolicyOf(d)
 	if !ok {
-		return errTenantPolicyChanged
+		return ErrChanged
 	}
-	t.mu.Lock()
-	seen, cached := t.seen[d.Policy]
-	t.mu.Unlock()
-	if !cached || seen.err != nil {
-		return errTenantPolicyChanged
+	c.mu.Lock()
+	seen, cached := c.seen[d.Policy]
+	c.mu.Unlock()
+	if !cached || seen.Err != nil {
+		return ErrChanged
 	}
-	fresh, err := t.reader.Read(ctx, namespace, name)
+	fresh, err := c.reader.Read(ctx, namespace, name)
 	if err != nil {
 		return fmt.Errorf("reading the tenant policy: %w", err)
 	}
 	if fresh.Deleting || fresh.UID != d.PolicyUID || fresh.Generation != d.PolicyGeneration {
-		return errTenantPolicyChanged
+		return ErrChanged
 	}
 	return nil
 }
@@ -944,88 +1015,50 @@ func readTenantPolicy(client versioned.Interface) func(ctx context.Context, name
 	}
 }
 
-// startTenantPolicies makes the controller honour the tenant policies with
-// --tenant-policies and starts their informer; synced says when the
-// controller's handler has taken its initial list (at once without
-// --tenant-policies).
-func startTenantPolicies(ctx context.Context, c *Controller, clients *clients, o *flagValues) (synced func() bool, err error) {
-	if !o.tenants.enabled {
-		return func() bool { return true }, nil
-	}
-	// Without the CRD the informer would never sync: the controller runs
-	// without tenant policies until the API server serves them.
-	probe := func(ctx context.Context) error {
-		_, err := clients.podjanitor.PodjanitorV1alpha1().PodLifetimePolicies(o.scope.namespace).List(ctx, metav1.ListOptions{Limit: 1})
-		return err
-	}
-	err = probe(ctx)
-	if apierrors.IsForbidden(err) {
-		return nil, fmt.Errorf("--tenant-policies: podjanitor may not list %s (see its RBAC): %w", policy.TenantKind, err)
-	}
-	informer := newTenantInformer(clients.podjanitor, o.scope, o.tenants.limits.Bytes)
-	if err := c.SetTenantPolicies(ctx, informer, clients.podjanitor, o.tenants.restrictions, 0); err != nil {
-		return nil, err
-	}
-	c.SetTenantLimits(o.tenants.limits)
-	c.SetTenantFinalizer(cmp.Or(o.lease.namespace, ownNamespace()), o.lease.name)
-	// The restrictions by what they leave tenants, not by the flags' names:
-	// the e2e tests read a log that says "forbidden" as an RBAC error.
-	r := o.tenants.restrictions
-	klog.FromContext(ctx).Info("Honouring tenant policies", "kind", policy.TenantKind,
-		"disallowedClocks", r.ForbiddenClocks, "disallowedActions", r.ForbiddenActions, "runningPods", !r.NoRunningPods, "minAfter", r.MinAfter, "maxAfter", r.MaxAfter)
-	if served.Absent(err) {
-		return c.awaitTenantAPI(ctx, informer, probe, o.tenants.crdCheckInterval, err), nil
-	}
-	c.metrics.SetTenantPoliciesAvailable(true)
-	go informer.RunWithContext(ctx)
-	return c.tenants.synced, nil
-}
-
 // podsOfPolicyNamespaces are those of podKeys whose namespace has a usable
 // tenant policy.
-func (t *tenantPolicies) podsOfPolicyNamespaces(podKeys []string) []string {
+func (c *Controller) podsOfPolicyNamespaces(podKeys []string) []string {
 	var out []string
 	for _, key := range podKeys {
-		if namespace, _, ok := strings.Cut(key, "/"); ok && len(t.store.For(namespace)) > 0 {
+		if namespace, _, ok := strings.Cut(key, "/"); ok && len(c.store.For(namespace)) > 0 {
 			out = append(out, key)
 		}
 	}
 	return out
 }
 
-// awaitTenantAPI runs the controller without tenant policies while the API
+// AwaitAPI runs the controller without tenant policies while the API
 // server does not serve them (absent is the probe's answer: their CRD is not
 // installed, as after a `helm upgrade` from a chart without it): the
 // controller's caches and /readyz do not wait for them, and the probe is
 // made again every interval. Once it succeeds, the informer starts, and when
 // its handler has seen the initial list every pod is decided again with the
 // policies it found. Until then pods are decided as without --tenant-policies.
-func (c *Controller) awaitTenantAPI(ctx context.Context, informer cache.SharedIndexInformer, probe func(context.Context) error,
-	interval time.Duration, absent error) (synced func() bool) {
+func (c *Controller) AwaitAPI(ctx context.Context, probe func(context.Context) error, interval time.Duration, absent error) (synced func() bool) {
 	logger := klog.FromContext(ctx)
 	logger.Error(absent, "Tenant policies unavailable: the API server does not serve them; running without them until it does (install the CRD: kubectl apply -k artifacts/crd, or the chart's crds.install)",
 		"kind", policy.TenantKind, "checkEvery", interval)
-	c.metrics.SetTenantPoliciesAvailable(false)
-	handlerSynced := c.tenants.synced
-	c.tenants.synced = func() bool { return true }
+	c.cfg.Metrics.SetTenantPoliciesAvailable(false)
+	handlerSynced := c.synced
+	c.synced = func() bool { return true }
 	go func() {
-		if !served.Await(ctx, c.clock, interval, probe, func(err error) {
+		if !served.Await(ctx, c.cfg.Clock, interval, probe, func(err error) {
 			logger.Error(err, "Checking whether the API server serves tenant policies", "kind", policy.TenantKind)
 		}) {
 			return
 		}
 		logger.Info("The API server serves tenant policies now: starting their informer", "kind", policy.TenantKind)
-		go informer.RunWithContext(ctx)
+		go c.cfg.Informer.RunWithContext(ctx)
 		if !cache.WaitForNamedCacheSyncWithContext(ctx, handlerSynced) {
 			return
 		}
-		c.metrics.SetTenantPoliciesAvailable(true)
-		for _, key := range c.pods.ListKeys() {
+		c.cfg.Metrics.SetTenantPoliciesAvailable(true)
+		for _, key := range c.cfg.Pods.ListKeys() {
 			if name, err := cache.ParseObjectName(key); err == nil {
-				c.feed.Add(name)
+				c.cfg.Requeue(name)
 			}
 		}
 		logger.Info("Honouring tenant policies from now on: every pod decided again", "kind", policy.TenantKind)
 	}()
-	return c.tenants.synced
+	return c.synced
 }

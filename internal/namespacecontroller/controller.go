@@ -1,0 +1,359 @@
+// Package namespacecontroller is podjanitor's controller of namespaces: what
+// decisions read of a namespace (its labels and keep annotation) as the
+// namespace cache has it (Info), the re-decision of a namespace's pods when
+// that changes, the hold of a change that makes too many of them due at once
+// (--hold-waves) with its approval and its record on the Lease, a fresh read
+// before a removal (Reader), one warning per invalid keep value (Warnings),
+// and the health of the namespace watch (WatchHealth).
+//
+// The pod controller sees it through Info, WarnOnce, Check and Forget; the
+// controller reaches back only through the callbacks of its Config.
+package namespacecontroller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/podjanitor/podjanitor/internal/events"
+	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/internal/wave"
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// Config is what the controller is given. Every func is required.
+type Config struct {
+	// Pods is the pod cache with its namespace index: a change of a
+	// namespace is measured against its pods.
+	Pods cache.Indexer
+	// Decide decides pods as the running evaluator does, with ns for their
+	// namespace.
+	Decide func(ns *policy.Namespace) wave.Decide
+	// Now is the API server's time as the process estimates it.
+	Now   func() time.Time
+	Clock clock.WithTicker
+	// Reporter records the Warning of a held change.
+	Reporter *events.Reporter
+	// Waves holds a change whose wave is too large; nil holds nothing
+	// (--hold-waves=false). OnHeld counts the pods held (the metric).
+	Waves  *wave.Options
+	OnHeld func(source string, n int)
+	// Redecide decides a namespace's pods again (coalesced by the caller).
+	Redecide func(namespace string)
+	// Requeue decides a pod again now: a held change was approved.
+	Requeue func(key cache.ObjectName)
+	// Terminating is told of a namespace whose deletion began.
+	Terminating func(namespace string)
+}
+
+// Controller follows the namespaces of the namespace informer. A change of a
+// namespace's labels or keep annotation decides its pods again; with holds,
+// it is first measured against its pods and held when it makes too many of
+// them due at once (a Warning Event on the Namespace says how to approve it:
+// podjanitor.io/approve-wave=<change-id> on the Namespace, which only those
+// who may update Namespaces can set). The leader records the held changes on
+// the record Lease, so that a restart or a new leader measures them again
+// (Resume) rather than act on a change nobody approved.
+type Controller struct {
+	cfg        Config
+	namespaces cache.Indexer
+	synced     cache.InformerSynced
+	warnings   Warnings
+
+	// holds are the held changes by namespace; nil without Config.Waves.
+	holds *wave.Holds
+	// published is what the record Lease holds of them, as the start read
+	// it and runRecord wrote it since; changed wakes runRecord.
+	published map[string]wave.ScopeHold
+	changed   chan struct{}
+	// recordWrites bounds the record's writes (recordRate).
+	recordWrites *rate.Limiter
+	// leading: this replica leads (Lead); it reports holds in Events,
+	// which every replica's informers hear of.
+	leading atomic.Bool
+}
+
+// New follows the namespaces of informer (podcache.NamespaceTransform's
+// metadata). It starts nothing.
+func New(ctx context.Context, informer cache.SharedIndexInformer, cfg Config) (*Controller, error) {
+	logger := klog.FromContext(ctx)
+	c := &Controller{
+		cfg:          cfg,
+		namespaces:   informer.GetIndexer(),
+		changed:      make(chan struct{}, 1),
+		recordWrites: rate.NewLimiter(recordRate, RecordBurst),
+	}
+	if w := cfg.Waves; w != nil {
+		c.holds = wave.NewHolds(wave.SourceNamespace, w.Threshold, w.Window, cfg.OnHeld)
+	}
+	handler, err := informer.AddEventHandlerWithOptions(c.eventHandler(), cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return nil, fmt.Errorf("adding namespace event handler: %w", err)
+	}
+	c.synced = handler.HasSynced
+	return c, nil
+}
+
+// HasSynced reports whether the handler has taken the informer's initial list.
+func (c *Controller) HasSynced() bool { return c.synced() }
+
+// Info is what the namespace cache knows of a namespace (podcache.NamespaceInfo).
+func (c *Controller) Info(name string) *policy.Namespace {
+	return podcache.NamespaceInfo(c.namespaces, name)
+}
+
+// WarnOnce says whether the namespace is to be warned about its invalid
+// keep value (Warnings).
+func (c *Controller) WarnOnce(namespace, value string) bool {
+	return c.warnings.WarnOnce(namespace, value)
+}
+
+// Lead marks this replica the leader: its holds are reported in Events.
+func (c *Controller) Lead() { c.leading.Store(true) }
+
+// Holds are the held changes by namespace; nil without Config.Waves.
+func (c *Controller) Holds() *wave.Holds { return c.holds }
+
+// eventHandler decides a namespace's pods again when what decisions read
+// of it changes: its labels or keep annotation, or its arrival after the
+// initial list (its pods, seen first, were left alone until then). The
+// initial list enqueues nothing: every cached pod is queued already, and
+// workers start only once both caches have synced.
+func (c *Controller) eventHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj interface{}, isInInitialList bool) {
+			if !isInInitialList {
+				c.redecide(obj)
+			}
+		},
+		UpdateFunc: func(old, cur interface{}) {
+			oldMeta, err1 := meta.Accessor(old)
+			curMeta, err2 := meta.Accessor(cur)
+			if err1 == nil && err2 == nil {
+				c.Measure(oldMeta, curMeta)
+				if oldMeta.GetDeletionTimestamp() == nil && curMeta.GetDeletionTimestamp() != nil {
+					c.cfg.Terminating(curMeta.GetName())
+				}
+			}
+			if err1 != nil || err2 != nil || !maps.Equal(oldMeta.GetAnnotations(), curMeta.GetAnnotations()) {
+				c.warnings.Forget(curMeta)
+				c.redecide(cur)
+			} else if !maps.Equal(oldMeta.GetLabels(), curMeta.GetLabels()) {
+				c.redecide(cur)
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if m, err := meta.Accessor(obj); err == nil {
+				c.warnings.Forget(m)
+			}
+			// A deleted namespace's held change goes with it: a namespace
+			// made again under its name starts with nothing held.
+			if name, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil && c.holds != nil {
+				if c.holds.End(name, "namespace/"+name) {
+					c.mayHaveChanged()
+				}
+			}
+		},
+	}
+}
+
+// redecide decides the pods of a namespace again (Config.Redecide).
+func (c *Controller) redecide(obj interface{}) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.cfg.Redecide(m.GetName())
+}
+
+// Measure measures a change (the informer's update calls it) of a namespace's labels or keep annotation
+// against the namespace's pods before its pods are decided again, and
+// holds it when its wave is too large; and it takes the approval of the
+// namespace's held change.
+func (c *Controller) Measure(old, cur metav1.Object) {
+	if c.holds == nil {
+		return
+	}
+	name := cur.GetName()
+	object := "namespace/" + name
+	if before, after := namespaceJSON(old), namespaceJSON(cur); string(before) != string(after) {
+		defer c.mayHaveChanged() // held, or a revert that ends a hold
+		if h, held := c.holds.Change(name, object, before, c.decider(old), after, c.decider(cur), podcache.PodsOf(c.cfg.Pods, name), c.cfg.Now()); held {
+			command := ApproveCommand(name, h.ID)
+			klog.Background().Info("Holding the removals of a namespace's change: its labels or keep annotation make too many of its pods due at once",
+				"namespace", name, "change", h.ID, "pods", h.Pods, "approve", command)
+			if c.leading.Load() { // the leader's Event, not every replica's
+				c.cfg.Reporter.RemovalsHeld(&corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: name, UID: cur.GetUID()},
+					"this change of the namespace's labels or keep annotation", h.Pods, command)
+			}
+		}
+	}
+	if id := cur.GetAnnotations()[podcache.ApproveWaveAnnotation]; id != "" {
+		if keys, ok := c.holds.Approve(name, object, id); ok {
+			c.mayHaveChanged()
+			klog.Background().Info("Namespace's wave approved, removing its pods at the removal rate", "namespace", name, "change", id, "pods", len(keys))
+			for _, k := range keys {
+				if key, err := cache.ParseObjectName(k); err == nil {
+					c.cfg.Requeue(key)
+				}
+			}
+		}
+	}
+}
+
+// ApproveCommand is the one command that approves the held change id of a
+// namespace.
+func ApproveCommand(namespace, id string) string {
+	return fmt.Sprintf("kubectl annotate namespace %s --overwrite %s=%s", namespace, wave.AnnotationApprove, id)
+}
+
+// namespaceJSON names what decisions read of a namespace in a change ID: its
+// labels and the annotations the cache keeps, but the approval.
+func namespaceJSON(m metav1.Object) []byte {
+	annotations := maps.Clone(m.GetAnnotations())
+	delete(annotations, podcache.ApproveWaveAnnotation)
+	if len(annotations) == 0 {
+		annotations = nil // none and an empty map are the same
+	}
+	labels := m.GetLabels()
+	if len(labels) == 0 {
+		labels = nil
+	}
+	b, err := json.Marshal(map[string]any{"namespace": m.GetName(), "labels": labels, "annotations": annotations})
+	if err != nil {
+		return []byte(m.GetName())
+	}
+	return b
+}
+
+// NamespaceFromJSON is the namespace name as namespaceJSON wrote it: its
+// labels and the annotations the cache keeps.
+func NamespaceFromJSON(name string, b []byte) (*metav1.ObjectMeta, error) {
+	var m struct {
+		Labels      map[string]string `json:"labels"`
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	return &metav1.ObjectMeta{Name: name, Labels: m.Labels, Annotations: m.Annotations}, nil
+}
+
+// decider decides pods as the running evaluator does, with m for their
+// namespace, for a wave.
+func (c *Controller) decider(m metav1.Object) wave.Decide {
+	return c.cfg.Decide(&policy.Namespace{Labels: m.GetLabels(), Annotations: m.GetAnnotations()})
+}
+
+// Resume holds again, at the start, the namespace changes the last leader
+// held (recorded on the record Lease: runRecord): each namespace whose labels
+// or keep annotation are still not the ones acted on before its change is
+// measured from those, as the change was then, so that a restart or a new
+// leader does not act on a change nobody approved. A namespace put back
+// meanwhile, or deleted, is held no more; one approved meanwhile (its
+// annotation names the change) goes by the approval. A record that does not
+// parse fails the start, as a Lease that cannot be read does.
+func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) error {
+	r := c.cfg.Waves.Record
+	recorded, err := wave.HeldScopesOn(lease)
+	if err != nil {
+		return fmt.Errorf("--hold-waves: the namespace changes the last leader held: %w", err)
+	}
+	c.published = recorded
+	logger := klog.FromContext(ctx)
+	for name, rec := range recorded {
+		obj, exists, err := c.namespaces.GetByKey(name)
+		if err != nil || !exists {
+			continue
+		}
+		cur, err := meta.Accessor(obj)
+		if err != nil {
+			continue
+		}
+		old, err := NamespaceFromJSON(name, rec.Before)
+		if err != nil {
+			return fmt.Errorf("--hold-waves: the held change of namespace %s recorded on lease %s/%s: %w", name, r.Namespace, r.Name, err)
+		}
+		old.UID = cur.GetUID()
+		logger.Info("Measuring again a namespace change the last leader held", "namespace", name, "change", rec.Change, "pods", rec.Pods)
+		c.Measure(old, cur)
+	}
+	return nil
+}
+
+// RecordInterval is how often the record Lease is looked at again.
+const RecordInterval = 2 * time.Second
+
+// RunRecord keeps the record Lease's list of held namespace changes
+// (wave.AnnotationHeldNamespaces) the same as the leader's holds until ctx
+// ends: written as soon as they change (a hold is on the Lease one write
+// after it starts, and gone one write after its approval, revert or the
+// namespace's deletion), and looked at again every RecordInterval, so that
+// a write that failed is made again.
+func (c *Controller) RunRecord(ctx context.Context) {
+	t := c.cfg.Clock.NewTicker(RecordInterval)
+	defer t.Stop()
+	for {
+		c.Publish(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-c.changed:
+		}
+	}
+}
+
+// mayHaveChanged wakes RunRecord.
+func (c *Controller) mayHaveChanged() {
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+// recordRate and RecordBurst bound the writes of the held namespace changes
+// to the Lease: a namespace whose labels flap between a change that is held
+// and its revert makes a write per flap, at most RecordBurst at once and
+// recordRate a second; a change over the bound is written at a later look
+// (every RecordInterval).
+const (
+	recordRate  = 1
+	RecordBurst = 5
+)
+
+// Publish writes the held namespace changes to the record Lease when they
+// differ from what it holds, within recordRate.
+func (c *Controller) Publish(ctx context.Context) {
+	held := c.holds.Snapshot()
+	if maps.EqualFunc(held, c.published, func(a, b wave.ScopeHold) bool {
+		return a.Change == b.Change && a.Pods == b.Pods && string(a.Before) == string(b.Before)
+	}) || !c.recordWrites.AllowN(c.cfg.Clock.Now(), 1) {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	left, err := c.cfg.Waves.Record.PublishScopes(ctx, held)
+	if err != nil {
+		logger.Error(err, "Cannot record the held namespace changes; a restart would not hold them again", "namespaces", len(held))
+		return
+	}
+	if len(left) > 0 {
+		logger.Info("Warning: too many held namespace changes to record on the Lease; a restart does not hold these again",
+			"count", len(left), "first", left[:min(len(left), 10)])
+	}
+	c.published = held
+}
