@@ -42,6 +42,17 @@ func docFiles(t *testing.T) []string {
 	return append([]string{"README.md"}, files...)
 }
 
+// benchmarkPages are BENCHMARKS.md and the pages of older runs it links to in
+// docs/benchmarks/.
+func benchmarkPages(t *testing.T) []string {
+	t.Helper()
+	pages, err := filepath.Glob("docs/benchmarks/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]string{"BENCHMARKS.md"}, pages...)
+}
+
 func readDoc(t *testing.T, path string) string {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -102,15 +113,17 @@ func anchors(md string) map[string]bool {
 	return out
 }
 
-// TestDocsLinks: every relative link in README.md and docs/ names a file or
-// directory that exists and, into a Markdown file, a heading it has.
+// TestDocsLinks: every relative link in README.md, docs/, CHANGELOG.md and the
+// benchmark pages names a file or directory that exists and, into a Markdown
+// file, a heading it has.
 func TestDocsLinks(t *testing.T) {
 	for target, why := range docsPending {
 		if _, err := os.Stat(target); err == nil {
 			t.Errorf("%s exists now (%s): remove it from docsPending", target, why)
 		}
 	}
-	for _, file := range docFiles(t) {
+	files := append(docFiles(t), "CHANGELOG.md")
+	for _, file := range append(files, benchmarkPages(t)...) {
 		md := readDoc(t, file)
 		for _, m := range linkRE.FindAllStringSubmatch(prose(md), -1) {
 			link := m[1]
@@ -475,8 +488,8 @@ func TestDocsAnnotationTables(t *testing.T) {
 	}
 }
 
-// benchmarksMaxLine is the longest line BENCHMARKS.md may have outside its
-// code blocks: a table row that long is prose in a cell.
+// benchmarksMaxLine is the longest line BENCHMARKS.md and its pages may have
+// outside their code blocks: a table row that long is prose in a cell.
 const benchmarksMaxLine = 300
 
 var (
@@ -502,31 +515,32 @@ func cellFigures(cell string) int {
 	return n
 }
 
-// TestBenchmarksTables: every table cell of BENCHMARKS.md holds at most one
-// figure (with its unit), the label of the row (its first cell) aside: runs
-// go in rows, caveats in notes below the table. And no line outside a code
-// block is longer than benchmarksMaxLine.
+// TestBenchmarksTables: every table cell of BENCHMARKS.md and of the pages of
+// older runs holds at most one figure (with its unit), the label of the row
+// (its first cell) aside: runs go in rows, caveats in notes below the table.
+// And no line outside a code block is longer than benchmarksMaxLine.
 func TestBenchmarksTables(t *testing.T) {
-	md := readDoc(t, "BENCHMARKS.md")
-	inFence := false
-	for i, line := range strings.Split(md, "\n") {
-		if strings.HasPrefix(line, "```") {
-			inFence = !inFence
-			continue
-		}
-		if inFence {
-			continue
-		}
-		if n := len([]rune(line)); n > benchmarksMaxLine {
-			t.Errorf("BENCHMARKS.md:%d: %d characters, want at most %d: %.60s…", i+1, n, benchmarksMaxLine, line)
-		}
-		if !strings.HasPrefix(line, "|") || strings.HasPrefix(line, "|---") {
-			continue
-		}
-		cells := strings.Split(strings.Trim(line, "|"), "|")
-		for _, c := range cells[1:] {
-			if n := cellFigures(c); n > 1 {
-				t.Errorf("BENCHMARKS.md:%d: a cell with %d figures, want one (split runs into rows, caveats into notes): %q", i+1, n, strings.TrimSpace(c))
+	for _, file := range benchmarkPages(t) {
+		inFence := false
+		for i, line := range strings.Split(readDoc(t, file), "\n") {
+			if strings.HasPrefix(line, "```") {
+				inFence = !inFence
+				continue
+			}
+			if inFence {
+				continue
+			}
+			if n := len([]rune(line)); n > benchmarksMaxLine {
+				t.Errorf("%s:%d: %d characters, want at most %d: %.60s…", file, i+1, n, benchmarksMaxLine, line)
+			}
+			if !strings.HasPrefix(line, "|") || strings.HasPrefix(line, "|---") {
+				continue
+			}
+			cells := strings.Split(strings.Trim(line, "|"), "|")
+			for _, c := range cells[1:] {
+				if n := cellFigures(c); n > 1 {
+					t.Errorf("%s:%d: a cell with %d figures, want one (split runs into rows, caveats into notes): %q", file, i+1, n, strings.TrimSpace(c))
+				}
 			}
 		}
 	}
