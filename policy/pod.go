@@ -12,6 +12,10 @@ const (
 	reasonCrashLoopBackOff = "CrashLoopBackOff"
 	reasonPodCompleted     = "PodCompleted"
 	reasonPodFailed        = "PodFailed"
+	// reasonRestartingAllContainers is the kubelet's reason for the state
+	// and last termination of a container it removed to restart all the
+	// pod's containers in place (Kubernetes 1.35+, KEP-5532).
+	reasonRestartingAllContainers = "RestartingAllContainers"
 
 	// NoOwner stands for "no ownerReferences" in a rule's ownerKinds.
 	NoOwner = "<none>"
@@ -77,6 +81,12 @@ func FinishTime(pod *corev1.Pod) (t time.Time, ok bool) {
 // read them (zero where a clock does not apply): mostly times of the node's
 // clock. The lean pod cache compares them between versions of a pod to tell
 // whether the status write it last saw changed them (see StatusWrittenAt).
+//
+// CrashLooping is also set between two back-offs of a crash loop
+// (betweenBackOffs), when no container waits in CrashLoopBackOff: with a
+// back-off of a second (KEP-5593), most writes of a crash-looping pod show
+// its container running or just terminated, and the loop's first status
+// write is kept across them.
 type NodeClocks struct {
 	Finished, Pending, CrashLooping time.Time
 }
@@ -87,6 +97,9 @@ func NodeClocksOf(pod *corev1.Pod) NodeClocks {
 	c.Finished, _ = FinishTime(pod)
 	c.Pending, _ = pendingSince(pod)
 	c.CrashLooping, _ = crashLoopingSince(pod, 0)
+	if c.CrashLooping.IsZero() && betweenBackOffs(pod) {
+		c.CrashLooping, _ = crashLoopStart(pod)
+	}
 	return c
 }
 
@@ -202,14 +215,22 @@ var stuckReasons = []string{
 //     terminated, else every container that has not terminated — all wait
 //     for a reason in stuckReasons. It counts from the last progress the
 //     status shows: the latest of the PodScheduled=True transition, any
-//     (init) container's finishedAt, and creation. A scheduled pod making
-//     progress (a container running or being created, an init container
-//     running) is never stuck, nor is one whose kubelet has not reported yet.
+//     (init) container's finishedAt, the last AllContainersRestarting
+//     transition, and creation. A scheduled pod making progress (a container
+//     running or being created, an init container running) is never stuck,
+//     nor is one whose kubelet has not reported yet.
+//
+// Never stuck either: a pod of a pod group (spec.schedulingGroup, Kubernetes
+// 1.36+) that is not scheduled, which waits for its gang as a gated pod waits
+// for its gates (the scheduler writes no condition while the gang gathers,
+// and Unschedulable when the gang does not fit: neither is the pod's own
+// failure); and a pod whose kubelet is restarting all its containers in place
+// (AllContainersRestarting=True).
 //
 // A time earlier than creation (a zero transition time) counts from
 // creation; a pod without a creationTimestamp is never stuck.
 func pendingSince(pod *corev1.Pod) (t time.Time, ok bool) {
-	if pod.Status.Phase != corev1.PodPending {
+	if pod.Status.Phase != corev1.PodPending || restartingAll(pod) {
 		return time.Time{}, false
 	}
 	created, ok := createdAt(pod)
@@ -223,11 +244,13 @@ func pendingSince(pod *corev1.Pod) (t time.Time, ok bool) {
 		if !containersStuck(pod) {
 			return time.Time{}, false
 		}
-		since := latest(created, latestContainerFinish(pod))
+		since := latest(latest(created, latestContainerFinish(pod)), restartedAllAt(pod))
 		if scheduled != nil && scheduled.Status == corev1.ConditionTrue {
 			since = latest(since, scheduled.LastTransitionTime.Time)
 		}
 		return since, true
+	case inPodGroup(pod):
+		return time.Time{}, false
 	case scheduled != nil:
 		if scheduled.Reason == corev1.PodReasonSchedulingGated {
 			return time.Time{}, false
@@ -235,6 +258,32 @@ func pendingSince(pod *corev1.Pod) (t time.Time, ok bool) {
 		return latest(created, scheduled.LastTransitionTime.Time), true
 	}
 	return created, true
+}
+
+// inPodGroup reports whether the pod belongs to a pod group, which the
+// scheduler places all at once or not at all (gang scheduling: the
+// GenericWorkload feature, beta in Kubernetes 1.37).
+func inPodGroup(pod *corev1.Pod) bool {
+	return pod.Spec.SchedulingGroup != nil
+}
+
+// restartingAll reports whether the kubelet is restarting all the pod's
+// containers in place (AllContainersRestarting=True; RestartAllContainers,
+// KEP-5532: alpha in Kubernetes 1.35, beta in 1.36): it removes them, then
+// starts the pod's init and regular containers again, as at the pod's start.
+func restartingAll(pod *corev1.Pod) bool {
+	c := condition(pod, corev1.AllContainersRestarting)
+	return c != nil && c.Status == corev1.ConditionTrue
+}
+
+// restartedAllAt is the last transition of the pod's AllContainersRestarting
+// condition: when its kubelet last began, or finished, removing all its
+// containers to start them again. Zero without the condition.
+func restartedAllAt(pod *corev1.Pod) time.Time {
+	if c := condition(pod, corev1.AllContainersRestarting); c != nil {
+		return c.LastTransitionTime.Time
+	}
+	return time.Time{}
 }
 
 // containersStuck reports whether no (init) container of the pod runs and
@@ -275,22 +324,76 @@ func waitsStuck(s corev1.ContainerStatus) bool {
 
 // crashLoopingSince is when a pod with a container or init container waiting in
 // CrashLoopBackOff (restarted at least minRestarts times) last became not
-// Ready: the Ready=False transition, else its creation. ok is false when no
-// container qualifies.
+// Ready (crashLoopStart). ok is false when no container qualifies, and while
+// the kubelet restarts all the pod's containers in place: a CrashLoopBackOff
+// it shows then is the state of containers it is removing.
+//
+// CrashLoopBackOff is the kubelet's back-off between failed runs, which is
+// what the clock rests on: restarts alone prove no crash loop. Since
+// Kubernetes 1.35 a container restarts in place by its own restart rules
+// (KEP-5307), also in a pod whose restartPolicy is Never, and every
+// container's restartCount grows when the kubelet restarts all of them
+// (KEP-5532); minRestarts counts restarts of every kind.
 func crashLoopingSince(pod *corev1.Pod, minRestarts int32) (t time.Time, ok bool) {
-	if !hasCrashLoopingContainer(pod, minRestarts) {
+	if restartingAll(pod) || !hasCrashLoopingContainer(pod, minRestarts) {
 		return time.Time{}, false
 	}
+	return crashLoopStart(pod)
+}
+
+// crashLoopStart is when the pod last became not Ready: the Ready=False
+// transition, else its creation; never before the kubelet last restarted all
+// its containers (the AllContainersRestarting transition), which starts the
+// pod over.
+func crashLoopStart(pod *corev1.Pod) (t time.Time, ok bool) {
 	if c := condition(pod, corev1.PodReady); c != nil && c.Status == corev1.ConditionFalse && !c.LastTransitionTime.IsZero() {
-		return c.LastTransitionTime.Time, true
+		t, ok = c.LastTransitionTime.Time, true
+	} else {
+		t, ok = createdAt(pod)
 	}
-	return createdAt(pod)
+	if !ok {
+		return time.Time{}, false
+	}
+	return latest(t, restartedAllAt(pod)), true
 }
 
 func hasCrashLoopingContainer(pod *corev1.Pod, minRestarts int32) bool {
 	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
 		for _, s := range statuses {
 			if s.State.Waiting != nil && s.State.Waiting.Reason == reasonCrashLoopBackOff && s.RestartCount >= minRestarts {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// betweenBackOffs reports whether the pod shows a crash loop between two of
+// its back-offs: it is not terminal, not Ready (Ready=False with a
+// transition time) and not restarting all its containers, and an (init)
+// container that has restarted ended its last run in failure after the pod
+// became not Ready. Its last run is its terminated state, else its last
+// termination; a failure is a non-zero exit code other than the kubelet's
+// removal of the container to restart all of them. A container that failed
+// once, when the pod went not Ready, and runs again does not show it; one
+// that failed again since does. Only NodeClocks reads it: the clock itself
+// needs CrashLoopBackOff.
+func betweenBackOffs(pod *corev1.Pod) bool {
+	ready := condition(pod, corev1.PodReady)
+	if isTerminal(pod) || restartingAll(pod) || ready == nil || ready.Status != corev1.ConditionFalse || ready.LastTransitionTime.IsZero() {
+		return false
+	}
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, s := range statuses {
+			if s.RestartCount < 1 {
+				continue
+			}
+			run := s.State.Terminated
+			if run == nil {
+				run = s.LastTerminationState.Terminated
+			}
+			if run != nil && run.ExitCode != 0 && run.Reason != reasonRestartingAllContainers &&
+				run.FinishedAt.After(ready.LastTransitionTime.Time) {
 				return true
 			}
 		}

@@ -22,10 +22,12 @@ const (
 	// ClockPending counts, for pods stuck Pending, from when they got stuck:
 	// unschedulable or never scheduled, or scheduled but stuck on a waiting
 	// reason the kubelet cannot get past (see pendingSince). A pod making
-	// progress is never stuck.
+	// progress, gated, or waiting for its pod group is never stuck.
 	ClockPending Clock = "pending"
 	// ClockCrashLooping counts, for pods with a container or init container
-	// waiting in CrashLoopBackOff, from the Ready=False transition, else from creation.
+	// waiting in CrashLoopBackOff, from the Ready=False transition, else from
+	// creation, and never before the pod last restarted all its containers
+	// (see crashLoopingSince).
 	ClockCrashLooping Clock = "crashLooping"
 	// ClockCreated counts from creation: a maximum age.
 	ClockCreated Clock = "created"
