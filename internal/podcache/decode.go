@@ -13,12 +13,13 @@ import (
 
 // LeanDecoding wraps the pod informer's serializer so that a v1 Pod sent in
 // protobuf is decoded without what PodTransform drops before the generated
-// decoder allocates it: every PodSpec field but priorityClassName, and of
-// managedFields every entry but the status writes' subresource and time (the
-// entries' fieldsV1 were the largest single allocation of the watch's
-// decoding beside Kyverno's 2,000 removals; BENCHMARKS.md). The reduced
-// message is built in a reused buffer and decoded into the pod directly, so
-// that a pod's bytes are copied once, by the decoder, instead of three times.
+// decoder allocates it: every PodSpec field but priorityClassName and
+// schedulingGroup, and of managedFields every entry but the status writes'
+// subresource and time (the entries' fieldsV1 were the largest single
+// allocation of the watch's decoding beside Kyverno's 2,000 removals;
+// BENCHMARKS.md). The reduced message is built in a reused buffer and
+// decoded into the pod directly, so that a pod's bytes are copied once, by
+// the decoder, instead of three times.
 // Everything else (other kinds, a pod decoded into another type, JSON,
 // anything it cannot parse) is decoded as the wrapped serializer decodes it.
 //
@@ -107,6 +108,7 @@ const (
 	podMetadata              = 1
 	podSpec                  = 2
 	podSpecPriorityClass     = 24
+	podSpecSchedulingGroup   = 43
 	metaManagedFields        = 17
 	managedFieldsTime        = 4
 	managedFieldsSubresource = 8
@@ -145,7 +147,7 @@ func podMessage(data []byte) ([]byte, bool) {
 }
 
 // appendLeanPod appends to out the Pod message pod without what PodTransform
-// drops: of the spec, priorityClassName only; of managedFields, the entries
+// drops: of the spec, priorityClassName and schedulingGroup only; of managedFields, the entries
 // of the status subresource, with their subresource and time only. Every
 // other field is kept as it is, in its place. False: pod does not parse.
 func appendLeanPod(out, pod []byte) ([]byte, bool) {
@@ -157,7 +159,7 @@ func appendLeanPod(out, pod []byte) ([]byte, bool) {
 		case f.num == podSpec:
 			return appendMessage(out, podSpec, f.value, func(out, spec []byte) ([]byte, bool) {
 				return appendFields(out, spec, func(out []byte, sf field) ([]byte, bool) {
-					if sf.num == podSpecPriorityClass { // the only field of the spec PodTransform keeps
+					if sf.num == podSpecPriorityClass || sf.num == podSpecSchedulingGroup { // the fields of the spec PodTransform keeps
 						out = append(out, spec[sf.start:sf.end]...)
 					}
 					return out, true

@@ -66,7 +66,7 @@ func TestLeanDecodingKeepsDecisions(t *testing.T) {
 			t.Fatal(err)
 		}
 		full, got := fullObj.(*corev1.Pod), leanObj.(*corev1.Pod)
-		if diff := cmp.Diff(corev1.PodSpec{PriorityClassName: pod.Spec.PriorityClassName}, got.Spec); diff != "" {
+		if diff := cmp.Diff(corev1.PodSpec{PriorityClassName: pod.Spec.PriorityClassName, SchedulingGroup: pod.Spec.SchedulingGroup}, got.Spec); diff != "" {
 			t.Fatalf("pod %d: spec decoded (-want,+got):\n%s", i, diff)
 		}
 		if diff := cmp.Diff(statusWrites(full.ManagedFields), got.ManagedFields); diff != "" {

@@ -160,3 +160,89 @@ func TestCacheKeepsTheFirstStatusWriteOfAClock(t *testing.T) {
 		t.Errorf("crashLooping deadline %v, want %v", d.Deadline, want)
 	}
 }
+
+// TestCacheKeepsACrashLoopBetweenBackOffs: with a crash back-off of a second
+// (KubeletCrashLoopBackOffMax, Kubernetes 1.35+), most status writes of a
+// crash-looping pod show its container running again or just exited, not in
+// CrashLoopBackOff. The cache keeps the first write of the loop across them,
+// so a crashLooping rule of 20m comes 20m after it; a pod not Ready for hours
+// whose container fails for the first time since counts from that failure's
+// write, not from hours before.
+func TestCacheKeepsACrashLoopBetweenBackOffs(t *testing.T) {
+	first := time.Date(2026, 11, 2, 12, 0, 0, 0, time.UTC)
+	status := func(readySince time.Time, restarts int32, state corev1.ContainerState, lastExit time.Time) corev1.PodStatus {
+		s := corev1.ContainerStatus{Name: "main", RestartCount: restarts, State: state}
+		if !lastExit.IsZero() {
+			s.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1, FinishedAt: metav1.NewTime(lastExit)}
+		}
+		return corev1.PodStatus{Phase: corev1.PodRunning,
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady", LastTransitionTime: metav1.NewTime(readySince)}},
+			ContainerStatuses: []corev1.ContainerStatus{s}}
+	}
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(first)}}
+	backOff := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
+	exited := func(at time.Time) corev1.ContainerState {
+		return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1, FinishedAt: metav1.NewTime(at)}}
+	}
+	rule, err := policy.NewPolicy(policy.Rule{Name: "crash", Clock: policy.ClockCrashLooping, After: 20 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// deadline feeds the writes to the cache in order and decides the last
+	// one at the end.
+	deadline := func(t *testing.T, writes []*corev1.Pod) time.Time {
+		t.Helper()
+		store := cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc)
+		transform := RememberingPodTransform("podjanitor.io", store)
+		for _, w := range writes {
+			obj, err := transform(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := store.Update(obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		obj, _, _ := store.GetByKey("shop/web-1")
+		lean, _ := Pod(obj)
+		delete(lean.Annotations, "podjanitor.io/ttl-after-finished") // decided by the rule
+		d, err := (&policy.Evaluator{Policy: rule}).Decide(lean, &policy.Namespace{}, writes[len(writes)-1].ManagedFields[1].Time.Add(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Deadline
+	}
+
+	t.Run("a loop of 1 s back-offs", func(t *testing.T) {
+		readySince := first.Add(-3 * time.Second) // the first failure, as the node wrote it
+		var writes []*corev1.Pod
+		for i := range 30 * 60 / 4 { // one loop every 4 s, for 30 minutes
+			at := first.Add(time.Duration(i) * 4 * time.Second)
+			restarts := int32(2 + i)
+			writes = append(writes,
+				statusPod("a", at, status(readySince, restarts, backOff, at.Add(-time.Second))),
+				statusPod("a", at.Add(time.Second), status(readySince, restarts+1, running, at.Add(-time.Second))),
+				statusPod("a", at.Add(3*time.Second), status(readySince, restarts+1, exited(at.Add(3*time.Second)), at.Add(-time.Second))))
+		}
+		writes = append(writes, statusPod("a", first.Add(30*time.Minute), status(readySince, 500, backOff, first.Add(30*time.Minute-time.Second))))
+		if got, want := deadline(t, writes), first.Add(20*time.Minute); !got.Equal(want) {
+			t.Errorf("crashLooping deadline %v, want %v: 20m after the loop's first write", got, want)
+		}
+	})
+
+	t.Run("not Ready for hours, a first failure since", func(t *testing.T) {
+		readySince := first.Add(-3 * time.Hour) // readiness failing, the container running
+		oldOOM := first.Add(-72 * time.Hour)
+		writes := []*corev1.Pod{
+			statusPod("a", first.Add(-3*time.Hour), status(readySince, 1, running, oldOOM)),
+			statusPod("a", first.Add(-time.Hour), status(readySince, 1, running, oldOOM)),
+			statusPod("a", first, status(readySince, 1, exited(first), oldOOM)),
+			statusPod("a", first.Add(time.Second), status(readySince, 2, running, first)),
+			statusPod("a", first.Add(40*time.Second), status(readySince, 2, exited(first.Add(40*time.Second)), first)),
+			statusPod("a", first.Add(41*time.Second), status(readySince, 2, backOff, first.Add(40*time.Second))),
+		}
+		if got, want := deadline(t, writes), first.Add(20*time.Minute); !got.Equal(want) {
+			t.Errorf("crashLooping deadline %v, want %v: 20m after the first failure's write, not after the Ready=False transition 3h before", got, want)
+		}
+	})
+}

@@ -24,8 +24,9 @@ import (
 // cachedPod is what the pod informer stores: a lean pod (see leanPod) packed
 // to a few hundred bytes. It keeps in fields only what the informer reads of
 // every pod: the key (namespace/name) and the resourceVersion. Labels, owner
-// references and the priority class name are one protobuf message interned
-// with unique.Make, so the pods of one workload share a single copy; the uid,
+// references, the priority class name and the scheduling group are one
+// protobuf message interned with unique.Make, so the pods of one workload
+// share a single copy; the uid,
 // the creation and deletion timestamps, the kept annotations, the one
 // managedFields entry (the status write's time) and the status are a protobuf
 // message of their own.
@@ -37,7 +38,7 @@ type cachedPod struct {
 	key             string // namespace/name
 	slash           int    // index of the '/' in key
 	resourceVersion string
-	workload        unique.Handle[string] // corev1.Pod{ObjectMeta{Labels, OwnerReferences}, Spec{PriorityClassName}}, marshalled
+	workload        unique.Handle[string] // corev1.Pod{ObjectMeta{Labels, OwnerReferences}, Spec{PriorityClassName, SchedulingGroup}}, marshalled
 	rest            string                // corev1.Pod{ObjectMeta{UID, CreationTimestamp, DeletionTimestamp, Annotations, ManagedFields}, Status}, marshalled
 }
 
@@ -52,7 +53,7 @@ var (
 func packPod(lean *corev1.Pod) (*cachedPod, error) {
 	workload, err := (&corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Labels: lean.Labels, OwnerReferences: lean.OwnerReferences},
-		Spec:       corev1.PodSpec{PriorityClassName: lean.Spec.PriorityClassName},
+		Spec:       corev1.PodSpec{PriorityClassName: lean.Spec.PriorityClassName, SchedulingGroup: lean.Spec.SchedulingGroup},
 	}).Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("packing pod %s/%s: %w", lean.Namespace, lean.Name, err)
@@ -91,7 +92,7 @@ func (p *cachedPod) Pod() (*corev1.Pod, error) {
 	}
 	pod.Namespace, pod.Name, pod.ResourceVersion = p.GetNamespace(), p.GetName(), p.resourceVersion
 	pod.Labels, pod.OwnerReferences = workload.Labels, workload.OwnerReferences
-	pod.Spec.PriorityClassName = workload.Spec.PriorityClassName
+	pod.Spec.PriorityClassName, pod.Spec.SchedulingGroup = workload.Spec.PriorityClassName, workload.Spec.SchedulingGroup
 	return pod, nil
 }
 

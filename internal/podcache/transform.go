@@ -79,20 +79,27 @@ func keptStatusTime(lean *corev1.Pod, store cache.KeyGetter) {
 //     annotations under annotationPrefix and kubernetes.io/config.mirror (mirror pods),
 //     and of managedFields one entry: subresource status and the latest time
 //     of the status entries (policy.StatusWrittenAt; no manager, no fields);
-//   - spec: priorityClassName (rules leave critical pods alone);
+//   - spec: priorityClassName (rules leave critical pods alone) and
+//     schedulingGroup (a pod waiting for its pod group is not stuck Pending);
 //   - status: phase, reason, startTime, the conditions the policy reads
-//     (DisruptionTarget, Ready, PodScheduled: type, status, reason,
-//     lastTransitionTime), and for each waiting or terminated (init) container:
-//     name, restartCount, state.waiting.reason, state.terminated.reason and
-//     finishedAt. Of a Pending pod, every (init) container's status, running
-//     (without startedAt) or without a state included: they tell a pod making
-//     progress from one stuck Pending.
+//     (DisruptionTarget, Ready, PodScheduled, AllContainersRestarting: type,
+//     status, reason, lastTransitionTime), and for each waiting or terminated
+//     (init) container: name, restartCount, state.waiting.reason,
+//     state.terminated.reason, exitCode and finishedAt. Of a Pending pod,
+//     every (init) container's status, running (without startedAt) or without
+//     a state included: they tell a pod making progress from one stuck
+//     Pending. Of a container that has restarted, in a pod not terminal, the
+//     status whatever its state, and lastTerminationState.terminated's
+//     reason, exitCode and finishedAt: they show a crash loop between two
+//     back-offs (policy.NodeClocks).
 //
 // Dropped: the rest of managedFields, every other annotation, the rest of the spec, other
-// conditions, the statuses of running containers of pods not Pending, and the
-// rest of the status (messages, IPs, images, resources, lastTerminationState, ...).
+// conditions (PodResizePending among them), the statuses of running containers
+// that have not restarted of pods not Pending, and the rest of the status
+// (messages, IPs, images, resources, the rest of lastTerminationState, ...).
 func leanPod(pod *corev1.Pod, annotationPrefix string) *corev1.Pod {
 	pending := pod.Status.Phase == corev1.PodPending
+	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:              pod.Name,
@@ -106,14 +113,14 @@ func leanPod(pod *corev1.Pod, annotationPrefix string) *corev1.Pod {
 			OwnerReferences:   leanOwners(pod.OwnerReferences),
 			ManagedFields:     leanManagedFields(pod),
 		},
-		Spec: corev1.PodSpec{PriorityClassName: pod.Spec.PriorityClassName},
+		Spec: corev1.PodSpec{PriorityClassName: pod.Spec.PriorityClassName, SchedulingGroup: pod.Spec.SchedulingGroup},
 		Status: corev1.PodStatus{
 			Phase:                 pod.Status.Phase,
 			Reason:                pod.Status.Reason,
 			StartTime:             pod.Status.StartTime,
 			Conditions:            leanConditions(pod.Status.Conditions),
-			ContainerStatuses:     leanContainerStatuses(pod.Status.ContainerStatuses, pending),
-			InitContainerStatuses: leanContainerStatuses(pod.Status.InitContainerStatuses, pending),
+			ContainerStatuses:     leanContainerStatuses(pod.Status.ContainerStatuses, pending, terminal),
+			InitContainerStatuses: leanContainerStatuses(pod.Status.InitContainerStatuses, pending, terminal),
 		},
 	}
 }
@@ -153,7 +160,7 @@ func leanOwners(refs []metav1.OwnerReference) []metav1.OwnerReference {
 }
 
 // readConditions are the pod conditions the policy package reads.
-var readConditions = []corev1.PodConditionType{corev1.DisruptionTarget, corev1.PodReady, corev1.PodScheduled}
+var readConditions = []corev1.PodConditionType{corev1.DisruptionTarget, corev1.PodReady, corev1.PodScheduled, corev1.AllContainersRestarting}
 
 func leanConditions(conds []corev1.PodCondition) []corev1.PodCondition {
 	var out []corev1.PodCondition
@@ -166,26 +173,36 @@ func leanConditions(conds []corev1.PodCondition) []corev1.PodCondition {
 }
 
 // leanContainerStatuses keeps the statuses of waiting and terminated
-// containers, and with all, those of running containers and of containers
-// without a state. The policy reads that a container runs (or has no state
-// yet) only of Pending pods; the statuses of the other pods' running
-// containers, most of the cache, are dropped.
-func leanContainerStatuses(statuses []corev1.ContainerStatus, all bool) []corev1.ContainerStatus {
+// containers; with all, those of running containers and of containers
+// without a state; and unless terminal, those of containers that have
+// restarted, with their last termination. The policy reads that a container
+// runs (or has no state yet) only of Pending pods, and a last termination
+// only of a restarted container of a pod not terminal; the statuses of the
+// other pods' running containers, most of the cache, are dropped.
+func leanContainerStatuses(statuses []corev1.ContainerStatus, all, terminal bool) []corev1.ContainerStatus {
 	var out []corev1.ContainerStatus
 	for _, s := range statuses {
+		restarted := !terminal && s.RestartCount > 0
 		lean := corev1.ContainerStatus{Name: s.Name, RestartCount: s.RestartCount}
 		if w := s.State.Waiting; w != nil {
 			lean.State.Waiting = &corev1.ContainerStateWaiting{Reason: w.Reason}
 		}
 		if t := s.State.Terminated; t != nil {
-			lean.State.Terminated = &corev1.ContainerStateTerminated{Reason: t.Reason, FinishedAt: t.FinishedAt}
+			lean.State.Terminated = leanTermination(t)
 		}
-		if all && s.State.Running != nil {
+		if (all || restarted) && s.State.Running != nil {
 			lean.State.Running = &corev1.ContainerStateRunning{}
 		}
-		if all || lean.State.Waiting != nil || lean.State.Terminated != nil {
+		if t := s.LastTerminationState.Terminated; restarted && t != nil {
+			lean.LastTerminationState.Terminated = leanTermination(t)
+		}
+		if all || restarted || lean.State.Waiting != nil || lean.State.Terminated != nil {
 			out = append(out, lean)
 		}
 	}
 	return slices.Clip(out)
+}
+
+func leanTermination(t *corev1.ContainerStateTerminated) *corev1.ContainerStateTerminated {
+	return &corev1.ContainerStateTerminated{Reason: t.Reason, ExitCode: t.ExitCode, FinishedAt: t.FinishedAt}
 }

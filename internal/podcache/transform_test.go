@@ -27,10 +27,18 @@ func TestLeanPodKeepsDecisions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	everyClock, err := policy.NewPolicy(
+		policy.Rule{Name: "crash", Clock: policy.ClockCrashLooping, After: 20 * time.Minute},
+		policy.Rule{Name: "stuck", Clock: policy.ClockPending, After: 30 * time.Minute},
+		policy.Rule{Name: "done", Clock: policy.ClockFinished, After: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
 	evaluators := map[string]*policy.Evaluator{
 		"annotations only": {},
 		"example policy":   {Policy: examplePolicy},
 		"other prefix":     {Prefix: "janitor.example.com", Policy: examplePolicy},
+		"every clock":      {Policy: everyClock},
 	}
 	transforms := map[string]func(any) (any, error){
 		"podjanitor.io":       PodTransform("podjanitor.io"),
@@ -40,7 +48,7 @@ func TestLeanPodKeepsDecisions(t *testing.T) {
 	base := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 	nows := []time.Time{base.Add(time.Minute), base.Add(2 * time.Hour), base.Add(50 * time.Hour), base.Add(9 * 24 * time.Hour)}
 
-	withDeadline := 0
+	decisions, withDeadline, byReason := 0, 0, map[string]int{}
 	for i := range 5000 {
 		full := generatePod(rng, i, base)
 		for name, e := range evaluators {
@@ -56,6 +64,9 @@ func TestLeanPodKeepsDecisions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if want, got := policy.NodeClocksOf(full), policy.NodeClocksOf(lean); !got.Equal(want) {
+				t.Fatalf("%s: pod %d: NodeClocks %+v on the lean pod, %+v on the full one\nfull pod: %+v", name, i, got, want, full)
+			}
 			for _, now := range nows {
 				want, wantErr := e.Decide(full, &policy.Namespace{}, now)
 				got, gotErr := e.Decide(lean, &policy.Namespace{}, now)
@@ -65,15 +76,22 @@ func TestLeanPodKeepsDecisions(t *testing.T) {
 				if fmt.Sprint(wantErr) != fmt.Sprint(gotErr) {
 					t.Fatalf("%s: pod %d: error %v on the full pod, %v on the lean one", name, i, wantErr, gotErr)
 				}
+				decisions++
 				if want.HasDeadline() {
 					withDeadline++
+					byReason[want.Reason]++
 				}
 			}
 		}
 	}
 	// The generator must exercise the rules, not only the "nothing to do" path.
-	if withDeadline < 10000 {
-		t.Errorf("only %d of 60000 decisions had a deadline; the generated pods are too uniform", withDeadline)
+	if withDeadline < decisions/6 {
+		t.Errorf("only %d of %d decisions had a deadline; the generated pods are too uniform", withDeadline, decisions)
+	}
+	for _, reason := range []string{policy.ReasonFinished, policy.ReasonPending, policy.ReasonCrashLooping} {
+		if byReason[reason] < 250 {
+			t.Errorf("only %d decisions by the %s clock; the generated pods are too uniform", byReason[reason], reason)
+		}
 	}
 }
 
@@ -315,6 +333,16 @@ func generatePod(rng *rand.Rand, i int, base time.Time) *corev1.Pod {
 			})
 		}
 	}
+	// Conditions of the newer lifecycle (1.35+): restarts of all containers,
+	// resizes.
+	for _, ct := range []corev1.PodConditionType{corev1.AllContainersRestarting, corev1.PodResizePending, corev1.PodResizeInProgress} {
+		if pick(8) == 0 {
+			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{
+				Type: ct, Status: []corev1.ConditionStatus{corev1.ConditionTrue, corev1.ConditionFalse}[pick(2)],
+				Reason: []string{"", "RestartAllContainersStarted", "Deferred", "Infeasible"}[pick(4)], Message: "why", LastTransitionTime: at(),
+			})
+		}
+	}
 	status := func(name string) corev1.ContainerStatus {
 		s := corev1.ContainerStatus{Name: name, Image: "example/web:1", ImageID: "sha256:x", ContainerID: "containerd://x",
 			RestartCount: int32(pick(8)), Ready: pick(2) == 0, Started: ptrTo(true)}
@@ -322,14 +350,15 @@ func generatePod(rng *rand.Rand, i int, base time.Time) *corev1.Pod {
 		case 0:
 			s.State.Running = &corev1.ContainerStateRunning{StartedAt: at()}
 		case 1:
-			waiting := []string{"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", "ContainerCreating", "PodInitializing"}
+			waiting := []string{"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", "ContainerCreating", "PodInitializing", "RestartingAllContainers"}
 			s.State.Waiting = &corev1.ContainerStateWaiting{Reason: waiting[pick(len(waiting))], Message: "back-off"}
 		case 2:
-			s.State.Terminated = &corev1.ContainerStateTerminated{Reason: []string{"Completed", "Error", "OOMKilled"}[pick(3)],
-				ExitCode: int32(pick(3)), StartedAt: at(), FinishedAt: at(), Message: "done", ContainerID: "containerd://x"}
+			s.State.Terminated = &corev1.ContainerStateTerminated{Reason: []string{"Completed", "Error", "OOMKilled", "RestartingAllContainers"}[pick(4)],
+				ExitCode: []int32{0, 1, 42, 137}[pick(4)], StartedAt: at(), FinishedAt: at(), Message: "done", ContainerID: "containerd://x"}
 		}
 		if pick(2) == 0 {
-			s.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137, FinishedAt: at()}
+			s.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: []string{"OOMKilled", "Error", "Completed", "RestartingAllContainers"}[pick(4)],
+				ExitCode: []int32{137, 1, 0, 137}[pick(4)], StartedAt: at(), FinishedAt: at(), Message: "killed", ContainerID: "containerd://y"}
 		}
 		return s
 	}
@@ -358,6 +387,9 @@ func generatePod(rng *rand.Rand, i int, base time.Time) *corev1.Pod {
 	}
 	if pick(12) == 0 {
 		pod.Spec.PriorityClassName = []string{"system-cluster-critical", "system-node-critical", "batch"}[pick(3)]
+	}
+	if pick(12) == 0 {
+		pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptrTo([]string{"trainers", "workers-0"}[pick(2)])}
 	}
 	// Status writes the API server stamped: none, the kubelet's, and at times
 	// the scheduler's or the controller manager's too.
