@@ -178,8 +178,15 @@ func (w *StatusWriter) Run(ctx context.Context, ready <-chan struct{}) {
 		}
 		w.mu.Lock()
 		known := w.known[key] && w.pending[key]
-		delete(w.pending, key)
 		prev, hadPrev := w.last[key]
+		if known && hadPrev && w.clock.Since(prev) < w.interval {
+			// Queued for an earlier time than the key has now (a write since,
+			// or one answered ErrNotYet, took it from the queue sooner).
+			w.enqueueLocked(key)
+			known = false
+		} else {
+			delete(w.pending, key)
+		}
 		if known {
 			w.last[key] = w.clock.Now()
 		}
@@ -187,11 +194,17 @@ func (w *StatusWriter) Run(ctx context.Context, ready <-chan struct{}) {
 		if known {
 			switch err := w.write(ctx, key); {
 			case errors.Is(err, ErrNotYet):
-				w.mu.Lock() // not written: the interval runs from the last write
+				// Not written: the interval runs from the last write, and a
+				// mark made during the write, queued behind this one, comes
+				// forward to it.
+				w.mu.Lock()
 				if _, ok := w.last[key]; ok && hadPrev {
 					w.last[key] = prev
 				} else if ok {
 					delete(w.last, key)
+				}
+				if w.pending[key] {
+					w.enqueueLocked(key)
 				}
 				w.mu.Unlock()
 			case err != nil && ctx.Err() == nil:

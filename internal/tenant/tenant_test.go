@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/podjanitor/podjanitor/policy"
@@ -319,4 +320,130 @@ func TestStatusWriterNotYetIsNotAWrite(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the mark after a not-yet answer waited for the interval")
 	}
+}
+
+// gate is a status write that announces each call, with the fake clock's
+// time, and returns what the test answers.
+type gate struct {
+	clock   *testingclock.FakeClock
+	entered chan gateCall
+	answer  chan error
+}
+
+type gateCall struct {
+	key string
+	at  time.Time
+}
+
+func newGate(clk *testingclock.FakeClock) *gate {
+	return &gate{clock: clk, entered: make(chan gateCall), answer: make(chan error)}
+}
+
+func (g *gate) write(ctx context.Context, key string) error {
+	select {
+	case g.entered <- gateCall{key: key, at: g.clock.Now()}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-g.answer:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// next waits for the writer's next write, which must be of key, and
+// returns the fake clock's time at its start. The timeout only keeps a
+// hang from lasting: the order of the writes is what is tested.
+func (g *gate) next(t *testing.T, key string) time.Time {
+	t.Helper()
+	select {
+	case c := <-g.entered:
+		if c.key != key {
+			t.Fatalf("wrote %s, want %s next", c.key, key)
+		}
+		return c.at
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no write of %s", key)
+	}
+	return time.Time{}
+}
+
+// runWriter runs w until the test ends.
+func runWriter(t *testing.T, w *StatusWriter) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx, nil); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// TestStatusWriterMarkDuringNotYetWrite proves that a policy marked while
+// its first write is in flight, a write then answered ErrNotYet (the
+// namespace's pass marks it as the write finds the pass pending), is
+// written at once, not an interval later: the mark queued behind the write
+// comes forward when the write turns out not to count.
+func TestStatusWriterMarkDuringNotYetWrite(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	g := newGate(clk)
+	w := NewStatusWriter(clk, 10*time.Second, g.write)
+	runWriter(t, w)
+
+	w.Add("a/p")
+	g.next(t, "a/p")
+	w.Mark("a/p") // the pass, while the write is in flight
+	w.Add("b/q")
+	g.answer <- ErrNotYet
+	// b/q was queued before a/p's write ended, so a/p, if queued again, is
+	// behind b/q and ahead of c/r, queued while b/q is written.
+	g.next(t, "b/q")
+	w.Add("c/r")
+	g.answer <- nil
+	g.next(t, "a/p")
+	g.answer <- nil
+	g.next(t, "c/r")
+	g.answer <- nil
+}
+
+// TestStatusWriterKeepsIntervalAfterEarlyWrite proves that a write out of
+// the interval's order (a release; a mark after a write answered ErrNotYet)
+// does not leave the policy's earlier queued time in force: marked after
+// it, the policy is written a whole interval after it, not when the
+// earlier mark's time comes. The clock steps to multiples of the queue's
+// 10s heartbeat, which wakes its wait for the time of a key even if the
+// step came just before the wait's timer was set (then set a step late).
+func TestStatusWriterKeepsIntervalAfterEarlyWrite(t *testing.T) {
+	const interval, step = 20 * time.Second, 10 * time.Second
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
+	g := newGate(clk)
+	w := NewStatusWriter(clk, interval, g.write)
+	runWriter(t, w)
+
+	w.Add("a/p")
+	g.next(t, "a/p")
+	g.answer <- nil
+	w.Mark("a/p") // queued for an interval after the write
+	clk.Step(step)
+	w.Release("a/p")
+	released := g.next(t, "a/p")
+	g.answer <- nil
+	w.Mark("a/p")
+	// The writer busy with x/busy when the first mark's time comes, a/p is
+	// taken from the queue after that time and before b/q.
+	w.Add("x/busy")
+	g.next(t, "x/busy")
+	clk.Step(step)
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true,
+		func(context.Context) (bool, error) { return w.queue.Len() == 1, nil }); err != nil {
+		t.Fatalf("a/p not queued at its first mark's time: %d keys queued", w.queue.Len())
+	}
+	w.Add("b/q")
+	g.answer <- nil
+	g.next(t, "b/q")
+	g.answer <- nil
+	clk.Step(step)
+	if at := g.next(t, "a/p"); at.Sub(released) < interval {
+		t.Fatalf("a/p written %v after its release's write, want %v", at.Sub(released), interval)
+	}
+	g.answer <- nil
 }
