@@ -253,6 +253,13 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 // Pending is the number of keys ready for a worker (parked keys not counted).
 func (c *Controller) Pending() int { return c.queue.Len() + c.feed.Len() }
 
+// Standby makes the controller keep no pod key until Run: a replica that
+// waits for the lease would otherwise hold the key of every pod the cluster
+// ever had (no worker takes them, and a deleted pod's key stays), and its
+// takeover would walk them all. Run, once the caches have synced, feeds the
+// keys of the cached pods, the live ones. Call it before the informers start.
+func (c *Controller) Standby() { c.feed.setStandby(true) }
+
 // FlushEvents records the removals held back for bulk events now; on
 // shutdown, so that none is lost.
 func (c *Controller) FlushEvents() { c.reporter.Flush() }
@@ -389,6 +396,13 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		}
 	}
 	c.namespaces.Lead()
+	if c.feed.setStandby(false) {
+		// A standby kept no key: every live pod is decided now, the
+		// first pass of the takeover.
+		for _, key := range c.pods.ListKeys() {
+			c.enqueueKey(key)
+		}
+	}
 	wg.Go(func() { c.state.run(ctx, c.feed.Add) })
 	c.room.Store(int64(workers))
 	c.feed.setLimit(max(queueFeedLimit, 2*workers))

@@ -36,6 +36,10 @@ type queueFeed struct {
 
 	mu    sync.Mutex
 	limit int
+	// standby drops every key: a replica that does not lead keeps none, and
+	// its start as the leader walks the cache's live pods instead
+	// (Controller.Standby).
+	standby bool
 	held  map[cache.ObjectName]struct{}
 	order []cache.ObjectName // held keys in order, from next
 	next  int
@@ -45,6 +49,9 @@ type queueFeed struct {
 func (f *queueFeed) Add(key cache.ObjectName) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.standby {
+		return
+	}
 	if len(f.held) == 0 && f.queue.Len() < f.limit {
 		f.queue.Add(key)
 		return
@@ -86,6 +93,15 @@ func (f *queueFeed) drain() {
 		clear(f.order[n:])
 		f.order, f.next = f.order[:n], 0
 	}
+}
+
+// setStandby makes Add drop keys (on) or take them again (off), and reports
+// whether it was on.
+func (f *queueFeed) setStandby(on bool) (was bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	was, f.standby = f.standby, on
+	return was
 }
 
 // setLimit sets how many keys the queue holds before the feed holds more.

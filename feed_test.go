@@ -1,17 +1,20 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
+	"github.com/podjanitor/podjanitor/internal/metrics"
 )
 
 func feedKey(i int) cache.ObjectName {
@@ -135,5 +138,47 @@ func TestInitialListDoesNotGrowTheWorkqueue(t *testing.T) {
 	}
 	if got := metricValue(f.metrics, "workqueue_depth", "name", controllerName); got != 0 {
 		t.Errorf("workqueue_depth = %v after the pass, want 0", got)
+	}
+}
+
+// TestStandbyKeepsNoKey: a replica waiting for the lease keeps no key of the
+// pods it hears of, however many come and go (a Job-heavy afternoon): its
+// queue and feed stay empty. When it leads, Run decides the cache's live
+// pods, and only those: the due one goes, the one with a later deadline is
+// parked, and none of the deleted pods' keys is taken.
+func TestStandbyKeepsNoKey(t *testing.T) {
+	due := apitest.Pod("due", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"})
+	later := apitest.Pod("later", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "2h"})
+	f := newFixture(t, Options{}, due, later)
+	f.c.Standby()
+	for i := range 1000 {
+		gone := apitest.Pod(fmt.Sprintf("job-%04d", i), t0, corev1.PodSucceeded, nil)
+		f.c.enqueue(gone)                                                                   // created
+		f.c.enqueue(cache.DeletedFinalStateUnknown{Key: "default/" + gone.Name, Obj: gone}) // and deleted
+	}
+	f.c.enqueue(due) // the live pods' events too
+	f.c.enqueue(later)
+	if n := f.c.Pending(); n != 0 {
+		t.Fatalf("a standby holds %d keys, want none", n)
+	}
+	if d := metricValue(f.metrics, "workqueue_depth", "name", controllerName); d != 0 {
+		t.Errorf("a standby's workqueue_depth = %v, want 0", d)
+	}
+
+	ctx, cancel := context.WithCancel(f.ctx)
+	ran := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-ran })
+	go func() { defer close(ran); _ = f.c.Run(ctx, 1) }()
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return f.deletes() == 1 && f.c.state.len() == 1, nil
+	}); err != nil {
+		t.Fatalf("after the takeover: %d pods removed and %d parked, want the due pod removed and the other parked", f.deletes(), f.c.state.len())
+	}
+	reconciled := 0.0
+	for _, result := range []string{metrics.ResultSuccess, metrics.ResultRequeueAfter, metrics.ResultRequeue, metrics.ResultError} {
+		reconciled += metricValue(f.metrics, "controller_runtime_reconcile_total", "result", result)
+	}
+	if reconciled != 2 {
+		t.Errorf("the takeover decided %v keys, want the 2 live pods", reconciled)
 	}
 }

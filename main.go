@@ -112,6 +112,9 @@ func daemon(ctx context.Context, o *flagValues) error {
 		return err
 	}
 	apiClk.Subscribe(func(time.Duration) { controller.ClockOffsetChanged() })
+	if o.leaderElect {
+		controller.Standby() // no key kept until it leads
+	}
 	tenantsSynced, err := startTenantPolicies(ctx, controller, clients, o)
 	if err != nil {
 		return err
