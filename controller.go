@@ -369,6 +369,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer cancelWork()
 	var wg sync.WaitGroup
 	defer func() {
+		c.metrics.SetWorkersRunning(false)
 		c.queue.ShutDown()
 		done := make(chan struct{})
 		go func() { wg.Wait(); close(done) }()
@@ -424,6 +425,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 			}
 		})
 	}
+	c.metrics.SetWorkersRunning(true)
 	logger.Info("Started workers")
 	<-ctx.Done()
 	logger.Info("Shutting down workers")

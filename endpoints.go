@@ -66,13 +66,14 @@ func reviewClient(config *rest.Config) (kubernetes.Interface, error) {
 
 // serveEndpoints starts /metrics and /healthz+/readyz; they serve before the
 // cache syncs. /healthz fails while watchdog (nil without leader election)
-// does, /readyz until synced and while namespaceWatch returns an error.
+// does, /readyz until synced and while ready returns an error (the
+// namespace watch failing, a leader whose workers do not run).
 // With cfg.metricsSecure, /metrics (and pprof) are served over HTTPS to
 // callers whose reviews (a TokenReview and a SubjectAccessReview to
 // cfg.reviews) allow it, other paths answered 404 before any review; the
 // health endpoints stay plain HTTP, for the kubelet. An endpoint that stops serving sends its error to errs.
 func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.Metrics, watchdog *leaderelection.HealthzAdaptor,
-	synced func() bool, namespaceWatch func() error, errs chan<- error) error {
+	synced func() bool, ready func() error, errs chan<- error) error {
 	if cfg.metricsAddr != "0" {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{Registry: metrics.Registry}))
@@ -125,7 +126,7 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 				http.Error(w, "pod and namespace caches not synced", http.StatusServiceUnavailable)
 				return
 			}
-			if err := namespaceWatch(); err != nil {
+			if err := ready(); err != nil {
 				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}

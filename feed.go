@@ -40,9 +40,9 @@ type queueFeed struct {
 	// its start as the leader walks the cache's live pods instead
 	// (Controller.Standby).
 	standby bool
-	held  map[cache.ObjectName]struct{}
-	order []cache.ObjectName // held keys in order, from next
-	next  int
+	held    map[cache.ObjectName]struct{}
+	order   []cache.ObjectName // held keys in order, from next
+	next    int
 }
 
 // Add adds key to the queue, or holds it behind the keys held already.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -24,8 +25,11 @@ type leaseConfig struct {
 
 // runAsLeader runs work only while this process holds the lease. On ctx
 // cancellation work finishes first, then the lease is released; a lease lost
-// for any other reason ends the process with status 1. setLeader is told
-// whenever this process becomes or stops being the leader.
+// for any other reason ends the process with status 1. Work that ends by
+// itself while leading (a start that failed: an error, or none) gives up the
+// lease: it is released, so that another replica takes over, and
+// runAsLeader returns work's error (errControllerStopped for none). setLeader
+// is told whenever this process becomes or stops being the leader.
 func runAsLeader(ctx context.Context, lease leaseConfig, client kubernetes.Interface, setLeader func(bool),
 	watchdog *leaderelection.HealthzAdaptor, work func(context.Context) error) error {
 	logger := klog.FromContext(ctx)
@@ -45,6 +49,7 @@ func runAsLeader(ctx context.Context, lease leaseConfig, client kubernetes.Inter
 	defer cancelLE()
 	var (
 		started      atomic.Bool
+		gaveUp       atomic.Bool // work ended while leading: the lease is released on purpose
 		workErr      error
 		workFinished = make(chan struct{})
 	)
@@ -66,10 +71,20 @@ func runAsLeader(ctx context.Context, lease leaseConfig, client kubernetes.Inter
 				stop := context.AfterFunc(leading, cancel)
 				defer stop()
 				workErr = work(workCtx)
+				if ctx.Err() != nil || leading.Err() != nil {
+					return
+				}
+				if workErr == nil {
+					workErr = errControllerStopped
+				}
+				gaveUp.Store(true)
+				setLeader(false)
+				logger.Error(workErr, "The controller stopped while leading, giving up the leader lease", "lease", klog.KRef(ns, lease.name))
+				cancelLE()
 			},
 			OnStoppedLeading: func() {
 				setLeader(false)
-				if ctx.Err() == nil {
+				if ctx.Err() == nil && !gaveUp.Load() {
 					logger.Error(nil, "Lost the leader lease, exiting", "lease", klog.KRef(ns, lease.name))
 					klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 				}
@@ -100,6 +115,10 @@ func runAsLeader(ctx context.Context, lease leaseConfig, client kubernetes.Inter
 	}
 	return nil
 }
+
+// errControllerStopped is the error of a controller that stopped with none
+// before its context ended.
+var errControllerStopped = errors.New("the controller stopped before its context ended")
 
 // ownNamespace is the namespace podjanitor runs in, else kube-system.
 func ownNamespace() string {

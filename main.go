@@ -5,8 +5,10 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -55,7 +57,9 @@ func runDaemon(args []string) int {
 	return 0
 }
 
-// daemon runs the controller until ctx is cancelled.
+// daemon runs the controller until ctx is cancelled. An error that ends the
+// controller (a start that failed) or an HTTP endpoint ends it too, and is
+// returned: the process exits 1.
 func daemon(ctx context.Context, o *flagValues) error {
 	logger := klog.FromContext(ctx)
 	applyRuntimeDefaults(logger)
@@ -142,31 +146,68 @@ func daemon(ctx context.Context, o *flagValues) error {
 	synced := func() bool {
 		return podInformer.Informer().HasSynced() && namespaceInformer.HasSynced() && tenantsSynced()
 	}
-	if err := serveEndpoints(ctx, o.endpoints.reviewedBy(clients.config), meters, watchdog, synced, namespaceWatch.Check, serveErr); err != nil {
+	var leading atomic.Bool
+	setLeader := func(b bool) {
+		leading.Store(b)
+		meters.SetLeader(b)
+	}
+	ready := func() error {
+		if err := namespaceWatch.Check(); err != nil {
+			return err
+		}
+		return leaderWorking(leading.Load(), meters.WorkersRunning())
+	}
+	if err := serveEndpoints(ctx, o.endpoints.reviewedBy(clients.config), meters, watchdog, synced, ready, serveErr); err != nil {
 		return err
 	}
 
 	go apiClk.RunCalibration(ctx, clients.probeClock, controller.RemovalNear)
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	go namespaceInformer.RunWithContext(ctx)
+	// The informers stop when daemon returns, on an error as on a signal:
+	// Shutdown waits for them.
+	informersCtx, stopInformers := context.WithCancel(ctx)
+	factory.Start(informersCtx.Done())
+	defer func() {
+		stopInformers()
+		factory.Shutdown()
+	}()
+	go namespaceInformer.RunWithContext(informersCtx)
 	go releaseSyncMemory(ctx, podInformer.Informer().HasSynced, controller.Pending)
 
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
+	var endpointErr atomic.Pointer[error]
 	go func() {
 		if err := <-serveErr; err != nil {
 			logger.Error(err, "HTTP endpoint failed, stopping")
+			endpointErr.Store(&err)
 			cancelRun()
 		}
 	}()
 
 	run := func(ctx context.Context) error { return controller.Run(ctx, o.workers) }
-	if !o.leaderElect {
-		meters.SetLeader(true)
-		return run(runCtx)
+	if o.leaderElect {
+		err = runAsLeader(runCtx, o.lease, clients.kube, setLeader, watchdog, run)
+	} else {
+		setLeader(true)
+		if err = run(runCtx); err == nil && runCtx.Err() == nil {
+			err = errControllerStopped
+		}
+		setLeader(false)
 	}
-	return runAsLeader(runCtx, o.lease, clients.kube, meters.SetLeader, watchdog, run)
+	if e := endpointErr.Load(); e != nil && err == nil {
+		err = *e
+	}
+	return err
+}
+
+// leaderWorking fails while this process leads (or runs without leader
+// election) and its controller's workers do not run: its caches have not
+// synced yet, or its start failed and it is about to exit.
+func leaderWorking(leading, workersRunning bool) error {
+	if leading && !workersRunning {
+		return errors.New("leading, but the controller's workers are not running")
+	}
+	return nil
 }
 
 // startTenantPolicies makes the controller honour the tenant policies with

@@ -1,7 +1,8 @@
 // Package metrics owns every series podjanitor exports, in one Prometheus
 // registry: controller-runtime's reconcile series (under the controller's
 // name), podjanitor's own (removals, removal errors by kind, parked pods, the
-// clock offset, the namespace watch, the leader, policy reloads, the HTTPS
+// clock offset, the namespace watch, the leader and whether its workers run,
+// policy reloads, the HTTPS
 // metrics endpoint's refusals and certificate), and
 // client-go's REST client, workqueue and leader-election series.
 //
@@ -14,6 +15,7 @@ package metrics
 import (
 	"context"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,6 +59,8 @@ type Metrics struct {
 	clockOffset        prometheus.Gauge
 	removalLateness    prometheus.Histogram
 	leader             prometheus.Gauge
+	workersRunning     prometheus.Gauge
+	working            atomic.Bool // what workersRunning says, for /readyz
 	policyReloads      *prometheus.CounterVec
 	tenantPolicies     *prometheus.GaugeVec
 	tenantAPI          prometheus.Gauge
@@ -141,6 +145,10 @@ func New(controller, version, commit string) *Metrics {
 			Name: "podjanitor_leader",
 			Help: "1 while this process holds the leader lease (or runs without leader election), else 0.",
 		}),
+		workersRunning: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "podjanitor_workers_running",
+			Help: "1 while the controller's workers run (from its start, once the caches have synced, until it stops), else 0. A leader (podjanitor_leader 1) at 0 removes nothing.",
+		}),
 		policyReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "podjanitor_policy_reloads_total",
 			Help: "Policy file reloads, by result (success, or error when the new file was rejected).",
@@ -189,7 +197,7 @@ func New(controller, version, commit string) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics,
 		m.reconcileTime, m.activeWorkers, m.maxConcurrent, m.podsRemoved, m.removalErrors,
-		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.policyReloads, m.tenantPolicies, m.tenantAPI, m.warningsDropped, m.tenantOverLimit, m.podsHeld, buildInfo, m.restRequestResults, m.restLatency,
+		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.workersRunning, m.policyReloads, m.tenantPolicies, m.tenantAPI, m.warningsDropped, m.tenantOverLimit, m.podsHeld, buildInfo, m.restRequestResults, m.restLatency,
 		m.leaderStatus, m.leaderSlowpath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
@@ -334,6 +342,20 @@ func (m *Metrics) SetLeader(leading bool) {
 	if m != nil {
 		setBool(m.leader, leading)
 	}
+}
+
+// SetWorkersRunning records whether the controller's workers run.
+func (m *Metrics) SetWorkersRunning(running bool) {
+	if m != nil {
+		m.working.Store(running)
+		setBool(m.workersRunning, running)
+	}
+}
+
+// WorkersRunning is what SetWorkersRunning was last told (false on a nil
+// *Metrics).
+func (m *Metrics) WorkersRunning() bool {
+	return m != nil && m.working.Load()
 }
 
 // SetPodsParked sets podjanitor_pods_scheduled, the number of pods parked

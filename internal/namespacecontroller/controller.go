@@ -286,7 +286,7 @@ func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) er
 		}
 		old, err := NamespaceFromJSON(name, rec.Before)
 		if err != nil {
-			return fmt.Errorf("--hold-waves: the held change of namespace %s recorded on lease %s/%s: %w", name, r.Namespace, r.Name, err)
+			return fmt.Errorf("--hold-waves: lease %s/%s: annotation %s: the held change of namespace %s: %w", r.Namespace, r.Name, wave.AnnotationHeldNamespaces, name, err)
 		}
 		old.UID = cur.GetUID()
 		logger.Info("Measuring again a namespace change the last leader held", "namespace", name, "change", rec.Change, "pods", rec.Pods)
