@@ -151,7 +151,6 @@ func TestLeaderWithAStartThatFails(t *testing.T) {
 				lease.Annotations[wave.AnnotationHeldNamespaces] = tc.record
 			}
 			f, _, _ := namespaceWaveFixtureWith(t, nil, lease)
-			f.c.namespacesSynced = alwaysReady
 			var leading atomic.Bool
 			if tc.unreadable {
 				f.client.PrependReactor("get", "leases", func(core.Action) (bool, runtime.Object, error) {
@@ -231,7 +230,6 @@ func TestUnreadablePolicyRecordStartsAsAFirstInstall(t *testing.T) {
 // whenever it is 0.
 func TestWorkersRunningFollowsRun(t *testing.T) {
 	f, _, _ := namespaceWaveFixtureWith(t, nil, recordedLease(t, "1m"))
-	f.c.namespacesSynced = alwaysReady
 	if err := leaderWorking(true, f.metrics.WorkersRunning()); err == nil {
 		t.Error("a leader whose workers have not started is ready")
 	}
@@ -269,7 +267,6 @@ func TestWorkersRunningFollowsRun(t *testing.T) {
 // answers, the workers start.
 func TestTenantPolicyListFailingIsAWait(t *testing.T) {
 	f := newFixtureWithNamespaces(t, Options{}, nil)
-	f.c.namespacesSynced = alwaysReady
 	ctx, cancel := context.WithCancel(f.ctx)
 	defer cancel()
 	pj := pjfake.NewSimpleClientset()
