@@ -246,7 +246,7 @@ func TestAlertRules(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"PodJanitorAbsent", "PodJanitorNoLeader", "PodJanitorPolicyRejected", "PodJanitorRemovalErrors",
+	want := []string{"PodJanitorAbsent", "PodJanitorNoLeader", "PodJanitorLeaderWithoutWorkers", "PodJanitorPolicyRejected", "PodJanitorRemovalErrors",
 		"PodJanitorRemovalsRefused", "PodJanitorEvictionsBlocked", "PodJanitorRemovalsLate", "PodJanitorNamespaceWatchFailing",
 		"PodJanitorRemovalsHeld"}
 	if !slices.Equal(alerts, want) {
