@@ -254,7 +254,8 @@ func firingOver(t *testing.T, p *promServer, selector string, from, to time.Time
 // Each scenario breaks one installation and waits for its alert to fire
 // within the shortened `for:` plus alertMargin: the target absent
 // (process killed), no leader (two replicas, the Lease held by another
-// holder), a rejected policy reload, removal errors (the fault proxy
+// holder), a leader without workers (the fault proxy answers 500 to its
+// pod list, so its caches never sync), a rejected policy reload, removal errors (the fault proxy
 // answers 500 to DELETE), refused removals (two PodDisruptionBudgets over
 // the pod), evictions blocked (a PodDisruptionBudget), removals late (the
 // fault proxy holds each DELETE 63 s) and the namespace watch failing (403
@@ -274,7 +275,7 @@ func TestPrometheusAlerts(t *testing.T) {
 		t.Fatalf("only %d alerts in %s", len(short), prometheusRuleFile)
 	}
 
-	scenarios := []string{"healthy", "dryrun", "noleader", "policy", "errors", "refused", "blocked", "late", "nswatch", "held"}
+	scenarios := []string{"healthy", "dryrun", "noleader", "noworkers", "policy", "errors", "refused", "blocked", "late", "nswatch", "held"}
 	ns := map[string]string{}
 	for _, s := range scenarios {
 		ns[s] = promNamespace(t, s)
@@ -406,6 +407,20 @@ func TestPrometheusAlerts(t *testing.T) {
 			}
 		})
 
+		t.Run("PodJanitorLeaderWithoutWorkers", func(t *testing.T) {
+			t.Parallel()
+			n := ns["noworkers"]
+			proxy := newFaultProxy(t)
+			proxy.inject(&fault{Method: http.MethodGet, Namespace: n, Status: http.StatusInternalServerError,
+				Match: func(r proxiedRequest) bool { return r.isList() }})
+			d := e.janitor(t, n, "podjanitor-noworkers", "Starting controller", append(elect(n), "--kubeconfig", proxy.kubeconfig(t))...)
+			at := waitScraped(t, prom, n, 1)
+			e.expectFiring(t, prom, "PodJanitorLeaderWithoutWorkers", n, "500 to the leader's pod list", at, shipped, short, 0)
+			if d.logContains("Started workers") {
+				t.Error("workers started with the pod list failing")
+			}
+		})
+
 		t.Run("PodJanitorPolicyRejected", func(t *testing.T) {
 			t.Parallel()
 			n := ns["policy"]
@@ -503,7 +518,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	end := time.Now()
 
 	t.Run("OnlyTheBrokenInstallationsAlert", func(t *testing.T) {
-		want := map[string]string{"noleader": "PodJanitorNoLeader", "policy": "PodJanitorPolicyRejected", "errors": "PodJanitorRemovalErrors",
+		want := map[string]string{"noleader": "PodJanitorNoLeader", "noworkers": "PodJanitorLeaderWithoutWorkers", "policy": "PodJanitorPolicyRejected", "errors": "PodJanitorRemovalErrors",
 			"refused": "PodJanitorRemovalsRefused", "blocked": "PodJanitorEvictionsBlocked", "late": "PodJanitorRemovalsLate",
 			"nswatch": "PodJanitorNamespaceWatchFailing", "held": "PodJanitorRemovalsHeld"}
 		for _, s := range scenarios {
