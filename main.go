@@ -58,8 +58,8 @@ func runDaemon(args []string) int {
 }
 
 // daemon runs the controller until ctx is cancelled. An error that ends the
-// controller (a start that failed) or an HTTP endpoint ends it too, and is
-// returned: the process exits 1.
+// controller (a start that failed) ends daemon too, and is returned: the
+// process exits 1.
 func daemon(ctx context.Context, o *flagValues) error {
 	logger := klog.FromContext(ctx)
 	applyRuntimeDefaults(logger)
@@ -175,11 +175,9 @@ func daemon(ctx context.Context, o *flagValues) error {
 
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
-	var endpointErr atomic.Pointer[error]
 	go func() {
 		if err := <-serveErr; err != nil {
 			logger.Error(err, "HTTP endpoint failed, stopping")
-			endpointErr.Store(&err)
 			cancelRun()
 		}
 	}()
@@ -193,9 +191,6 @@ func daemon(ctx context.Context, o *flagValues) error {
 			err = errControllerStopped
 		}
 		setLeader(false)
-	}
-	if e := endpointErr.Load(); e != nil && err == nil {
-		err = *e
 	}
 	return err
 }
