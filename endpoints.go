@@ -86,7 +86,9 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 		}
 		var handler http.Handler = mux
 		var tlsConfig *tls.Config
+		var handshakes *secureserving.HandshakeLimiter
 		if cfg.metricsSecure {
+			handshakes = secureserving.NewHandshakeLimiter(secureserving.HandshakeLimits{}, metrics.CountHandshakeRefused)
 			reviews, err := reviewClient(cfg.reviews)
 			if err != nil {
 				return fmt.Errorf("metrics endpoint: %w", err)
@@ -95,6 +97,7 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 				Audiences: cfg.audiences,
 				Refused:   metrics.CountMetricsRefusal,
 				Evicted:   metrics.CountReviewCacheEviction,
+				Allowed:   handshakes.Vouch,
 			})
 			if err != nil {
 				return fmt.Errorf("metrics endpoint: %w", err)
@@ -106,7 +109,7 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 			}
 		}
 		srv := secureserving.NewServer(ctx, handler, cfg.limits())
-		if err := serve(ctx, metrics, cfg.maxConnections, "metrics", cfg.metricsAddr, srv, tlsConfig, errs); err != nil {
+		if err := serve(ctx, metrics, cfg.maxConnections, "metrics", cfg.metricsAddr, srv, tlsConfig, handshakes, errs); err != nil {
 			return err
 		}
 	}
@@ -133,17 +136,19 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 			fmt.Fprintln(w, "ok")
 		})
 		srv := secureserving.NewServer(ctx, mux, cfg.limits())
-		if err := serve(ctx, metrics, cfg.maxConnections, "health", cfg.healthAddr, srv, nil, errs); err != nil {
+		if err := serve(ctx, metrics, cfg.maxConnections, "health", cfg.healthAddr, srv, nil, nil, errs); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// serve serves srv on addr, over TLS with a non-nil tlsConfig, at most
-// maxConnections at once (0: secureserving.DefaultMaxConnections), name
-// (metrics.EndpointMetrics or EndpointHealth) counting those past it.
-func serve(ctx context.Context, meters *metrics.Metrics, maxConnections int, name, addr string, srv *http.Server, tlsConfig *tls.Config, errs chan<- error) error {
+// serve serves srv on addr, over TLS with a non-nil tlsConfig (new
+// connections within handshakes), at most maxConnections at once (0:
+// secureserving.DefaultMaxConnections), name (metrics.EndpointMetrics or
+// EndpointHealth) counting those past it.
+func serve(ctx context.Context, meters *metrics.Metrics, maxConnections int, name, addr string, srv *http.Server, tlsConfig *tls.Config,
+	handshakes *secureserving.HandshakeLimiter, errs chan<- error) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s endpoint: %w", name, err)
@@ -155,7 +160,7 @@ func serve(ctx context.Context, meters *metrics.Metrics, maxConnections int, nam
 	scheme := "http"
 	if tlsConfig != nil {
 		scheme = "https"
-		ln = tls.NewListener(ln, tlsConfig)
+		ln = tls.NewListener(handshakes.Listener(ctx, ln), tlsConfig)
 	}
 	klog.FromContext(ctx).Info("Serving "+name+" endpoint", "address", ln.Addr().String(), "scheme", scheme)
 	go func() {

@@ -11,12 +11,14 @@ import (
 // endpointMetrics are the series of the HTTPS metrics endpoint
 // (--metrics-secure): the requests it refused and why, the answers its
 // review caches dropped to make room, and when its serving certificate
-// expires; and the connections either endpoint refused.
+// expires, and the connections it closed before their TLS handshake; and
+// the connections either endpoint refused.
 type endpointMetrics struct {
-	refused      *prometheus.CounterVec
-	evicted      *prometheus.CounterVec
-	certExpiry   prometheus.Gauge
-	connsRefused *prometheus.CounterVec
+	refused           *prometheus.CounterVec
+	evicted           *prometheus.CounterVec
+	certExpiry        prometheus.Gauge
+	handshakesRefused *prometheus.CounterVec
+	connsRefused      *prometheus.CounterVec
 }
 
 func newEndpointMetrics(reg *prometheus.Registry) endpointMetrics {
@@ -34,12 +36,18 @@ func newEndpointMetrics(reg *prometheus.Registry) endpointMetrics {
 			Name: "podjanitor_metrics_certificate_expiry_timestamp_seconds",
 			Help: "When the certificate the HTTPS metrics endpoint serves expires, in Unix seconds; 0 without --metrics-secure.",
 		}),
+		handshakesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "podjanitor_metrics_handshakes_refused_total",
+			Help: "Connections the HTTPS metrics endpoint closed before their TLS handshake, past the handshake rate, by limit: address (the source address's own rate) or all (the rate shared by the addresses no request was allowed from lately).",
+		}, []string{"limit"}),
 		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "podjanitor_http_connections_refused_total",
 			Help: "Connections the metrics or health endpoint closed at once because it had --http-max-connections open, by endpoint (metrics, health).",
 		}, []string{"endpoint"}),
 	}
-	reg.MustRegister(e.refused, e.evicted, e.certExpiry, e.connsRefused)
+	reg.MustRegister(e.refused, e.evicted, e.certExpiry, e.handshakesRefused, e.connsRefused)
+	e.handshakesRefused.WithLabelValues(secureserving.HandshakeLimitAddress)
+	e.handshakesRefused.WithLabelValues(secureserving.HandshakeLimitAll)
 	e.connsRefused.WithLabelValues(EndpointMetrics)
 	e.connsRefused.WithLabelValues(EndpointHealth)
 	for _, r := range secureserving.RefusalReasons {
@@ -61,6 +69,14 @@ const (
 func (m *Metrics) CountConnectionRefused(endpoint string) {
 	if m != nil {
 		m.endpoint.connsRefused.WithLabelValues(endpoint).Inc()
+	}
+}
+
+// CountHandshakeRefused counts a connection the metrics endpoint closed
+// before its TLS handshake (a secureserving.HandshakeLimit* limit).
+func (m *Metrics) CountHandshakeRefused(limit string) {
+	if m != nil {
+		m.endpoint.handshakesRefused.WithLabelValues(limit).Inc()
 	}
 }
 

@@ -537,3 +537,120 @@ func TestLimitConnections(t *testing.T) {
 	}
 	second.Close()
 }
+
+// TestPathSpellingsReviewedOnce: a path is cleaned before anything else:
+// the spellings of /metrics (dot elements, repeated slashes, escapes) are
+// /metrics, reviewed once per token and served as /metrics; a path that is
+// not served once cleaned is 404, nothing reviewed.
+func TestPathSpellingsReviewedOnce(t *testing.T) {
+	r := &reviews{
+		tokens:  map[string]string{"scraper-token": "prometheus", "other-token": "other"},
+		allowed: map[string][]string{"prometheus": {"/metrics"}},
+	}
+	var refused refusals
+	url, _ := serveAuthWith(t, r, Options{Refused: refused.count})
+	spellings := []string{"/metrics", "/./metrics", "//metrics", "/metrics/.", "/a/b/../../metrics", "/%6detrics", "/x/..%2Fmetrics"}
+	for i := range 200 {
+		spellings = append(spellings, fmt.Sprintf("/%d/../metrics", i))
+	}
+	for _, p := range spellings {
+		if code, body := get(t, url+p, "scraper-token"); code != http.StatusOK || body != "secret metrics" {
+			t.Errorf("GET %s with the scraper's token: %d %q, want 200 and the metrics", p, code, cut(body, 100))
+		}
+		if code, _ := get(t, url+p, "other-token"); code != http.StatusForbidden {
+			t.Errorf("GET %s with a token without the role: %d, want 403", p, code)
+		}
+	}
+	if tr, sar := r.counts(); tr != 2 || sar != 2 {
+		t.Errorf("%d spellings of /metrics with two tokens cost %d TokenReviews and %d SubjectAccessReviews, want 2 and 2", len(spellings), tr, sar)
+	}
+	r.mu.Lock()
+	for _, s := range r.accessReview {
+		if s.NonResourceAttributes.Path != "/metrics" {
+			t.Errorf("a SubjectAccessReview of %q, want /metrics", s.NonResourceAttributes.Path)
+		}
+	}
+	r.mu.Unlock()
+	n := 0
+	for i := range 50 {
+		for _, p := range []string{fmt.Sprintf("/metrics/../%d", i), fmt.Sprintf("/metrics/%d/..", i) + "/x", "/metrics/"} {
+			if code, _ := get(t, url+p, "scraper-token"); code != http.StatusNotFound {
+				t.Errorf("GET %s: %d, want 404", p, code)
+			}
+			n++
+		}
+	}
+	if tr, sar := r.counts(); tr != 2 || sar != 2 {
+		t.Errorf("%d paths not served once cleaned: %d TokenReviews and %d SubjectAccessReviews, want none more", n, tr-2, sar-2)
+	}
+	if got := refused.get(RefusedUnknownPath); got != n {
+		t.Errorf("refused %d requests as %s, want %d", got, RefusedUnknownPath, n)
+	}
+}
+
+// TestKnownTokenNewRequestsShareTheLimit: a token allowed lately has a lane
+// of its own for the requests it was allowed, not for others: the reviews
+// of paths (or verbs) it makes up take the newcomers' limit and are refused
+// past it (429); its allowed requests go on.
+func TestKnownTokenNewRequestsShareTheLimit(t *testing.T) {
+	r := &reviews{
+		tokens:  map[string]string{"scraper-token": "prometheus"},
+		allowed: map[string][]string{"prometheus": {"/metrics"}},
+	}
+	var refused refusals
+	// A burst of 4 and next to no refill: the scraper's two reviews take half.
+	url, a := serveAuthWith(t, r, Options{ReviewQPS: 0.001, ReviewBurst: 4, Refused: refused.count})
+	clock := testingclock.NewFakeClock(time.Now())
+	a.now = clock.Now
+	if code, body := get(t, url+"/metrics", "scraper-token"); code != http.StatusOK {
+		t.Fatalf("the scraper: %d %q", code, body)
+	}
+	const madeUp = 50
+	for i := range madeUp {
+		code, _ := get(t, fmt.Sprintf("%s/debug/pprof/%d", url, i), "scraper-token")
+		if code != http.StatusForbidden && code != http.StatusTooManyRequests {
+			t.Errorf("a made-up path with the scraper's token: %d, want 403 or 429", code)
+		}
+	}
+	for _, method := range []string{"HEAD", "PUT", "X1", "X2", "X3"} {
+		if code, _ := do(t, method, url+"/metrics", "Bearer scraper-token"); code != http.StatusTooManyRequests {
+			t.Errorf("%s /metrics with the scraper's token, the limit taken: %d, want 429", method, code)
+		}
+	}
+	if _, sar := r.counts(); sar != 3 {
+		t.Errorf("%d made-up paths and 5 made-up verbs with the scraper's token cost %d SubjectAccessReviews, want 3 (its own and the limit's 2 left)", madeUp, sar)
+	}
+	if got := refused.get(RefusedThrottled); got != madeUp-2+5 {
+		t.Errorf("refused %d requests as %s, want %d", got, RefusedThrottled, madeUp-2+5)
+	}
+	clock.Step(AllowTTL + time.Second)
+	if code, body := get(t, url+"/metrics", "scraper-token"); code != http.StatusOK {
+		t.Errorf("the scraper once its answers expired, the limit taken: %d %q, want 200", code, body)
+	}
+}
+
+// TestAllowedToldTheAddress: Options.Allowed is told the remote address of
+// each request allowed, and of no other.
+func TestAllowedToldTheAddress(t *testing.T) {
+	r := &reviews{
+		tokens:  map[string]string{"scraper-token": "prometheus", "other-token": "other"},
+		allowed: map[string][]string{"prometheus": {"/metrics"}},
+	}
+	var mu sync.Mutex
+	var told []string
+	url, _ := serveAuthWith(t, r, Options{Allowed: func(addr string) { mu.Lock(); told = append(told, addr); mu.Unlock() }})
+	for _, c := range []struct{ path, token string }{{"/metrics", ""}, {"/metrics", "forged"}, {"/metrics", "other-token"}, {"/x", "scraper-token"}} {
+		get(t, url+c.path, c.token)
+	}
+	mu.Lock()
+	if len(told) != 0 {
+		t.Errorf("told %q for refused requests, want nothing", told)
+	}
+	mu.Unlock()
+	get(t, url+"/metrics", "scraper-token")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) != 1 || !strings.HasPrefix(told[0], "127.0.0.1:") {
+		t.Errorf("told %q for an allowed request, want its remote address", told)
+	}
+}

@@ -7,13 +7,16 @@
 // cached, so that a scraper costs the API server a TokenReview per TokenTTL
 // and a SubjectAccessReview per AllowTTL, not a request per scrape.
 //
-// It holds against hostile callers: a path no handler serves is answered 404
-// before any review; the caches keep hashes, not what callers sent, and are
-// bounded in entries and bytes; the reviews of callers not allowed lately
-// never queue (past the rate limit they are refused at once, 429), while a
-// token allowed lately has a lane of its own and is reviewed again ahead of
-// its expiry; one review runs per token (or request) at a time. NewServer
-// bounds each connection (timeouts, header bytes) and logs through klog.
+// It holds against hostile callers: a request's path is cleaned first, and
+// one no handler serves is answered 404 before any review; the caches keep
+// hashes, not what callers sent, and are bounded in entries and bytes; the
+// reviews of callers and requests not allowed lately never queue (past the
+// rate limit they are refused at once, 429), while a token allowed lately
+// has a lane of its own for the requests it was allowed and is reviewed
+// again ahead of its expiry; one review runs per token (or request) at a
+// time. NewServer bounds each connection (timeouts, header bytes) and logs
+// through klog; HandshakeLimiter bounds the TLS handshakes callers can make
+// before they show a token.
 //
 // It is written on client-go alone: k8s.io/apiserver's delegating
 // authenticator and authorizer would do the same, and cost the binary 38 MB
@@ -28,6 +31,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,6 +122,9 @@ type Options struct {
 	Refused func(reason string)
 	// Evicted is told of each live answer dropped from a full cache (a Cache*).
 	Evicted func(cache string)
+	// Allowed is told the remote address (host:port) of each request
+	// allowed, before it is served (HandshakeLimiter.Vouch).
+	Allowed func(remoteAddr string)
 }
 
 // WithAuth returns mux behind authentication and authorization: a request
@@ -153,13 +160,19 @@ func newAuth(mux *http.ServeMux, authn authenticationv1.AuthenticationV1Interfac
 	if refused == nil {
 		refused = func(string) {}
 	}
+	allowed := opts.Allowed
+	if allowed == nil {
+		allowed = func(string) {}
+	}
 	return &auth{mux: mux, authn: authn, authz: authz, audiences: slices.Clone(opts.Audiences), now: time.Now,
-		tokens:     newTTLCache(maxCached, maxCachedBytes, userBytes, evicted(CacheTokens)),
-		access:     newTTLCache(maxCached, maxCachedBytes, func(bool) int { return 0 }, evicted(CacheAccess)),
-		recent:     newTTLCache(maxRecent, maxRecent*entryOverhead, func(struct{}) int { return 0 }, nil),
-		newcomers:  flowcontrol.NewTokenBucketRateLimiter(qps, burst),
-		retryAfter: strconv.Itoa(int(math.Ceil(1 / float64(qps)))),
-		refused:    refused,
+		tokens:       newTTLCache(maxCached, maxCachedBytes, userBytes, evicted(CacheTokens)),
+		access:       newTTLCache(maxCached, maxCachedBytes, func(bool) int { return 0 }, evicted(CacheAccess)),
+		recent:       newTTLCache(maxRecent, maxRecent*entryOverhead, func(struct{}) int { return 0 }, nil),
+		recentAccess: newTTLCache(maxRecent, maxRecent*entryOverhead, func(struct{}) int { return 0 }, nil),
+		newcomers:    flowcontrol.NewTokenBucketRateLimiter(qps, burst),
+		retryAfter:   strconv.Itoa(int(math.Ceil(1 / float64(qps)))),
+		refused:      refused,
+		allowed:      allowed,
 	}, nil
 }
 
@@ -172,11 +185,13 @@ type auth struct {
 	tokens       *ttlCache[*authnv1.UserInfo] // nil: not authenticated
 	access       *ttlCache[bool]
 	recent       *ttlCache[struct{}] // tokens allowed a request lately
+	recentAccess *ttlCache[struct{}] // users' requests allowed lately
 	newcomers    flowcontrol.RateLimiter
 	retryAfter   string // seconds, of a 429
 	tokenFlight  flight[*authnv1.UserInfo]
 	accessFlight flight[bool]
 	refused      func(reason string)
+	allowed      func(remoteAddr string)
 	failures     failureLog
 }
 
@@ -184,6 +199,7 @@ type auth struct {
 var errThrottled = errors.New("past the rate limit of reviews")
 
 func (a *auth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r = cleaned(r)
 	_, pattern := a.mux.Handler(r)
 	if pattern == "" {
 		a.refuse(w, RefusedUnknownPath, http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource")
@@ -213,7 +229,7 @@ func (a *auth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A non-resource request's verb is its method, lower-cased, as the API
 	// server's RequestInfo makes it.
 	verb, path := strings.ToLower(r.Method), r.URL.Path
-	allowed, err := a.authorize(r.Context(), tokenKey, known, user, verb, path)
+	allowed, err := a.authorize(r.Context(), user, verb, path)
 	switch {
 	case errors.Is(err, errThrottled):
 		a.throttled(w)
@@ -231,7 +247,40 @@ func (a *auth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if now := a.now(); !known || expires.Sub(now) < RecentTTL/2 {
 		a.recent.put(tokenKey, struct{}{}, now.Add(RecentTTL), now)
 	}
+	a.allowed(r.RemoteAddr)
 	a.mux.ServeHTTP(w, r)
+}
+
+// cleaned is r with its path as the mux matches it and the review asks
+// about: decoded, without . and .. elements or repeated slashes, like
+// ServeMux's own cleaning (which would answer a redirect to it). Each
+// spelling of a path is then one path, reviewed once.
+func cleaned(r *http.Request) *http.Request {
+	p := cleanPath(r.URL.Path)
+	if p == r.URL.Path && r.URL.RawPath == "" {
+		return r
+	}
+	r2 := new(http.Request)
+	*r2 = *r
+	u := *r.URL
+	u.Path, u.RawPath = p, ""
+	r2.URL = &u
+	return r2
+}
+
+// cleanPath is ServeMux's: path.Clean's, rooted, with a trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 func (a *auth) refuse(w http.ResponseWriter, reason string, code int, status metav1.StatusReason, message string) {
@@ -347,9 +396,12 @@ func (a *auth) audienceMatches(got []string) bool {
 }
 
 // authorize says whether the API server allows user verb on the
-// non-resource path. A known token's allowed answer that expires soon is
-// reviewed again in the background.
-func (a *auth) authorize(ctx context.Context, tokenKey cacheKey, known bool, user *authnv1.UserInfo, verb, path string) (bool, error) {
+// non-resource path. A request allowed lately (within RecentTTL) is reviewed
+// in its own lane, its allowed answer again in the background when it
+// expires soon; any other request's review takes the newcomers' limit, even
+// with a known token: a scraper's token cannot have a review made for each
+// path it makes up.
+func (a *auth) authorize(ctx context.Context, user *authnv1.UserInfo, verb, path string) (bool, error) {
 	spec := authzv1.SubjectAccessReviewSpec{
 		User: user.Username, UID: user.UID, Groups: user.Groups,
 		NonResourceAttributes: &authzv1.NonResourceAttributes{Path: path, Verb: verb},
@@ -365,15 +417,22 @@ func (a *auth) authorize(ctx context.Context, tokenKey cacheKey, known bool, use
 		return false, err
 	}
 	key := cacheKey(sha256.Sum256(k))
-	review := func(ctx context.Context) (bool, error) { return a.reviewAccess(ctx, key, spec, known) }
 	now := a.now()
-	if allowed, expires, ok := a.access.get(key, now); ok {
-		if allowed && known && expires.Sub(now) < AllowTTL/4 {
-			go once(context.WithoutCancel(ctx), &a.accessFlight, key, review)
+	_, recently, known := a.recentAccess.get(key, now)
+	review := func(ctx context.Context) (bool, error) { return a.reviewAccess(ctx, key, spec, known) }
+	allowed, expires, ok := a.access.get(key, now)
+	switch {
+	case ok && allowed && known && expires.Sub(now) < AllowTTL/4:
+		go once(context.WithoutCancel(ctx), &a.accessFlight, key, review)
+	case !ok:
+		if allowed, err = once(ctx, &a.accessFlight, key, review); err != nil {
+			return false, err
 		}
-		return allowed, nil
 	}
-	return once(ctx, &a.accessFlight, key, review)
+	if now := a.now(); allowed && (!known || recently.Sub(now) < RecentTTL/2) {
+		a.recentAccess.put(key, struct{}{}, now.Add(RecentTTL), now)
+	}
+	return allowed, nil
 }
 
 // reviewAccess asks the API server whether spec is allowed and caches the answer.
