@@ -156,11 +156,11 @@ func serve(ctx context.Context, meters *metrics.Metrics, maxConnections int, nam
 	if maxConnections <= 0 {
 		maxConnections = secureserving.DefaultMaxConnections
 	}
-	ln = secureserving.LimitConnections(ln, maxConnections, func() { meters.CountConnectionRefused(name) })
+	ln = secureserving.LimitConnections(handshakes.Listener(ctx, ln), maxConnections, func() { meters.CountConnectionRefused(name) })
 	scheme := "http"
 	if tlsConfig != nil {
 		scheme = "https"
-		ln = tls.NewListener(handshakes.Listener(ctx, ln), tlsConfig)
+		ln = tls.NewListener(ln, tlsConfig)
 	}
 	klog.FromContext(ctx).Info("Serving "+name+" endpoint", "address", ln.Addr().String(), "scheme", scheme)
 	go func() {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -50,11 +51,20 @@ const (
 // are logged at most.
 const handshakeLogEvery = 10 * time.Second
 
+// A connection past the limits is held, unread, for refusedHold before it is
+// closed, so that a caller that dials again at once waits for it instead of
+// having podjanitor accept and close thousands a second; at most maxHeld of
+// a listener's are held, more are closed at once.
+const (
+	refusedHold = time.Second
+	maxHeld     = 512
+)
+
 // HandshakeLimiter bounds the TLS handshakes that callers who have not shown
 // a token can make, counting each connection before the TLS work (the
 // listener's Accept): each source address has a rate of its own, and the
 // addresses not vouched for share one more; a connection past either is
-// closed at once. An address is vouched for once a request from it was
+// closed, after refusedHold. An address is vouched for once a request from it was
 // allowed (Vouch, from Options.Allowed), for RecentTTL: a scraper's new
 // connections do not compete with a flood from other addresses.
 type HandshakeLimiter struct {
@@ -62,6 +72,8 @@ type HandshakeLimiter struct {
 	allRate, allBurst         float64
 	refused                   func(limit string)
 	now                       func() time.Time
+	afterFunc                 func(time.Duration, func()) // runs a refused connection's close
+	maxHeld                   int64
 	vouched                   *ttlCache[struct{}]
 
 	mu             sync.Mutex
@@ -93,6 +105,7 @@ func NewHandshakeLimiter(limits HandshakeLimits, refused func(limit string)) *Ha
 		addressRate: limits.AddressQPS, addressBurst: float64(limits.AddressBurst),
 		allRate: limits.QPS, allBurst: float64(limits.Burst),
 		refused: refused, now: time.Now,
+		afterFunc: func(d time.Duration, f func()) { time.AfterFunc(d, f) }, maxHeld: maxHeld,
 		vouched:   newTTLCache(maxVouched, maxVouched*entryOverhead, func(struct{}) int { return 0 }, nil),
 		addresses: map[netip.Addr]*bucket{},
 		all:       bucket{tokens: float64(limits.Burst)},
@@ -111,10 +124,14 @@ func (h *HandshakeLimiter) Vouch(remoteAddr string) {
 	}
 }
 
-// Listener is ln whose connections past the limits are closed as they are
-// accepted; wrap it in the TLS listener. Closed connections are logged
-// through ctx's logger, at most once per 10 s.
+// Listener is ln whose connections past the limits are not returned but
+// held and closed; wrap it in LimitConnections and the TLS listener (nil
+// h: ln). Closed connections are logged through ctx's logger, at most once
+// per 10 s.
 func (h *HandshakeLimiter) Listener(ctx context.Context, ln net.Listener) net.Listener {
+	if h == nil {
+		return ln
+	}
 	return &handshakeListener{Listener: ln, limiter: h, logger: klog.FromContext(ctx)}
 }
 
@@ -122,6 +139,7 @@ type handshakeListener struct {
 	net.Listener
 	limiter *HandshakeLimiter
 	logger  klog.Logger
+	held    atomic.Int64
 }
 
 func (l *handshakeListener) Accept() (net.Conn, error) {
@@ -136,7 +154,15 @@ func (l *handshakeListener) Accept() (net.Conn, error) {
 			return c, nil
 		}
 		l.limiter.refused(limit)
-		c.Close()
+		if l.held.Add(1) <= l.limiter.maxHeld {
+			l.limiter.afterFunc(refusedHold, func() {
+				c.Close()
+				l.held.Add(-1)
+			})
+		} else {
+			l.held.Add(-1)
+			c.Close()
+		}
 		if n, ok := l.limiter.logDue(); ok {
 			l.logger.Info("Closing connections to the metrics endpoint before their TLS handshake, past the handshake rate",
 				"address", addr.String(), "limit", limit, "closedSinceLastLog", n)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -112,6 +113,7 @@ func TestHandshakesLimitedBeforeTLS(t *testing.T) {
 	r := &reviews{tokens: map[string]string{"scraper-token": "prometheus"}, allowed: map[string][]string{"prometheus": {"/metrics"}}}
 	var refused limitsCounted
 	h := NewHandshakeLimiter(HandshakeLimits{AddressQPS: 0.001, AddressBurst: 5, QPS: 0.001, Burst: 7}, refused.count)
+	h.afterFunc = func(_ time.Duration, closeConn func()) { closeConn() } // no hold
 	c := r.client(t)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "secret metrics") })
@@ -164,5 +166,90 @@ func TestHandshakesLimitedBeforeTLS(t *testing.T) {
 	}
 	if got := hellos.Load(); got != 5+2+3 {
 		t.Errorf("%d ClientHellos read, want %d: one per connection let through", got, 5+2+3)
+	}
+}
+
+// TestRefusedConnectionsHeld: a connection past the limits is held, unread,
+// for refusedHold before it is closed (a caller that dials again at once
+// waits for it); past maxHeld held, one more is closed at once.
+func TestRefusedConnectionsHeld(t *testing.T) {
+	h := NewHandshakeLimiter(HandshakeLimits{AddressQPS: 0.001, AddressBurst: 1, QPS: 1000, Burst: 1000}, nil)
+	h.maxHeld = 2
+	var mu sync.Mutex
+	var closes []func()
+	h.afterFunc = func(d time.Duration, closeConn func()) {
+		if d != refusedHold {
+			t.Errorf("a refused connection held for %v, want %v", d, refusedHold)
+		}
+		mu.Lock()
+		closes = append(closes, closeConn)
+		mu.Unlock()
+	}
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := h.Listener(context.Background(), inner)
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 10)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", inner.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// open says whether the server has not closed c (a read waits).
+	open := func(c net.Conn) bool {
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		_, err := c.Read(make([]byte, 1))
+		ne, ok := err.(net.Error)
+		return ok && ne.Timeout()
+	}
+	// closed waits until the server closed c.
+	closed := func(c net.Conn) bool {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		ne, ok := err.(net.Error)
+		return err != nil && !(ok && ne.Timeout())
+	}
+	dial()
+	<-accepted // the address's burst
+	first, second := dial(), dial()
+	err = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(closes) == 2, nil
+	})
+	if err != nil {
+		t.Fatal("the two connections past the address's rate were not held")
+	}
+	if !open(first) || !open(second) {
+		t.Error("a held connection was closed before its hold ended")
+	}
+	if third := dial(); !closed(third) {
+		t.Error("a connection past maxHeld held was not closed at once")
+	}
+	mu.Lock()
+	for _, f := range closes {
+		f()
+	}
+	mu.Unlock()
+	if !closed(first) || !closed(second) {
+		t.Error("a held connection was not closed when its hold ended")
+	}
+	if len(accepted) != 0 {
+		t.Errorf("%d connections past the limit returned by Accept", len(accepted))
 	}
 }

@@ -43,7 +43,8 @@ const maxHostileRSS = 128 << 20
 //	    which pass the header cap and reach the reviews): podjanitor lives,
 //	    its RSS stays under 128 MiB;
 //	(c) 3,000 keep-alive connections, each after one refused request, are
-//	    left idle: podjanitor holds --http-max-connections (1000) of them and
+//	    left idle (from 200 source addresses a scrape was allowed from, each
+//	    within its handshake burst): podjanitor holds --http-max-connections (1000) of them and
 //	    closes the others at once (counted), its RSS under 128 MiB while they
 //	    are held; all are closed by the server after its idle timeout, and the
 //	    scraper is answered after.
@@ -230,7 +231,32 @@ func TestSecureMetricsHostileCallers(t *testing.T) {
 	t.Run("idle connections", func(t *testing.T) {
 		// The daemon holds at most --http-max-connections (1000, the
 		// scraper's among them) and closes the others at once.
-		const conns, maxConns = 3000, 1000
+		const conns, maxConns, sources = 3000, 1000, 200
+		// Each source address opens 15 connections, within its handshake
+		// burst (20), once a scrape was allowed from it (past the rate
+		// that the addresses not vouched for share).
+		from := func(i int) *net.TCPAddr { return &net.TCPAddr{IP: net.IPv4(127, 0, 2+byte(i/250), 1+byte(i%250))} }
+		for i := range sources {
+			c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+				DialContext:     (&net.Dialer{LocalAddr: from(i)}).DialContext,
+				TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+			// Until then its connections take the shared rate: one may be
+			// closed before its handshake.
+			err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+				req, _ := http.NewRequest(http.MethodGet, url, nil)
+				req.Header.Set("Authorization", "Bearer "+scraperToken)
+				resp, err := c.Do(req)
+				if err != nil {
+					return false, nil
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode == http.StatusOK, nil
+			})
+			if err != nil {
+				t.Fatalf("no scrape from %v allowed within a minute", from(i).IP)
+			}
+		}
 		held := make([]net.Conn, conns)
 		stop := make(chan struct{})
 		done := make(chan struct{})
@@ -246,7 +272,7 @@ func TestSecureMetricsHostileCallers(t *testing.T) {
 					if i >= conns {
 						return
 					}
-					c, err := openRefused(addr)
+					c, err := openRefused(from(i%sources), addr)
 					if err != nil {
 						refused.Add(1)
 						continue
@@ -337,10 +363,11 @@ func rawRequest(addr, req string) int {
 	return resp.StatusCode
 }
 
-// openRefused opens a keep-alive connection to addr, makes one request
-// without a token (401) and returns the connection, left open.
-func openRefused(addr string) (net.Conn, error) {
-	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 20 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
+// openRefused opens a keep-alive connection to addr from the local address
+// from, makes one request without a token (401) and returns the
+// connection, left open.
+func openRefused(from *net.TCPAddr, addr string) (net.Conn, error) {
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 20 * time.Second, LocalAddr: from}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
 	if err != nil {
 		return nil, err
 	}
