@@ -187,6 +187,7 @@ func (h *HandshakeLimiter) admit(addr netip.Addr) string {
 		return HandshakeLimitAddress
 	}
 	if !vouched && !h.all.take(now, h.allRate, h.allBurst) {
+		b.tokens++ // not made: its address's rate is not spent on it
 		return HandshakeLimitAll
 	}
 	return ""

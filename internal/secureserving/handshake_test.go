@@ -58,6 +58,9 @@ func TestHandshakeLimiterRates(t *testing.T) {
 	admit("10.0.0.1", HandshakeLimitAddress) // its burst of 2 taken
 	admit("10.0.0.2", "")                    // the last of the shared burst of 3
 	admit("10.0.0.3", HandshakeLimitAll)
+	if b := h.addresses[ip("10.0.0.3")]; b.tokens != 2 {
+		t.Errorf("a connection past the shared rate took its address's rate: %v left of 2", b.tokens)
+	}
 	h.Vouch("10.0.0.9:4321")
 	admit("10.0.0.9", "") // vouched for: the shared rate is not its
 	admit("10.0.0.9", "")
