@@ -64,9 +64,9 @@ const (
 // a token can make, counting each connection before the TLS work (the
 // listener's Accept): each source address has a rate of its own, and the
 // addresses not vouched for share one more; a connection past either is
-// closed, after refusedHold. An address is vouched for once a request from it was
-// allowed (Vouch, from Options.Allowed), for RecentTTL: a scraper's new
-// connections do not compete with a flood from other addresses.
+// closed, after refusedHold. An address is vouched for once a request from
+// it was allowed (Vouch, from Options.Allowed), for RecentTTL: a scraper's
+// new connections do not compete with a flood from other addresses.
 type HandshakeLimiter struct {
 	addressRate, addressBurst float64
 	allRate, allBurst         float64
@@ -164,7 +164,7 @@ func (l *handshakeListener) Accept() (net.Conn, error) {
 			c.Close()
 		}
 		if n, ok := l.limiter.logDue(); ok {
-			l.logger.Info("Closing connections to the metrics endpoint before their TLS handshake, past the handshake rate",
+			l.logger.Info("Closing connections before their TLS handshake, past the handshake rate",
 				"address", addr.String(), "limit", limit, "closedSinceLastLog", n)
 		}
 	}
