@@ -209,7 +209,13 @@ func TestSecureMetricsCallersCost(t *testing.T) {
 			t.Errorf("the scraper got %d of %d scrapes answered 200 (failures %q), want at least 95 %%", ok, total, failures)
 		}
 		for i, p := range due {
-			removed.checkOnTime(t, p, created(p).Add(time.Duration(5*(i+1))*time.Second))
+			deadline := created(p).Add(time.Duration(5*(i+1)) * time.Second)
+			at := removed.waitRemoved(t, p, max(time.Until(deadline.Add(latenessOK)), 0)+5*time.Second)
+			lateness := at.Sub(deadline)
+			t.Logf("pod %s: lateness %v", p.Name, lateness.Round(time.Millisecond))
+			if lateness < 0 || lateness > latenessOK {
+				t.Errorf("pod %s removed %v after its deadline, want within 0 and %v", p.Name, lateness, latenessOK)
+			}
 		}
 		select {
 		case <-d.exited:
