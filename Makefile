@@ -10,7 +10,14 @@ BIN     := _output/bin/podjanitor
 include hack/docker.mk
 include hack/bench.mk
 
-.PHONY: help build tools devtools helm codegen verify-codegen cluster-up cluster-down cluster-status run demo test unit e2e vet fuzz release clean
+.PHONY: help build tools devtools helm codegen verify-codegen cluster-up cluster-down cluster-status run demo test unit e2e test-versions vet fuzz release clean
+
+# The Kubernetes minor of the local cluster (tools, cluster-up, run, e2e): one
+# of hack/k8s/versions, e.g. KUBE_VERSION=1.35; default the newest.
+KUBE_VERSION ?=
+export KUBE_VERSION
+# The minors test-versions runs on (1.35 1.36, oldest, newest); default every one.
+KUBE_VERSIONS ?=
 
 help: ## Show the targets.
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -64,6 +71,9 @@ unit: vet ## Unit tests (no cluster needed): Go, chart (helm lint/template), kus
 
 e2e: build tools helm image-archive ## End-to-end tests: brings a local cluster with a real node up in _output/e2e and down again (root).
 	hack/e2e.sh
+
+test-versions: build helm image-archive ## The e2e suite's version-sensitive core on each supported Kubernetes minor (hack/test-versions.sh).
+	hack/test-versions.sh $(KUBE_VERSIONS)
 
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	go test -run='^$$' -fuzz=FuzzParseDuration -fuzztime=$${FUZZTIME:-30s} ./policy/

@@ -29,6 +29,11 @@
 #   ETCD_PEER_PORT  etcd peer port                   (default PORT_BASE+80 = 26480)
 #   KCM_PORT        kube-controller-manager https port (default PORT_BASE+57 = 26457)
 #   BIN_DIR         where the binaries are (default _output/bin)
+#   KUBE_VERSION    the Kubernetes minor of kube-apiserver, kube-controller-manager,
+#                   kube-scheduler and the kubelet, one of hack/k8s/versions
+#                   (default: the newest, from BIN_DIR); an older minor's come from
+#                   _output/k8s/MINOR/bin (KUBE_VERSION=MINOR hack/build-tools.sh).
+#                   etcd and kwok are the same for every minor.
 #   REAL_NODE       1: also run the real node and kube-scheduler (needs root;
 #                   installs containerd, runc and the CNI plugins from Debian's
 #                   packages if they are missing). The API server then listens
@@ -94,8 +99,11 @@ ENV_KUBELET_PORT=${KUBELET_PORT:-$((ENV_PORT_BASE + 50))}
 ENV_KUBELET_HEALTHZ_PORT=${KUBELET_HEALTHZ_PORT:-$((ENV_PORT_BASE + 48))}
 ENV_CRI_STREAM_PORT=${CRI_STREAM_PORT:-$((ENV_PORT_BASE + 51))}
 ENV_REAL_NODE=${REAL_NODE:-0}
+ENV_KUBE_VERSION=${KUBE_VERSION:-}
 ENV_POD_SUBNET=${POD_SUBNET:-10.200.$(((ENV_PORT_BASE / 100) % 256)).0/24}
 
+# shellcheck source=k8s/versions.sh
+. "$root/hack/k8s/versions.sh"
 # shellcheck source=node/real-node.sh
 . "$root/hack/node/real-node.sh"
 
@@ -105,12 +113,16 @@ load_ports() {
   ETCD_PEER_PORT=$ENV_ETCD_PEER_PORT KCM_PORT=$ENV_KCM_PORT
   SCHEDULER_PORT=$ENV_SCHEDULER_PORT KUBELET_PORT=$ENV_KUBELET_PORT
   KUBELET_HEALTHZ_PORT=$ENV_KUBELET_HEALTHZ_PORT CRI_STREAM_PORT=$ENV_CRI_STREAM_PORT
-  REAL_NODE=$ENV_REAL_NODE POD_SUBNET=$ENV_POD_SUBNET
+  REAL_NODE=$ENV_REAL_NODE POD_SUBNET=$ENV_POD_SUBNET KUBE_VERSION=$ENV_KUBE_VERSION
   if [ -f "$STATE_ENV" ]; then
     # shellcheck disable=SC1090
     . "$STATE_ENV"
   fi
   case $REAL_NODE in 0 | 1) ;; *) die "REAL_NODE=$REAL_NODE: want 0 or 1" ;; esac
+  KUBE_BIN_DIR=$BIN_DIR
+  if [ -n "$KUBE_VERSION" ]; then
+    kube_resolve "$KUBE_VERSION" || exit 1
+  fi
   node_vars
   API_ADDRESS=127.0.0.1
   COMPONENTS="etcd kube-apiserver kube-controller-manager kwok" # start order
@@ -141,6 +153,7 @@ start_proc() { # name env-assignments... -- args...
   local launcher=()
   command -v setsid >/dev/null 2>&1 && launcher=(setsid)
   local binary="$BIN_DIR/$name"
+  case $name in kube-* | kubelet) binary="$KUBE_BIN_DIR/$name" ;; esac
   [ "$name" != containerd ] || binary=$(command -v containerd) || die "containerd not found"
   "${launcher[@]}" env ${envs[@]+"${envs[@]}"} bash -c 'echo $$ >"$0"; exec "$@"' \
     "$pidf" "$binary" "$@" </dev/null >>"$log" 2>&1 &
@@ -304,6 +317,9 @@ cmd_up() {
       if [ "$REAL_NODE" != "$ENV_REAL_NODE" ]; then
         warn "the running cluster has REAL_NODE=$REAL_NODE, not $ENV_REAL_NODE (run down first to change it)"
       fi
+      if [ "$KUBE_VERSION" != "$ENV_KUBE_VERSION" ]; then
+        warn "the running cluster has KUBE_VERSION=$KUBE_VERSION, not $ENV_KUBE_VERSION (run down first to change it)"
+      fi
       say "already running in $CLUSTER_DIR (API server $APISERVER_URL)"
       say "export KUBECONFIG=$KUBECONFIG_FILE"
       return 0
@@ -318,7 +334,11 @@ cmd_up() {
   fi
   load_ports
   for c in $COMPONENTS; do
-    [ "$c" = containerd ] || [ -x "$BIN_DIR/$c" ] || die "$BIN_DIR/$c not found; build the tools first (hack/build-tools.sh)"
+    case $c in
+    containerd) ;;
+    kube-* | kubelet) [ -x "$KUBE_BIN_DIR/$c" ] || die "$KUBE_BIN_DIR/$c not found; build the tools first (${KUBE_VERSION:+KUBE_VERSION=$KUBE_VERSION }hack/build-tools.sh)" ;;
+    *) [ -x "$BIN_DIR/$c" ] || die "$BIN_DIR/$c not found; build the tools first (hack/build-tools.sh)" ;;
+    esac
   done
   [ "$REAL_NODE" != 1 ] || node_check
   local p ports=("$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT")
@@ -329,7 +349,7 @@ cmd_up() {
     fi
   done
 
-  say "starting a local cluster in $CLUSTER_DIR"
+  say "starting a local cluster in $CLUSTER_DIR (Kubernetes $("$KUBE_BIN_DIR/kube-apiserver" --version | sed 's/^Kubernetes //'))"
   mkdir -p "$CLUSTER_DIR"/{logs,pids,etcd,kwok,kcm} "$PKI/apiserver" "$PKI/kcm"
   chmod 700 "$CLUSTER_DIR" "$PKI" "$CLUSTER_DIR/etcd"
   : >"$MARKER"
@@ -344,6 +364,7 @@ KUBELET_HEALTHZ_PORT=$KUBELET_HEALTHZ_PORT
 CRI_STREAM_PORT=$CRI_STREAM_PORT
 REAL_NODE=$REAL_NODE
 POD_SUBNET=$POD_SUBNET
+KUBE_VERSION=$KUBE_VERSION
 EOF
 
   # From here on, a failure stops whatever was started (logs are kept).

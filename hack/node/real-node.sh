@@ -72,7 +72,7 @@ node_check() {
   "$root/hack/install-node-packages.sh"
   local c
   for c in kubelet kube-scheduler; do
-    [ -x "$BIN_DIR/$c" ] || die "$BIN_DIR/$c not found; build it first (hack/build-tools.sh real-node)"
+    [ -x "$KUBE_BIN_DIR/$c" ] || die "$KUBE_BIN_DIR/$c not found; build it first (${KUBE_VERSION:+KUBE_VERSION=$KUBE_VERSION }hack/build-tools.sh real-node)"
   done
   command -v gcc >/dev/null 2>&1 || die "gcc is needed to build the pause image"
   [ ${#CONTAINERD_SOCK} -lt 100 ] || die "CLUSTER_DIR is too long for a unix socket path: $CONTAINERD_SOCK"
