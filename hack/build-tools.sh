@@ -9,6 +9,7 @@
 #                                      the kind node image's (hack/kind/build.sh); not in `all`
 #   hack/build-tools.sh kubernetes     kube-apiserver, kube-controller-manager, kube-scheduler,
 #                                      kubelet: KUBE_VERSION's alone
+#   hack/build-tools.sh module         KUBE_VERSION's module alone, generated if missing
 #
 # etcd, kwok and kustomize come from the tools module (hack/tools) into
 # _output/bin. The Kubernetes binaries are KUBE_VERSION's (a minor in
@@ -26,8 +27,8 @@ mkdir -p "$bin"
 # shellcheck source=k8s/versions.sh
 . "$root/hack/k8s/versions.sh"
 what=${1:-all}
-case $what in all | control-plane | real-node | kind-node | kubernetes) ;; *)
-  echo "usage: $0 [all|control-plane|real-node|kind-node|kubernetes]" >&2
+case $what in all | control-plane | real-node | kind-node | kubernetes | module) ;; *)
+  echo "usage: $0 [all|control-plane|real-node|kind-node|kubernetes|module]" >&2
   exit 2
   ;;
 esac
@@ -95,6 +96,7 @@ tool() { build "$root/hack/tools" "$bin" "$@"; }
 kube() { build "$KUBE_MODULE" "$KUBE_BIN_DIR" "$1" "k8s.io/kubernetes/cmd/$1"; }
 
 [ -f "$KUBE_MODULE/go.mod" ] || new_module
+[ "$what" != module ] || exit 0
 echo "Building local cluster tools into $bin (Kubernetes $KUBE_RELEASE into $KUBE_BIN_DIR)"
 if [ "$what" = kind-node ]; then
   kube kubeadm
