@@ -74,6 +74,9 @@ func daemon(ctx context.Context, o *flagValues) error {
 	if err != nil {
 		return err
 	}
+	if err := checkAPIServer(logger, clients.kube.Discovery(), o.tenants.enabled); err != nil {
+		return err
+	}
 	// Deadlines are compared in the API server's time, as its responses tell it.
 	clk, apiClk := clients.clock, clients.apiClock
 	apiClk.Subscribe(meters.SetClockOffset)

@@ -92,3 +92,28 @@ func fromEnvironment(logger klog.Logger, lookup func(string) (string, bool)) (*g
 	}
 	return g, nil
 }
+
+// Off turns client-go's feature key off from here on, unless its
+// KUBE_FEATURE_<name> environment variable is set: the operator's word
+// stands. It reports whether the feature was on and is off now.
+func Off(key features.Feature) bool {
+	if _, set := os.LookupEnv("KUBE_FEATURE_" + string(key)); set {
+		return false
+	}
+	current := features.FeatureGates()
+	if !current.Enabled(key) {
+		return false
+	}
+	features.ReplaceFeatureGates(without{Gates: current, off: key})
+	return true
+}
+
+// without is gates with one feature off.
+type without struct {
+	features.Gates
+	off features.Feature
+}
+
+func (w without) Enabled(key features.Feature) bool {
+	return key != w.off && w.Gates.Enabled(key)
+}

@@ -89,3 +89,40 @@ func TestFromEnvironment(t *testing.T) {
 	}()
 	g.Enabled("NoSuchClientGate")
 }
+
+// TestOff turns WatchListClient off (on by default since client-go 1.35), once;
+// KUBE_FEATURE_WatchListClient keeps it as the operator set it.
+func TestOff(t *testing.T) {
+	for _, tc := range []struct {
+		env     string // KUBE_FEATURE_WatchListClient; "" unset
+		wantOff bool   // Off's answer
+		wantOn  bool   // the gate afterwards
+	}{
+		{env: "", wantOff: true, wantOn: false},
+		{env: "true", wantOff: false, wantOn: true},
+		{env: "false", wantOff: false, wantOn: false},
+	} {
+		t.Run("env="+tc.env, func(t *testing.T) {
+			saved := features.FeatureGates()
+			t.Cleanup(func() { features.ReplaceFeatureGates(saved) })
+			if tc.env != "" {
+				t.Setenv("KUBE_FEATURE_WatchListClient", tc.env)
+			}
+			if err := Install(klog.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := Off(features.WatchListClient); got != tc.wantOff {
+				t.Errorf("Off = %v, want %v", got, tc.wantOff)
+			}
+			if got := features.FeatureGates().Enabled(features.WatchListClient); got != tc.wantOn {
+				t.Errorf("WatchListClient on = %v, want %v", got, tc.wantOn)
+			}
+			if Off(features.WatchListClient) {
+				t.Error("a second Off = true, want false: the feature was off already")
+			}
+			if !features.FeatureGates().Enabled(features.InformerResourceVersion) {
+				t.Error("InformerResourceVersion went off with WatchListClient")
+			}
+		})
+	}
+}
