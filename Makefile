@@ -72,7 +72,7 @@ unit: vet ## Unit tests (no cluster needed): Go, chart (helm lint/template), kus
 e2e: build tools helm image-archive ## End-to-end tests: brings a local cluster with a real node up in _output/e2e and down again (root).
 	hack/e2e.sh
 
-test-versions: build helm image-archive ## The e2e suite's version-sensitive core on each supported Kubernetes minor (hack/test-versions.sh).
+test-versions: build image-archive ## The e2e suite's version-sensitive core on each supported Kubernetes minor (hack/test-versions.sh).
 	hack/test-versions.sh $(KUBE_VERSIONS)
 
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).

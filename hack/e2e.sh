@@ -23,7 +23,8 @@ cleanup() {
   exit $status
 }
 trap cleanup EXIT
-hack/install-prometheus.sh # test/e2e/prometheus_test.go runs it (PROMETHEUS_BIN)
+# test/e2e/prometheus_test.go runs it (PROMETHEUS_BIN); E2E_PROMETHEUS=0 for a run without it.
+[ "${E2E_PROMETHEUS:-1}" = 0 ] || hack/install-prometheus.sh
 hack/local-cluster.sh down >/dev/null 2>&1 || true # state left by an interrupted run
 hack/local-cluster.sh up
 hack/local-cluster.sh load-image _output/images/podjanitor.tar
