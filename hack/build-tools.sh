@@ -7,8 +7,9 @@
 #                                      hack/local-cluster.sh; the e2e tests need them)
 #   hack/build-tools.sh kind-node      kubeadm, kubectl, kube-proxy: with the ones above,
 #                                      the kind node image's (hack/kind/build.sh); not in `all`
-#   hack/build-tools.sh kubernetes     kube-apiserver, kube-controller-manager, kube-scheduler,
-#                                      kubelet: KUBE_VERSION's alone
+#   hack/build-tools.sh cluster        what the cluster with its real node runs: etcd, kwok,
+#                                      kube-apiserver, kube-controller-manager, kube-scheduler,
+#                                      kubelet (no kustomize; hack/test-versions.sh)
 #   hack/build-tools.sh module         KUBE_VERSION's module alone, generated if missing
 #
 # etcd, kwok and kustomize come from the tools module (hack/tools) into
@@ -27,8 +28,8 @@ mkdir -p "$bin"
 # shellcheck source=k8s/versions.sh
 . "$root/hack/k8s/versions.sh"
 what=${1:-all}
-case $what in all | control-plane | real-node | kind-node | kubernetes | module) ;; *)
-  echo "usage: $0 [all|control-plane|real-node|kind-node|kubernetes|module]" >&2
+case $what in all | control-plane | real-node | kind-node | cluster | module) ;; *)
+  echo "usage: $0 [all|control-plane|real-node|kind-node|cluster|module]" >&2
   exit 2
   ;;
 esac
@@ -104,7 +105,9 @@ if [ "$what" = kind-node ]; then
   kube kube-proxy
   exit 0
 fi
-if [ "$what" = kubernetes ]; then
+if [ "$what" = cluster ]; then
+  tool etcd ./etcd
+  tool kwok sigs.k8s.io/kwok/cmd/kwok
   for c in kube-apiserver kube-controller-manager kube-scheduler kubelet; do kube "$c"; done
   exit 0
 fi

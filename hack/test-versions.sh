@@ -49,7 +49,7 @@ done
 results=()
 for m in "${minors[@]}"; do
   echo "=== Kubernetes $m: building its binaries"
-  KUBE_VERSION=$m hack/build-tools.sh
+  KUBE_VERSION=$m hack/build-tools.sh cluster
   echo "=== Kubernetes $m: the e2e core"
   start=$SECONDS
   if KUBE_VERSION=$m E2E_PROMETHEUS=0 hack/e2e.sh -run "$run"; then
