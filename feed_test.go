@@ -170,9 +170,10 @@ func TestStandbyKeepsNoKey(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-ran })
 	go func() { defer close(ran); _ = f.c.Run(ctx, 1) }()
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return f.deletes() == 1 && f.c.state.len() == 1, nil
+		return f.deletes() == 1 && metricValue(f.metrics, "podjanitor_pods_scheduled") == 1, nil
 	}); err != nil {
-		t.Fatalf("after the takeover: %d pods removed and %d parked, want the due pod removed and the other parked", f.deletes(), f.c.state.len())
+		t.Fatalf("after the takeover: %d pods removed and %v parked until their deadline, want the due pod removed and the other parked",
+			f.deletes(), metricValue(f.metrics, "podjanitor_pods_scheduled"))
 	}
 	reconciled := 0.0
 	for _, result := range []string{metrics.ResultSuccess, metrics.ResultRequeueAfter, metrics.ResultRequeue, metrics.ResultError} {
