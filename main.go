@@ -241,7 +241,6 @@ func startTenantPolicies(ctx context.Context, c *Controller, clients *clients, o
 	if served.Absent(probeErr) {
 		return tenants.AwaitAPI(ctx, probe, o.tenants.crdCheckInterval, probeErr), nil
 	}
-	c.metrics.SetTenantPoliciesAvailable(true)
-	go informer.RunWithContext(ctx)
+	tenants.Start(ctx)
 	return tenants.HasSynced, nil
 }

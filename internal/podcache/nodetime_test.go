@@ -138,20 +138,11 @@ func TestCacheKeepsTheFirstStatusWriteOfAClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc)
-	transform := RememberingPodTransform("podjanitor.io", store)
+	var writes []*corev1.Pod
 	for i := range 10 {
-		obj, err := transform(statusPod("a", first.Add(time.Duration(i)*5*time.Minute), crashLooping(int32(3+i), readyFalse)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := store.Update(obj); err != nil {
-			t.Fatal(err)
-		}
+		writes = append(writes, statusPod("a", first.Add(time.Duration(i)*5*time.Minute), crashLooping(int32(3+i), readyFalse)))
 	}
-	obj, _, _ := store.GetByKey("shop/web-1")
-	lean, _ := Pod(obj)
-	delete(lean.Annotations, "podjanitor.io/ttl-after-finished") // decided by the rule
+	lean := cachedAfter(t, writes)
 	d, err := (&policy.Evaluator{Policy: rule}).Decide(lean, &policy.Namespace{}, first.Add(50*time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -192,20 +183,7 @@ func TestCacheKeepsACrashLoopBetweenBackOffs(t *testing.T) {
 	// one at the end.
 	deadline := func(t *testing.T, writes []*corev1.Pod) time.Time {
 		t.Helper()
-		store := cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc)
-		transform := RememberingPodTransform("podjanitor.io", store)
-		for _, w := range writes {
-			obj, err := transform(w)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := store.Update(obj); err != nil {
-				t.Fatal(err)
-			}
-		}
-		obj, _, _ := store.GetByKey("shop/web-1")
-		lean, _ := Pod(obj)
-		delete(lean.Annotations, "podjanitor.io/ttl-after-finished") // decided by the rule
+		lean := cachedAfter(t, writes)
 		d, err := (&policy.Evaluator{Policy: rule}).Decide(lean, &policy.Namespace{}, writes[len(writes)-1].ManagedFields[1].Time.Add(time.Second))
 		if err != nil {
 			t.Fatal(err)
@@ -245,4 +223,26 @@ func TestCacheKeepsACrashLoopBetweenBackOffs(t *testing.T) {
 			t.Errorf("crashLooping deadline %v, want %v: 20m after the first failure's write, not after the Ready=False transition 3h before", got, want)
 		}
 	})
+}
+
+// cachedAfter is the lean pod shop/web-1 as the pod cache holds it after
+// writes, each through the remembering transform, with its
+// ttl-after-finished annotation taken off (the rule decides).
+func cachedAfter(t *testing.T, writes []*corev1.Pod) *corev1.Pod {
+	t.Helper()
+	store := cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc)
+	transform := RememberingPodTransform("podjanitor.io", store)
+	for _, w := range writes {
+		obj, err := transform(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Update(obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	obj, _, _ := store.GetByKey("shop/web-1")
+	lean, _ := Pod(obj)
+	delete(lean.Annotations, "podjanitor.io/ttl-after-finished")
+	return lean
 }

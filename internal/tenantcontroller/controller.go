@@ -1027,6 +1027,12 @@ func (c *Controller) podsOfPolicyNamespaces(podKeys []string) []string {
 	return out
 }
 
+// Start starts the informer of a served API (AwaitAPI when it is not).
+func (c *Controller) Start(ctx context.Context) {
+	c.cfg.Metrics.SetTenantPoliciesAvailable(true)
+	go c.cfg.Informer.RunWithContext(ctx)
+}
+
 // AwaitAPI runs the controller without tenant policies while the API
 // server does not serve them (absent is the probe's answer: their CRD is not
 // installed, as after a `helm upgrade` from a chart without it): the
