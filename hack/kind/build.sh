@@ -22,9 +22,11 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-KUBE_VERSION=v1.37.2
+# The node's Kubernetes release: the one hack/tools pins (not KUBE_VERSION, the
+# local cluster's minor, which make exports and the tools build below reads).
+NODE_KUBE_VERSION=v1.37.2
 KIND_VERSION=v0.33.0
-KIND_NODE_IMAGE=${KIND_NODE_IMAGE:-podjanitor.local/kind-node:$KUBE_VERSION}
+KIND_NODE_IMAGE=${KIND_NODE_IMAGE:-podjanitor.local/kind-node:$NODE_KUBE_VERSION}
 KIND_BASE_IMAGE=${KIND_BASE_IMAGE:-podjanitor.local/kind-rootfs}
 bin="$root/_output/bin"
 work="$root/_output/kind"
@@ -141,16 +143,16 @@ images() {
   if [ ! -x "$work/pause/pause" ] || [ hack/node/pause.c -nt "$work/pause/pause" ]; then
     gcc -static -Os -o "$work/pause/pause" hack/node/pause.c || die "building the pause program (gcc -static) failed"
   fi
-  image $reg/kube-apiserver:$KUBE_VERSION scratch "" "$b/kube-apiserver"
-  image $reg/kube-controller-manager:$KUBE_VERSION scratch "" "$b/kube-controller-manager"
-  image $reg/kube-scheduler:$KUBE_VERSION scratch "" "$b/kube-scheduler"
+  image $reg/kube-apiserver:$NODE_KUBE_VERSION scratch "" "$b/kube-apiserver"
+  image $reg/kube-controller-manager:$NODE_KUBE_VERSION scratch "" "$b/kube-controller-manager"
+  image $reg/kube-scheduler:$NODE_KUBE_VERSION scratch "" "$b/kube-scheduler"
   image $reg/etcd:3.7.0-0 scratch "" "$b/etcd"
   # The pod sandbox: the pause program of the local cluster's real node.
   image $reg/pause:3.10.2 scratch /usr/local/bin/pause "$work/pause/pause"
   # kube-proxy runs iptables: it gets the node's root filesystem.
-  image $reg/kube-proxy:$KUBE_VERSION "$KIND_BASE_IMAGE:$ROOTFS_KEY" "" "$b/kube-proxy"
+  image $reg/kube-proxy:$NODE_KUBE_VERSION "$KIND_BASE_IMAGE:$ROOTFS_KEY" "" "$b/kube-proxy"
   local want have
-  want=$("$b/kubeadm" config images list --kubernetes-version "$KUBE_VERSION" 2>/dev/null | grep -v coredns | sort)
+  want=$("$b/kubeadm" config images list --kubernetes-version "$NODE_KUBE_VERSION" 2>/dev/null | grep -v coredns | sort)
   have=$(for f in "$work"/node-ctx/stage/kind/images/*.tar; do tar -xOf "$f" manifest.json | grep -o '"RepoTags":\[[^]]*' | grep -o 'registry[^"]*'; done | sort)
   [ "$want" = "$have" ] || die "images: kubeadm wants $(echo $want), the node has $(echo $have)"
 }
@@ -182,7 +184,7 @@ node() {
   ln -sfn /dev/null "$stage/etc/systemd/system/systemd-binfmt.service"
   install -m 0755 "$bin"/{kubeadm,kubelet,kubectl} "$stage/usr/bin/"
   install -m 0755 "$bin/crictl" "$stage/usr/local/bin/crictl"
-  echo "$KUBE_VERSION" >"$stage/kind/version"
+  echo "$NODE_KUBE_VERSION" >"$stage/kind/version"
 
   local key
   key=$( (echo "$KIND_BASE_IMAGE:$ROOTFS_KEY"; sha256sum "$0"; cd "$stage" && find . -type f -print0 | sort -z | xargs -0 sha256sum; find . -type l -printf '%p %l\n' | sort) | sha256sum | cut -c1-16)
@@ -204,7 +206,7 @@ RUN rm -f /lib/systemd/system/sysinit.target.wants/systemd-tmpfiles-setup.servic
 COPY stage/ /
 ENV container=docker
 STOPSIGNAL SIGRTMIN+3
-LABEL io.podjanitor.kind-node.key=$key io.podjanitor.kind-node.kubernetes=$KUBE_VERSION
+LABEL io.podjanitor.kind-node.key=$key io.podjanitor.kind-node.kubernetes=$NODE_KUBE_VERSION
 ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]
 EOF
   say "node: docker build $KIND_NODE_IMAGE ($key)"
