@@ -417,8 +417,20 @@ EOF
     node_network
   fi
 
+  # Gang scheduling (the GenericWorkload gate, pod groups in
+  # scheduling.k8s.io/v1beta1) is beta but off by default from 1.37: it is
+  # turned on where it is beta, so the e2e can run pods that wait for their gang
+  # (test/e2e/lifecycle_test.go). Pods without a pod group see no difference.
+  workload_flags=() workload_api=()
+  minor=$("$KUBE_BIN_DIR/kube-apiserver" --version | sed -n 's/^Kubernetes v1\.\([0-9]*\)\..*/\1/p')
+  if [ -n "$minor" ] && [ "$minor" -ge 37 ]; then
+    workload_flags=(--feature-gates=GenericWorkload=true)
+    workload_api=(--runtime-config=scheduling.k8s.io/v1beta1=true)
+    say "gang scheduling on (GenericWorkload, scheduling.k8s.io/v1beta1)"
+  fi
   say "starting kube-apiserver on $APISERVER_URL"
   start_proc kube-apiserver -- \
+    "${workload_flags[@]}" "${workload_api[@]}" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --bind-address="$API_ADDRESS" \
     --advertise-address="$API_ADDRESS" \
@@ -474,6 +486,7 @@ EOF
       --bind-address=127.0.0.1 \
       --secure-port="$SCHEDULER_PORT" \
       --cert-dir="$PKI/scheduler" \
+      "${workload_flags[@]}" \
       --leader-elect=false \
       --profiling=false
     wait_for kube-scheduler "kube-scheduler /healthz" scheduler_healthy

@@ -29,6 +29,8 @@ core=(
   TestLeaderElection                        # leader election on a Lease
   TestDeadlinesHoldInTheAPIServersTime      # the clock probe (the API server's Date)
   TestSecureMetrics                         # HTTPS metrics with TokenReview and SubjectAccessReview
+  TestRestartRulesOnARealNode               # container restart rules as the kubelet writes them (1.35+)
+  TestGangWaitingPodIsNotStuck              # a pod waiting for its gang (1.37+; skipped before)
 )
 for t in "${core[@]}"; do
   grep -q "^func $t(t \*testing.T)" test/e2e/*_test.go || { echo "hack/test-versions.sh: no test $t in test/e2e" >&2; exit 1; }
