@@ -176,24 +176,42 @@ func daemon(ctx context.Context, o *flagValues) error {
 	go namespaceInformer.RunWithContext(informersCtx)
 	go releaseSyncMemory(ctx, podInformer.Informer().HasSynced, controller.Pending)
 
-	runCtx, cancelRun := context.WithCancel(ctx)
-	defer cancelRun()
+	run := func(ctx context.Context) error { return controller.Run(ctx, o.workers) }
+	return untilEndpointFails(ctx, serveErr, func(ctx context.Context) error {
+		if o.leaderElect {
+			return runAsLeader(ctx, o.lease, clients.kube, setLeader, watchdog, run)
+		}
+		setLeader(true)
+		defer setLeader(false)
+		if err := run(ctx); err != nil || ctx.Err() != nil {
+			return err
+		}
+		return errControllerStopped
+	})
+}
+
+// untilEndpointFails runs work until ctx ends or an HTTP endpoint fails
+// (an error on serveErr). A failed endpoint stops work and is the error
+// returned, so that the process exits non-zero and is restarted rather
+// than running on without its probes or metrics.
+func untilEndpointFails(ctx context.Context, serveErr <-chan error, work func(context.Context) error) error {
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var failed atomic.Pointer[error]
 	go func() {
-		if err := <-serveErr; err != nil {
-			logger.Error(err, "HTTP endpoint failed, stopping")
-			cancelRun()
+		select {
+		case err := <-serveErr:
+			if err != nil {
+				klog.FromContext(ctx).Error(err, "HTTP endpoint failed, stopping")
+				failed.Store(&err)
+				cancel(err)
+			}
+		case <-runCtx.Done():
 		}
 	}()
-
-	run := func(ctx context.Context) error { return controller.Run(ctx, o.workers) }
-	if o.leaderElect {
-		err = runAsLeader(runCtx, o.lease, clients.kube, setLeader, watchdog, run)
-	} else {
-		setLeader(true)
-		if err = run(runCtx); err == nil && runCtx.Err() == nil {
-			err = errControllerStopped
-		}
-		setLeader(false)
+	err := work(runCtx)
+	if p := failed.Load(); p != nil {
+		return errors.Join(*p, err)
 	}
 	return err
 }

@@ -319,3 +319,32 @@ current-context: c
 		})
 	}
 }
+
+// TestUntilEndpointFails: an HTTP endpoint that fails stops the controller
+// and is the daemon's error (exit 1, a restart), where it used to stop the
+// controller and exit 0; a signal still ends the run with no error.
+func TestUntilEndpointFails(t *testing.T) {
+	untilStopped := func(ctx context.Context) error { <-ctx.Done(); return nil }
+	t.Run("endpoint fails", func(t *testing.T) {
+		serveErr := make(chan error, 2)
+		boom := errors.New("metrics endpoint: accept: too many open files")
+		serveErr <- boom
+		err := untilEndpointFails(t.Context(), serveErr, untilStopped)
+		if !errors.Is(err, boom) {
+			t.Fatalf("got %v, want the endpoint's error", err)
+		}
+	})
+	t.Run("signal", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if err := untilEndpointFails(ctx, make(chan error, 2), untilStopped); err != nil {
+			t.Fatalf("got %v, want none", err)
+		}
+	})
+	t.Run("controller stops", func(t *testing.T) {
+		err := untilEndpointFails(t.Context(), make(chan error, 2), func(context.Context) error { return errControllerStopped })
+		if !errors.Is(err, errControllerStopped) {
+			t.Fatalf("got %v, want errControllerStopped", err)
+		}
+	})
+}
