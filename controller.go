@@ -213,6 +213,10 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 		c.waves = newPolicyWaves(w, opts.Evaluator, policyWaves{
 			pods: c.pods, decider: c.decider, evaluator: c.evaluator.Load, now: c.now,
 			clock: clk, reporter: c.reporter, requeue: c.feed.Add,
+			decideWith: func(e *policy.Evaluator, pod *corev1.Pod, now time.Time) (policy.Decision, error) {
+				return e.Decide(pod, c.namespaces.Info(pod.Namespace), now)
+			},
+			scope: opts.scope(),
 		}, opts.Metrics.SetPodsHeld)
 		c.holders = append(c.holders, c.waves)
 	}

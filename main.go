@@ -114,6 +114,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 		PodSelector:          podSelector,
 		RedecisionInterval:   o.redecisionInterval,
 		Waves:                o.waves.options(clients.kube, o.lease),
+		Scope:                decisionScope{Namespace: o.scope.namespace, LabelSelector: o.scope.labelSelector, TenantPolicies: o.tenants.enabled},
 	})
 	if err != nil {
 		return err

@@ -59,6 +59,10 @@ type Options struct {
 	// Waves holds a policy reload whose wave is too large for a person to
 	// approve (internal/wave); nil holds nothing (--hold-waves=false).
 	Waves *wave.Options
+	// Scope is what, besides the rules, decides the pods removed: recorded
+	// with them on the Lease for the next start's measure (Waves). Its
+	// DryRun and AnnotationPrefix come from DryRun and Evaluator.
+	Scope decisionScope
 }
 
 // Result tells processNextWorkItem what to do with a key, as controller-runtime's

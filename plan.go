@@ -151,7 +151,8 @@ func plan(ctx context.Context, o *flagValues, out io.Writer) error {
 	if err != nil { // a reader without access to the Lease still gets the plan
 		klog.Background().Info("Cannot tell held pods from others", "err", err)
 	}
-	if err := markHeld(&report, record, lease, evaluator, pods, namespaces, report.GeneratedAt); err != nil {
+	scope := newDecisionScope(o.scope.namespace, o.scope.labelSelector, o.tenants.enabled, false, o.scope.annotationPrefix)
+	if err := markHeld(&report, record, lease, evaluator, scope, pods, namespaces, report.GeneratedAt); err != nil {
 		return err
 	}
 	markNamespaceHeld(&report, lease, evaluator, pods, namespaces, report.GeneratedAt)
@@ -239,26 +240,25 @@ func buildPlan(e *policy.Evaluator, pods []*corev1.Pod, namespaces map[string]*p
 // markHeld marks HELD the due pods of a held change (the record Lease's,
 // as read: nil, none), when the plan's policy file is that change: due by
 // it, not by the policy podjanitor acts on (recorded beside the hold).
-func markHeld(r *planReport, record wave.Record, lease *coordinationv1.Lease, e *policy.Evaluator, pods []*corev1.Pod,
+func markHeld(r *planReport, record wave.Record, lease *coordinationv1.Lease, e *policy.Evaluator, scope decisionScope, pods []*corev1.Pod,
 	namespaces map[string]*policy.Namespace, now time.Time) error {
 	id, n, baselineJSON := wave.HeldOn(lease)
+	current := recordJSON(e, scope)
 	// A first install's hold (no baseline) is against no rules: every pod
 	// due by a rule, not by its own annotations.
-	firstInstall := id != "" && baselineJSON == nil && wave.ChangeID(nil, policyJSON(e)) == id
-	if !firstInstall && (id == "" || baselineJSON == nil || wave.ChangeID(baselineJSON, policyJSON(e)) != id) {
+	firstInstall := id != "" && baselineJSON == nil && wave.ChangeID(nil, current) == id
+	if !firstInstall && (id == "" || baselineJSON == nil || wave.ChangeID(baselineJSON, current) != id) {
 		return nil
 	}
 	baseline := *e
 	baseline.Policy = nil
+	inScope := func(*corev1.Pod) bool { return true }
 	if !firstInstall {
-		var recorded policy.Policy
-		if err := json.Unmarshal(baselineJSON, &recorded); err != nil {
-			return fmt.Errorf("lease %s/%s: the held wave's baseline: %w", record.Namespace, record.Name, err)
+		rules, recorded, ok := parseRecord(baselineJSON, scope)
+		if !ok {
+			return fmt.Errorf("lease %s/%s: the held wave's baseline does not parse", record.Namespace, record.Name)
 		}
-		var err error
-		if baseline.Policy, err = policy.NewPolicy(recorded.Rules...); err != nil {
-			return fmt.Errorf("lease %s/%s: the held wave's baseline: %w", record.Namespace, record.Name, err)
-		}
+		baseline, inScope = scopedEvaluator(*e, rules, recorded, scope)
 	}
 	byKey := map[string]*corev1.Pod{}
 	for _, p := range pods {
@@ -269,7 +269,8 @@ func markHeld(r *planReport, record wave.Record, lease *coordinationv1.Lease, e 
 		if !entry.Overdue {
 			continue
 		}
-		if d, err := baseline.Decide(byKey[entry.Namespace+"/"+entry.Pod], namespaces[entry.Namespace], now); err == nil && d.HasDeadline() && !d.Deadline.After(now) {
+		pod := byKey[entry.Namespace+"/"+entry.Pod]
+		if d, err := baseline.Decide(pod, namespaces[entry.Namespace], now); err == nil && inScope(pod) && d.HasDeadline() && !d.Deadline.After(now) {
 			continue
 		}
 		entry.Held = true

@@ -13,6 +13,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
@@ -34,19 +35,68 @@ type policyWaves struct {
 	pods cache.Indexer
 	// decider decides pods by the rules of an evaluator and the running
 	// tenant policies; evaluator is the running one.
-	decider   func(e *policy.Evaluator) wave.Decide
-	evaluator func() *policy.Evaluator
-	now       func() time.Time
-	clock     clock.WithTicker
-	reporter  *events.Reporter
+	decider func(e *policy.Evaluator) wave.Decide
+	// decideWith decides a pod by e as it is (the namespace's info looked up).
+	decideWith func(e *policy.Evaluator, pod *corev1.Pod, now time.Time) (policy.Decision, error)
+	evaluator  func() *policy.Evaluator
+	now        func() time.Time
+	clock      clock.WithTicker
+	reporter   *events.Reporter
 	// requeue decides a pod again: the held change was approved.
 	requeue func(cache.ObjectName)
+	// scope is what, besides the rules, decides which pods this process
+	// removes; it is recorded with them (recordJSON).
+	scope decisionScope
+}
+
+// decisionScope is what, besides the policy's rules, decides which pods the
+// leader removes: the pods it watches, the annotations it reads, whether
+// tenant policies apply, whether it removes at all. The leader records it
+// with the rules on the Lease, so that a start with a wider scope (a label
+// selector dropped, another namespace, tenant policies turned on, leaving
+// --dry-run) is measured like a change of the rules.
+type decisionScope struct {
+	Namespace        string `json:"namespace"`
+	LabelSelector    string `json:"labelSelector"`
+	AnnotationPrefix string `json:"annotationPrefix"`
+	TenantPolicies   bool   `json:"tenantPolicies"`
+	DryRun           bool   `json:"dryRun"`
+}
+
+// scope is the scope of the options' process: Scope with its DryRun and
+// annotation prefix.
+func (o Options) scope() decisionScope {
+	prefix := ""
+	if o.Evaluator != nil {
+		prefix = o.Evaluator.Prefix
+	}
+	return newDecisionScope(o.Scope.Namespace, o.Scope.LabelSelector, o.Scope.TenantPolicies, o.DryRun, prefix)
+}
+
+// newDecisionScope is a scope as recorded: the default annotation prefix
+// as none, the label selector as it prints once parsed.
+func newDecisionScope(namespace, labelSelector string, tenantPolicies, dryRun bool, prefix string) decisionScope {
+	if prefix == policy.DefaultAnnotationPrefix {
+		prefix = ""
+	}
+	if sel, err := labels.Parse(labelSelector); err == nil {
+		labelSelector = sel.String()
+	}
+	return decisionScope{Namespace: namespace, LabelSelector: labelSelector, AnnotationPrefix: prefix, TenantPolicies: tenantPolicies, DryRun: dryRun}
+}
+
+// recordedPolicy is what the Lease records as the policy acted on: the
+// rules, and the scope they were acted on in. A record without a scope
+// (written before scopes were recorded) is taken to have the current one.
+type recordedPolicy struct {
+	Rules []policy.Rule
+	Scope *decisionScope `json:"scope,omitempty"`
 }
 
 // newPolicyWaves guards the policy of e against large waves.
 func newPolicyWaves(o *wave.Options, e *policy.Evaluator, w policyWaves, onHeld func(source string, n int)) *policyWaves {
 	w.options = o
-	w.guard = wave.NewGuard(o.Threshold, o.Window, policyJSON(e), w.decider(e), onHeld)
+	w.guard = wave.NewGuard(o.Threshold, o.Window, recordJSON(e, w.scope), w.decider(e), onHeld)
 	return &w
 }
 
@@ -65,20 +115,76 @@ func (w *policyWaves) ForgetPod(key cache.ObjectName) { w.guard.Forget(key.Strin
 // reload measures a reloaded policy e before any worker decides by it, and
 // holds its wave when too large.
 func (w *policyWaves) reload(e *policy.Evaluator) {
-	if h, held := w.guard.Change(wave.SourceFile, policyJSON(e), w.decider(e), podcache.Pods(w.pods), w.now()); held {
+	if h, held := w.guard.Change(wave.SourceFile, recordJSON(e, w.scope), w.decider(e), podcache.Pods(w.pods), w.now()); held {
 		klog.Background().Info("Holding the removals of the reloaded policy: it makes too many pods due at once",
 			"change", h.ID, "pods", h.Pods, "approve", w.options.Record.ApproveCommand(h.ID))
 	}
 }
 
-// policyJSON is what names a policy in a change ID: its rules as JSON, so
-// that a comment or a reformatting of the file is no change.
-func policyJSON(e *policy.Evaluator) []byte {
-	b, err := json.Marshal(e.Policy)
+// policyJSON is what names a policy in a change ID, with the zero scope
+// (every namespace and label, the default prefix, no tenant policies, no
+// dry run): see recordJSON.
+func policyJSON(e *policy.Evaluator) []byte { return recordJSON(e, decisionScope{}) }
+
+// recordJSON is what names a policy acted on in a scope, in a change ID and
+// on the Lease: its rules and the scope as JSON, so that a comment or a
+// reformatting of the file is no change, and a start in another scope is.
+func recordJSON(e *policy.Evaluator, s decisionScope) []byte {
+	r := recordedPolicy{Scope: &s}
+	if e != nil && e.Policy != nil {
+		r.Rules = e.Policy.Rules
+	}
+	b, err := json.Marshal(r)
 	if err != nil {
 		return nil
 	}
 	return b
+}
+
+// parseRecord reads a recorded policy; a record without a scope has
+// current's. ok is false when it does not parse.
+func parseRecord(b []byte, current decisionScope) (*policy.Policy, decisionScope, bool) {
+	var r recordedPolicy
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, current, false
+	}
+	p, err := policy.NewPolicy(r.Rules...)
+	if err != nil {
+		return nil, current, false
+	}
+	if r.Scope == nil {
+		return p, current, true
+	}
+	return p, *r.Scope, true
+}
+
+// scopedEvaluator is how the pods were decided with rules in scope
+// recorded, by a process whose running evaluator is running and whose
+// scope is current: what recorded had otherwise (its annotation prefix,
+// tenant policies off) replaces the running evaluator's, and a pod outside
+// its namespace or label selector was not decided at all. Having run with
+// --dry-run, the recorded process removed nothing: as at a first install,
+// the rules are none (the pods' own annotations and the tenant policies,
+// whose waves are their own, stay out of the wave).
+func scopedEvaluator(running policy.Evaluator, rules *policy.Policy, recorded, current decisionScope) (policy.Evaluator, func(*corev1.Pod) bool) {
+	e := running
+	e.Policy = rules
+	if recorded.DryRun && !current.DryRun {
+		e.Policy = nil
+	}
+	if recorded.AnnotationPrefix != current.AnnotationPrefix {
+		e.Prefix = recorded.AnnotationPrefix
+	}
+	if !recorded.TenantPolicies && current.TenantPolicies {
+		e.Tenants = nil
+	}
+	selector, err := labels.Parse(recorded.LabelSelector)
+	if err != nil {
+		selector = labels.Everything() // recorded by a process that parsed it
+	}
+	return e, func(pod *corev1.Pod) bool {
+		return (recorded.Namespace == "" || pod.Namespace == recorded.Namespace) && selector.Matches(labels.Set(pod.Labels))
+	}
 }
 
 // run publishes held waves on the record Lease, reports each on it in a
@@ -98,7 +204,7 @@ func (w *policyWaves) run(ctx context.Context) {
 // waveChange says in an Event what made a held change of the cluster's policy.
 func waveChange(source string) string {
 	if source == wave.SourceStartup {
-		return "the start with a policy file other than the one recorded on this Lease (none recorded: a first install on a backlog)"
+		return "the start with a policy file or scope (namespace, label selector, annotation prefix, tenant policies, dry run) other than the one recorded on this Lease (none recorded: a first install on a backlog)"
 	}
 	return "the reloaded policy file"
 }
@@ -120,28 +226,26 @@ func (w *policyWaves) readRecord(ctx context.Context) (*coordinationv1.Lease, er
 }
 
 // start measures the start against the policy the last leader acted on, as
-// the record Lease holds it, before any worker decides: the same policy
-// holds nothing; another is a change like a reload, and its wave is held
-// when too large; none recorded (a first install) is measured against no
-// rules: the pods the policy's rules make due by now+window are the wave,
-// the pods' own annotations are not. A policy recorded by its hash alone
-// (too large to record) counts as none.
+// the record Lease holds it, before any worker decides: the same rules in
+// the same scope hold nothing; other rules, or the same in another scope
+// (decisionScope), are a change like a reload, and its wave is held when
+// too large; none recorded (a first install) is measured against no rules:
+// the pods the policy's rules make due by now+window are the wave, the
+// pods' own annotations are not. A policy recorded by its hash alone (too
+// large to record) counts as none.
 func (w *policyWaves) start(ctx context.Context, lease *coordinationv1.Lease) {
 	hash, recorded := wave.BaselineOn(lease)
 	e := w.evaluator()
-	current := policyJSON(e)
+	current := recordJSON(e, w.scope)
 	if hash != "" && hash == wave.BaselineHash(current) {
 		return
 	}
 	var oldDecide wave.Decide
+	scope := w.scope
 	if recorded != nil {
-		var p policy.Policy
-		if err := json.Unmarshal(recorded, &p); err == nil {
-			if parsed, err := policy.NewPolicy(p.Rules...); err == nil {
-				old := *e
-				old.Policy = parsed
-				oldDecide = w.decider(&old)
-			}
+		if rules, s, ok := parseRecord(recorded, w.scope); ok {
+			scope = s
+			oldDecide = w.scopedDecider(rules, s)
 		}
 	}
 	if oldDecide == nil {
@@ -151,11 +255,27 @@ func (w *policyWaves) start(ctx context.Context, lease *coordinationv1.Lease) {
 	}
 	w.guard.Rebase(recorded, oldDecide)
 	logger := klog.FromContext(ctx)
+	scopeChanged := recorded != nil && scope != w.scope
 	if h, held := w.guard.Change(wave.SourceStartup, current, w.decider(e), podcache.Pods(w.pods), w.now()); held {
 		logger.Info("Holding the removals of the start: its policy makes too many pods due at once against the one recorded on the Lease (none: a first install)",
-			"change", h.ID, "pods", h.Pods, "firstInstall", recorded == nil, "approve", w.options.Record.ApproveCommand(h.ID))
+			"change", h.ID, "pods", h.Pods, "firstInstall", recorded == nil, "scopeChanged", scopeChanged,
+			"recordedScope", scope, "scope", w.scope, "approve", w.options.Record.ApproveCommand(h.ID))
 	} else {
-		logger.Info("Started with a policy other than the one recorded on the Lease; its wave is small enough", "firstInstall", recorded == nil)
+		logger.Info("Started with a policy or scope other than the one recorded on the Lease; its wave is small enough",
+			"firstInstall", recorded == nil, "scopeChanged", scopeChanged)
+	}
+}
+
+// scopedDecider decides pods as the recorded policy did: by its rules, in
+// its scope (scopedEvaluator), with the running evaluator's other parts
+// read at each call.
+func (w *policyWaves) scopedDecider(rules *policy.Policy, s decisionScope) wave.Decide {
+	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) {
+		e, inScope := scopedEvaluator(*w.evaluator(), rules, s, w.scope)
+		if !inScope(pod) {
+			return policy.Decision{}, nil
+		}
+		return w.decideWith(&e, pod, now)
 	}
 }
 

@@ -227,7 +227,7 @@ func TestPlanMarksHeldPods(t *testing.T) {
 	record := wave.Record{Client: client.CoordinationV1(), Namespace: "podjanitor", Name: "podjanitor"}
 
 	r := buildPlan(minute, pods, namespaces, t0)
-	if err := markHeld(&r, record, readLease(t, record), minute, pods, namespaces, t0); err != nil {
+	if err := markHeld(&r, record, readLease(t, record), minute, decisionScope{}, pods, namespaces, t0); err != nil {
 		t.Fatal(err)
 	}
 	held := map[string]bool{}
@@ -250,7 +250,7 @@ func TestPlanMarksHeldPods(t *testing.T) {
 	// A plan of another policy file is not the held change: nothing is held.
 	other := evaluatorWithAfter(t, "2m")
 	r = buildPlan(other, pods, namespaces, t0)
-	if err := markHeld(&r, record, readLease(t, record), other, pods, namespaces, t0); err != nil || r.Hold != nil {
+	if err := markHeld(&r, record, readLease(t, record), other, decisionScope{}, pods, namespaces, t0); err != nil || r.Hold != nil {
 		t.Errorf("markHeld for another policy: hold %+v, %v; want none", r.Hold, err)
 	}
 }
@@ -420,7 +420,7 @@ func TestPlanMarksAFirstInstallsPods(t *testing.T) {
 		Annotations: map[string]string{wave.AnnotationHeld: id, wave.AnnotationHeldPods: "2", wave.AnnotationHeldSource: wave.SourceStartup}}})
 	record := wave.Record{Client: client.CoordinationV1(), Namespace: "podjanitor", Name: "podjanitor"}
 	r := buildPlan(minute, pods, namespaces, t0)
-	if err := markHeld(&r, record, readLease(t, record), minute, pods, namespaces, t0); err != nil {
+	if err := markHeld(&r, record, readLease(t, record), minute, decisionScope{}, pods, namespaces, t0); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range r.Pods {

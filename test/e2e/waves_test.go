@@ -446,3 +446,62 @@ func TestTenantPolicyDeletionIsHeld(t *testing.T) {
 		t.Error("the policy whose deletion was approved is still there")
 	}
 }
+
+// TestRestartInAWiderScopeIsHeld: podjanitor records the scope it acts in
+// with the rules. Restarted with the same rules in a wider scope (its
+// label selector dropped), or out of --dry-run, the 200 pods that are due
+// only in the new start's eyes are held, not removed, until the change is
+// approved; then they go at the cap. The pods due in the old scope go at
+// once (TestRestartWithTheSamePolicyHoldsNothing: nothing changed, nothing held).
+func TestRestartInAWiderScopeIsHeld(t *testing.T) {
+	t.Parallel()
+	const n = 200
+	for _, c := range []struct {
+		name        string
+		first, then []string
+	}{
+		{"label selector dropped", []string{"--label-selector", "team=a"}, nil},
+		{"out of dry run", []string{"--dry-run"}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ns := newNamespace(t)
+			r := watchRemovalsDurably(t, ns)
+			cfg := writePolicy(t, "", fmt.Sprintf(waveRule, "1s"))
+			args := []string{"--namespace", ns, "--config", cfg, "--leader-elect-resource-namespace", ns}
+			first := startDaemon(t, append(args, c.first...)...)
+			if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				l, err := client.CoordinationV1().Leases(ns).Get(ctx, "podjanitor", metav1.GetOptions{})
+				return err == nil && strings.Contains(l.Annotations["podjanitor.io/policy"], `"scope"`), nil
+			}); err != nil {
+				t.Fatal("the scope acted in is not recorded on the Lease")
+			}
+			first.kill()
+			pods := createPods(t, n, func(i int) *corev1.Pod {
+				return pod(ns, fmt.Sprintf("wave-%04d", i), label("wave", "yes"), label("team", "b"))
+			})
+			teamA := createPods(t, 5, func(i int) *corev1.Pod {
+				return pod(ns, fmt.Sprintf("team-a-%d", i), label("wave", "yes"), label("team", "a"))
+			})
+			time.Sleep(2 * time.Second) // due while podjanitor is down
+			d := startDaemon(t, append(args, c.then...)...)
+			d.waitLog("Holding the removals of the start", 30*time.Second)
+			id := heldOnLease(t, ns, "podjanitor")
+			if c.first[0] == "--label-selector" {
+				// team=a's pods were due in the recorded scope: they go.
+				for _, p := range teamA {
+					r.waitRemoved(t, p, 30*time.Second)
+				}
+			}
+			time.Sleep(10 * time.Second)
+			noneRemoved(t, r.removals, pods)
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, approveWave, id)
+			if _, err := client.CoordinationV1().Leases(ns).Patch(ctxFor(t), "podjanitor", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pods {
+				r.waitRemoved(t, p, time.Minute)
+			}
+		})
+	}
+}

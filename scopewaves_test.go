@@ -1,0 +1,154 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podjanitor/podjanitor/internal/apitest"
+	"github.com/podjanitor/podjanitor/internal/wave"
+)
+
+// A start is measured against the scope the last leader acted in, not only
+// its rules (decisionScope): the pods a wider scope makes due are a wave.
+
+// leaseRecording is the record Lease of a leader that acted on `after:
+// after` in scope s.
+func leaseRecording(t *testing.T, after string, s decisionScope) *coordinationv1.Lease {
+	b := recordJSON(evaluatorWithAfter(t, after), s)
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor",
+		Annotations: map[string]string{wave.AnnotationBaseline: string(b), wave.AnnotationBaselineHash: wave.BaselineHash(b)}}}
+}
+
+// addPod puts a pod in the fixture's cache.
+func addPod(t *testing.T, f *fixture, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	if err := f.c.pods.Add(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestStartInAWiderScopeIsHeld: the last leader acted on the pods labelled
+// team=a; this one, with the same rules, on every pod. The 12 overdue pods
+// without the label are a wave and held; the one with it was due before
+// and goes.
+func TestStartInAWiderScopeIsHeld(t *testing.T) {
+	recorded := decisionScope{LabelSelector: "team=a"}
+	f, pods := startFixture(t, "1m", time.Hour, 12, leaseRecording(t, "1m", recorded))
+	teamA := apitest.Pod("team-a", t0.Add(-time.Hour), corev1.PodSucceeded, nil)
+	teamA.Labels = map[string]string{"team": "a"}
+	addPod(t, f, teamA)
+	f.start(append(pods, teamA))
+	h, held := f.c.waves.Held()
+	want := wave.ChangeID(recordJSON(evaluatorWithAfter(t, "1m"), recorded), policyJSON(evaluatorWithAfter(t, "1m")))
+	if !held || h.Source != wave.SourceStartup || h.Pods != 12 || h.ID != want {
+		t.Fatalf("held %+v, %v; want the start's wider scope holding 12 pods", h, held)
+	}
+	if n := f.deletes(); n != 1 {
+		t.Errorf("%d pods removed, want 1 (the pod in the recorded scope)", n)
+	}
+}
+
+// TestStartInANarrowerScopeHoldsNothing: the last leader acted on every
+// pod, this one on team=a's: no pod is due that was not before.
+func TestStartInANarrowerScopeHoldsNothing(t *testing.T) {
+	f, pods := startFixtureWith(t, Options{Scope: decisionScope{LabelSelector: "team = a"}}, "1m", time.Hour, 12, leaseRecording(t, "1m", decisionScope{}))
+	for _, p := range pods {
+		p.Labels = map[string]string{"team": "a"}
+	}
+	f.start(pods)
+	if h, held := f.c.waves.Held(); held {
+		t.Fatalf("a narrower scope is held: %+v", h)
+	}
+	if n := f.deletes(); n != 12 {
+		t.Errorf("%d pods removed, want 12", n)
+	}
+	if got := f.c.waves.scope.LabelSelector; got != "team=a" {
+		t.Errorf("recorded label selector %q, want it as it prints once parsed: team=a", got)
+	}
+}
+
+// TestStartInAnotherNamespaceIsHeld: the last leader watched namespace
+// team-a; this one watches every namespace.
+func TestStartInAnotherNamespaceIsHeld(t *testing.T) {
+	f, pods := startFixture(t, "1m", time.Hour, 12, leaseRecording(t, "1m", decisionScope{Namespace: "team-a"}))
+	f.start(pods) // the fixture's pods are in "default"
+	if h, held := f.c.waves.Held(); !held || h.Pods != 12 {
+		t.Fatalf("held %+v, %v; want the 12 pods outside team-a", h, held)
+	}
+	if n := f.deletes(); n != 0 {
+		t.Errorf("%d pods removed, want 0", n)
+	}
+}
+
+// TestLeavingDryRunIsMeasuredAsAFirstInstall: the last leader ran with
+// --dry-run and removed nothing; this one removes. The pods its rules make
+// due are the wave, as at a first install; a pod due by its own ttl is not.
+func TestLeavingDryRunIsMeasuredAsAFirstInstall(t *testing.T) {
+	f, pods := startFixture(t, "1m", time.Hour, 12, leaseRecording(t, "1m", decisionScope{DryRun: true}))
+	own := addPod(t, f, apitest.Pod("own", t0.Add(-time.Hour), corev1.PodSucceeded, map[string]string{"podjanitor.io/ttl": "1m"}))
+	f.start(append(pods, own))
+	if h, held := f.c.waves.Held(); !held || h.Pods != 12 {
+		t.Fatalf("held %+v, %v; want the 12 pods of the rules", h, held)
+	}
+	if n := f.deletes(); n != 1 {
+		t.Errorf("%d pods removed, want 1: the pod due by its own ttl", n)
+	}
+}
+
+// TestStartWithAnotherAnnotationPrefixIsHeld: the last leader read
+// team.io/ annotations; this one reads podjanitor.io/: 12 Running pods
+// with a podjanitor.io/ttl long past are a wave.
+func TestStartWithAnotherAnnotationPrefixIsHeld(t *testing.T) {
+	f, pods := startFixture(t, "7d", time.Hour, 1, leaseRecording(t, "7d", decisionScope{AnnotationPrefix: "team.io"}))
+	for _, name := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"} {
+		pods = append(pods, addPod(t, f, apitest.Pod("ttl-"+name, t0.Add(-time.Hour), corev1.PodRunning, map[string]string{"podjanitor.io/ttl": "1m"})))
+	}
+	f.start(pods)
+	if h, held := f.c.waves.Held(); !held || h.Pods != 12 {
+		t.Fatalf("held %+v, %v; want the 12 pods whose annotations were not read", h, held)
+	}
+	for _, a := range f.writes() {
+		if a.GetResource().Resource == "pods" {
+			t.Errorf("a pod written: %v", a)
+		}
+	}
+}
+
+// TestRecordWithoutAScopeHasTheCurrentOne: a record written before scopes
+// were recorded (the rules alone) is taken to be in the current scope:
+// the same rules hold nothing, and the scope is recorded from then on.
+func TestRecordWithoutAScopeHasTheCurrentOne(t *testing.T) {
+	b, err := json.Marshal(evaluatorWithAfter(t, "1m").Policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor",
+		Annotations: map[string]string{wave.AnnotationBaseline: string(b), wave.AnnotationBaselineHash: wave.BaselineHash(b)}}}
+	f, pods := startFixtureWith(t, Options{Scope: decisionScope{Namespace: "default"}}, "1m", time.Hour, 12, lease)
+	f.start(pods)
+	if h, held := f.c.waves.Held(); held {
+		t.Fatalf("an upgrade's record is held: %+v", h)
+	}
+	if n := f.deletes(); n != 12 {
+		t.Errorf("%d pods removed, want 12", n)
+	}
+}
+
+// TestRestartInTheSameScopeHoldsNothing: rules and scope as recorded.
+func TestRestartInTheSameScopeHoldsNothing(t *testing.T) {
+	s := decisionScope{Namespace: "default", LabelSelector: "team!=b", TenantPolicies: true}
+	f, pods := startFixtureWith(t, Options{Scope: s}, "1m", time.Hour, 12, leaseRecording(t, "1m", s))
+	f.start(pods)
+	if h, held := f.c.waves.Held(); held {
+		t.Fatalf("a restart with nothing changed is held: %+v", h)
+	}
+	if n := f.deletes(); n != 12 {
+		t.Errorf("%d pods removed, want 12", n)
+	}
+}
