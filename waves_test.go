@@ -613,3 +613,84 @@ func TestStartLeaseReadFailing(t *testing.T) {
 		t.Errorf("%d pods removed with the Lease unreadable, want none", n)
 	}
 }
+
+// TestApprovalIsUsedOnce: an approval covers one occurrence of a change.
+// Approved, the change is carried out and the approval comes off the Lease;
+// the file reverted, then changed the same way again, is held again with
+// the same ID and removes nothing until approved anew. An approval of a
+// change reverted before it was taken comes off too.
+func TestApprovalIsUsedOnce(t *testing.T) {
+	f, pods := waveFixture(t, 12)
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); f.c.waves.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	f.reload("1m", pods)
+	h, ok := f.c.waves.Held()
+	if !ok {
+		t.Fatal("the change is not held")
+	}
+	waitLease(t, f, func(a map[string]string) bool { return a[wave.AnnotationHeld] == h.ID })
+	approve(t, f, h.ID)
+	waitLease(t, f, func(a map[string]string) bool {
+		_, approval := a[wave.AnnotationApprove]
+		return a[wave.AnnotationHeld] == "" && !approval
+	})
+	for f.c.queue.Len() > 0 {
+		f.next()
+	}
+	if n := f.deletes(); n != 12 {
+		t.Fatalf("%d pods removed after the approval, want 12", n)
+	}
+
+	// The same change again, over 12 new pods: held, the same ID.
+	var again []*corev1.Pod
+	for i := range 12 {
+		p := apitest.Pod(fmt.Sprintf("again-%02d", i), t0.Add(-time.Hour), corev1.PodSucceeded, nil)
+		if err := f.c.pods.Add(p); err != nil {
+			t.Fatal(err)
+		}
+		again = append(again, p)
+	}
+	f.reload("7d", again)
+	f.reload("1m", again)
+	h2, ok := f.c.waves.Held()
+	if !ok || h2.ID != h.ID {
+		t.Fatalf("held %+v, %v; want the same change held again as %s", h2, ok, h.ID)
+	}
+	waitLease(t, f, func(a map[string]string) bool { return a[wave.AnnotationHeld] == h.ID })
+	for range 3 {
+		f.clock.Step(waveRecordInterval)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, still := f.c.waves.Held(); !still || f.deletes() != 12 {
+		t.Fatalf("the change made again went on the first approval: held %v, %d removed", still, f.deletes())
+	}
+
+	// Approved, then reverted before the approval is taken: the approval
+	// comes off with the hold.
+	f.reload("7d", again)
+	approve(t, f, h.ID)
+	waitLease(t, f, func(a map[string]string) bool {
+		_, approval := a[wave.AnnotationApprove]
+		return a[wave.AnnotationHeld] == "" && !approval
+	})
+
+	// An approval left on the Lease while nothing is held (set after the
+	// revert) is an earlier occurrence's: the change made again is held,
+	// and the approval comes off unused.
+	approve(t, f, h.ID)
+	f.reload("1m", again)
+	waitLease(t, f, func(a map[string]string) bool {
+		_, approval := a[wave.AnnotationApprove]
+		return a[wave.AnnotationHeld] == h.ID && !approval
+	})
+	for range 3 {
+		f.clock.Step(waveRecordInterval)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, still := f.c.waves.Held(); !still || f.deletes() != 12 {
+		t.Fatalf("a stale approval released the change: held %v, %d removed", still, f.deletes())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -72,9 +73,10 @@ func (r Record) Approved(ctx context.Context) (string, error) {
 
 // Publish writes the held change (nil: none) and the baseline's JSON (nil:
 // none acted on yet) on the Lease, creating it if it does not exist (leader
-// election off).
-func (r Record) Publish(ctx context.Context, h *Hold, baseline []byte) error {
-	if err := r.update(ctx, func(l *coordinationv1.Lease) bool { return setHeld(l, h, baseline) }); err != nil {
+// election off), and takes off an approval of used (a change carried out,
+// reverted or held no more: an approval covers one occurrence of a change).
+func (r Record) Publish(ctx context.Context, h *Hold, baseline []byte, used ...string) error {
+	if err := r.update(ctx, func(l *coordinationv1.Lease) bool { return setHeld(l, h, baseline, used) }); err != nil {
 		return fmt.Errorf("recording the held wave on lease %s/%s: %w", r.Namespace, r.Name, err)
 	}
 	return nil
@@ -109,8 +111,14 @@ func (r Record) update(ctx context.Context, set func(*coordinationv1.Lease) (cha
 	})
 }
 
-// setHeld sets the Lease's hold annotations; it reports whether they changed.
-func setHeld(l *coordinationv1.Lease, h *Hold, baseline []byte) bool {
+// setHeld sets the Lease's hold annotations and takes off an approval of
+// used; it reports whether they changed.
+func setHeld(l *coordinationv1.Lease, h *Hold, baseline []byte, used []string) bool {
+	changed := false
+	if a, ok := l.Annotations[AnnotationApprove]; ok && slices.Contains(used, a) {
+		delete(l.Annotations, AnnotationApprove)
+		changed = true
+	}
 	want := map[string]string{}
 	if h != nil {
 		want[AnnotationHeld] = h.ID
@@ -123,7 +131,6 @@ func setHeld(l *coordinationv1.Lease, h *Hold, baseline []byte) bool {
 			want[AnnotationBaseline] = string(baseline)
 		}
 	}
-	changed := false
 	for _, k := range []string{AnnotationHeld, AnnotationHeldPods, AnnotationHeldSource, AnnotationBaseline, AnnotationBaselineHash} {
 		v, ok := want[k]
 		if old, had := l.Annotations[k]; had == ok && old == v {
@@ -218,15 +225,27 @@ type Options struct {
 // taken (approved gets the keys of the pods it held, to decide again). An
 // approval already on the Lease when a change is held is taken at once: it
 // lives in the API server, so it outlasts a restart and a leader change.
+// It is used once: taken off the Lease once its change is carried out,
+// reverted or held no more (another change held instead), and one found
+// there for a change made while this leader runs (not its start's) is an
+// earlier occurrence's and comes off unused, so that the same change made
+// again later is held again and needs an approval of its own.
 func (r Record) Keep(ctx context.Context, g *Guard, clk clock.WithTicker, interval time.Duration, held func(Hold), approved func(Hold, []string)) {
 	logger := klog.FromContext(ctx).WithValues("lease", klog.KRef(r.Namespace, r.Name))
 	var published *Hold
 	var publishedBaseline string
+	// used are changes whose approval, if any, comes off the Lease.
+	var used []string
 	ticker := clk.NewTicker(interval)
 	defer ticker.Stop()
 	for {
 		h, holding := g.Held()
-		if holding {
+		if holding && h.Source != SourceStartup && !sameHold(&h, published) {
+			// A change made while this leader runs: an approval of it on
+			// the Lease already is one of an earlier occurrence, left
+			// there; it comes off as the hold is published.
+			used = append(used, h.ID)
+		} else if holding {
 			id, err := r.Approved(ctx)
 			if err != nil {
 				logger.Error(err, "Cannot read approvals of the held wave", "change", h.ID)
@@ -234,7 +253,7 @@ func (r Record) Keep(ctx context.Context, g *Guard, clk clock.WithTicker, interv
 				if keys, ok := g.Approve(id); ok {
 					logger.Info("Wave approved, removing its pods at the removal rate", "change", id, "pods", len(keys))
 					approved(h, keys)
-					holding = false
+					holding, used = false, append(used, id)
 				}
 			}
 		}
@@ -242,19 +261,22 @@ func (r Record) Keep(ctx context.Context, g *Guard, clk clock.WithTicker, interv
 		if holding {
 			want = &h
 		}
+		if published != nil && !sameHold(want, published) {
+			used = append(used, published.ID)
+		}
 		baseline := g.BaselinePolicy()
 		var baselineHash string
 		if baseline != nil {
 			baselineHash = BaselineHash(baseline)
 		}
-		if !sameHold(want, published) || baselineHash != publishedBaseline {
-			if err := r.Publish(ctx, want, baseline); err != nil {
+		if !sameHold(want, published) || baselineHash != publishedBaseline || len(used) > 0 {
+			if err := r.Publish(ctx, want, baseline, used...); err != nil {
 				logger.Error(err, "Cannot record the held wave and the policy acted on")
 			} else {
 				if want != nil && !sameHold(want, published) {
 					held(h)
 				}
-				published, publishedBaseline = want, baselineHash
+				published, publishedBaseline, used = want, baselineHash, nil
 			}
 		}
 		select {
