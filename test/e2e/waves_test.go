@@ -505,3 +505,58 @@ func TestRestartInAWiderScopeIsHeld(t *testing.T) {
 		})
 	}
 }
+
+// TestApprovalIsUsedOnce: 150 pods under `after: 168h`, the file changed
+// to `after: 1s`: held, approved, removed, and the approval comes off the
+// Lease. The file reverted, 150 new pods, the same change made again: held
+// again under the same ID, none of the new pods removed until it is
+// approved anew.
+func TestApprovalIsUsedOnce(t *testing.T) {
+	t.Parallel()
+	const n = 150
+	ns := newNamespace(t)
+	r := watchRemovalsDurably(t, ns)
+	first := wavePods(t, ns, "yes", n)
+	cfg := writePolicy(t, "", fmt.Sprintf(waveRule, "168h"))
+	startDaemon(t, "--namespace", ns, "--config", cfg, "--leader-elect-resource-namespace", ns)
+	approveOnce := func(id string) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, approveWave, id)
+		if _, err := client.CoordinationV1().Leases(ns).Patch(ctxFor(t), "podjanitor", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writePolicy(t, cfg, fmt.Sprintf(waveRule, "1s"))
+	id := heldOnLease(t, ns, "podjanitor")
+	approveOnce(id)
+	for _, p := range first {
+		r.waitRemoved(t, p, time.Minute)
+	}
+	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := client.CoordinationV1().Leases(ns).Get(ctx, "podjanitor", metav1.GetOptions{})
+		_, approval := l.Annotations[approveWave]
+		return err == nil && !approval && l.Annotations[heldWave] == "", nil
+	}); err != nil {
+		t.Fatal("the approval carried out is still on the Lease")
+	}
+
+	writePolicy(t, cfg, fmt.Sprintf(waveRule, "168h"))
+	// The revert is acted on once the Lease records it (168h in ns).
+	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := client.CoordinationV1().Leases(ns).Get(ctx, "podjanitor", metav1.GetOptions{})
+		return err == nil && strings.Contains(l.Annotations["podjanitor.io/policy"], `"After":604800000000000`), nil
+	}); err != nil {
+		t.Fatal("the reverted policy is not recorded on the Lease")
+	}
+	second := createPods(t, n, func(i int) *corev1.Pod { return pod(ns, fmt.Sprintf("again-%04d", i), label("wave", "yes")) })
+	writePolicy(t, cfg, fmt.Sprintf(waveRule, "1s"))
+	if again := heldOnLease(t, ns, "podjanitor"); again != id {
+		t.Fatalf("the same change held again as %s, want %s", again, id)
+	}
+	time.Sleep(10 * time.Second)
+	noneRemoved(t, r.removals, second)
+	approveOnce(id)
+	for _, p := range second {
+		r.waitRemoved(t, p, time.Minute)
+	}
+}
