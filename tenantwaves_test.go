@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/podjanitor/podjanitor/internal/redecide"
+	"github.com/podjanitor/podjanitor/internal/tenant"
 	"github.com/podjanitor/podjanitor/internal/tenantcontroller"
 	"github.com/podjanitor/podjanitor/internal/wave"
 	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
@@ -428,5 +429,53 @@ func TestPendingTenantChangesKeepOnePerPolicy(t *testing.T) {
 	tenantsOf(f.c).ApplyPending("team-a")
 	if got := tenantsOf(f.c).Store().For("team-a"); len(got) != 1 || got[0].Generation != 50 {
 		t.Errorf("store %v, want the policy's generation 50", got)
+	}
+}
+
+// TestUnlockedTenantPolicyIsHeld: a namespace may use one policy; its
+// second (by name) is refused for the limit. The first, which matches no
+// pod, is deleted: the second is used from then on, and that is measured as
+// its creation — the 12 pods it makes due are held on it, none removed.
+func TestUnlockedTenantPolicyIsHeld(t *testing.T) {
+	f, _ := tenantWaveFixture(t, 12)
+	tenantsOf(f.c).SetLimits(tenant.Limits{Policies: 1})
+	policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a")
+	first := lifetimePolicy("team-a", "a-first", v1alpha1.PodLifetimeRule{Name: "none", Clock: "created", After: "1h",
+		Match: v1alpha1.PodLifetimeMatch{LabelSelector: "app=none"}})
+	if _, err := policies.Create(f.ctx, first, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := policies.Create(f.ctx, lifetimePolicy("team-a", "b-second", maxAgeRule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		s, ok := tenantsOf(f.c).Policy("team-a/b-second")
+		return ok && s.Err != nil && s.Err.Reason == tenant.TooManyPolicies, nil
+	}); err != nil {
+		t.Fatal("b-second is not refused for the namespace's limit")
+	}
+	f.drain()
+	if err := policies.Delete(f.ctx, "a-first", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		_, _, held := tenantsOf(f.c).Holds().Held("team-a")
+		return held || len(f.podWrites()) > 0 || f.c.queue.Len() > 0, nil
+	}); err != nil {
+		t.Fatal("the deletion changed nothing")
+	}
+	f.drain()
+	if n := len(f.podWrites()); n != 0 {
+		t.Fatalf("%d pods removed by the policy the deletion let in, want none before an approval", n)
+	}
+	h, object, ok := tenantsOf(f.c).Holds().Held("team-a")
+	if !ok || h.Pods != 12 || object != "team-a/b-second" {
+		t.Fatalf("held %+v by %q, %v; want 12 pods held by team-a/b-second", h, object, ok)
+	}
+	f.annotatePolicy("team-a", "b-second", h.ID)
+	f.waitQueued(12)
+	f.drain()
+	if n := len(f.podWrites()); n != 12 {
+		t.Errorf("%d pods removed after the approval, want 12", n)
 	}
 }

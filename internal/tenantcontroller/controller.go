@@ -609,7 +609,19 @@ func (c *Controller) PolicyDeleted(obj interface{}) {
 	}
 	c.setSeen(key, nil)
 	changed, ops := c.admit(m.GetNamespace(), "")
-	c.apply(c.store, ops)
+	if by := c.unlockedBy(m.GetNamespace(), ops); by != nil {
+		// A policy refused for the namespace's limits is used now that this
+		// one is gone: measured as its creation, at the namespace's pass.
+		if c.pending[by.Namespace] == nil {
+			c.pending[by.Namespace] = map[string]tenantOp{}
+		}
+		for _, op := range ops {
+			c.pending[by.Namespace][op.name] = op
+		}
+		c.pendingBy[by.Namespace] = by
+	} else {
+		c.apply(c.store, ops)
+	}
 	c.setTenantMetrics()
 	c.mu.Unlock()
 	c.reportTenantWave(pendingBy, hold)
@@ -622,6 +634,25 @@ func (c *Controller) PolicyDeleted(obj interface{}) {
 		klog.Background().Info("The tenant policy of a held wave is deleted: its hold ends", "policy", key)
 	}
 	c.cfg.Redecide(m.GetNamespace())
+}
+
+// unlockedBy returns the first policy that ops (a re-admission after a
+// deletion) start to use, as the informer has it, when waves are held:
+// the change is then measured as that policy's creation. nil: none, or
+// waves are not held. c.mu is held.
+func (c *Controller) unlockedBy(namespace string, ops []tenantOp) *v1alpha1.PodLifetimePolicy {
+	if c.holds == nil {
+		return nil
+	}
+	for _, op := range ops {
+		if op.set == nil {
+			continue
+		}
+		if p, err := c.lister.PodLifetimePolicies(namespace).Get(op.name); err == nil {
+			return p
+		}
+	}
+	return nil
 }
 
 // hasFinalizer reports whether p has this podjanitor's finalizer.
