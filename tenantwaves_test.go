@@ -479,3 +479,66 @@ func TestUnlockedTenantPolicyIsHeld(t *testing.T) {
 		t.Errorf("%d pods removed after the approval, want 12", n)
 	}
 }
+
+// tenantStartFixture is tenantWaveFixture with the policies already in the
+// API server when podjanitor starts.
+func tenantStartFixture(t *testing.T, n int, policies ...*v1alpha1.PodLifetimePolicy) (*tenantFixture, []*corev1.Pod) {
+	t.Helper()
+	var pods []*corev1.Pod
+	for i := range n {
+		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil))
+	}
+	opts := Options{Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
+		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
+	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods, func(pj *pjfake.Clientset) {
+		for _, p := range policies {
+			if err := pj.Tracker().Add(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	return f, pods
+}
+
+// TestTenantPolicyCreatedWhileDownIsHeld: a policy created while no
+// podjanitor ran (no status) that makes the namespace's 12 pods due is
+// held at the start, none removed; the same policy with a status of its
+// generation (acted on before the restart) is not.
+func TestTenantPolicyCreatedWhileDownIsHeld(t *testing.T) {
+	t.Run("created while down", func(t *testing.T) {
+		f, pods := tenantStartFixture(t, 12, lifetimePolicy("team-a", "cleanup", maxAgeRule))
+		if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			_, _, held := tenantsOf(f.c).Holds().Held("team-a")
+			return held, nil
+		}); err != nil {
+			t.Fatal("a policy created while podjanitor was down is not held at its start")
+		}
+		for _, p := range pods {
+			f.process(keyOf(p))
+		}
+		f.drain()
+		if n := len(f.podWrites()); n != 0 {
+			t.Fatalf("%d pods removed, want none before an approval", n)
+		}
+		h, object, _ := tenantsOf(f.c).Holds().Held("team-a")
+		if h.Pods != 12 || object != "team-a/cleanup" {
+			t.Errorf("held %+v by %q, want 12 pods by team-a/cleanup", h, object)
+		}
+	})
+	t.Run("acted on before", func(t *testing.T) {
+		p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
+		p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", ObservedGeneration: p.Generation}}
+		f, pods := tenantStartFixture(t, 12, p)
+		for _, p := range pods {
+			f.process(keyOf(p))
+		}
+		f.drain()
+		if _, _, held := tenantsOf(f.c).Holds().Held("team-a"); held {
+			t.Error("a policy acted on before the restart is held")
+		}
+		if n := len(f.podWrites()); n != 12 {
+			t.Errorf("%d pods removed, want 12", n)
+		}
+	})
+}

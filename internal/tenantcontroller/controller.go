@@ -307,6 +307,12 @@ func (c *Controller) PolicyChanged(obj interface{}, enqueue bool) {
 	// namespace's pass, as a live one is: a restart cannot let a held
 	// deletion through.
 	resume := !enqueue && c.holds != nil && p.DeletionTimestamp != nil && c.hasFinalizer(p)
+	// A live policy the initial list finds with no status of its current
+	// generation: created or changed while no podjanitor ran (or just
+	// before the last leader stopped, its status not written yet). Nothing
+	// says what was acted on before it: measured against the namespace
+	// without it, as a creation, at the namespace's pass.
+	unseen := !enqueue && c.holds != nil && p.DeletionTimestamp == nil && !actedOn(p)
 	c.reader.Forget(p.Namespace, p.Name)
 	c.mu.Lock()
 	if c.converted[p.Namespace] == nil {
@@ -319,7 +325,7 @@ func (c *Controller) PolicyChanged(obj interface{}, enqueue bool) {
 	}
 	c.converted[p.Namespace][p.Name] = conv
 	changed, ops := c.admit(p.Namespace, key)
-	if (enqueue || resume) && c.holds != nil {
+	if (enqueue || resume || unseen) && c.holds != nil {
 		// Measured and made by the namespace's pass (ApplyPending).
 		if c.pending[p.Namespace] == nil {
 			c.pending[p.Namespace] = map[string]tenantOp{}
@@ -348,9 +354,17 @@ func (c *Controller) PolicyChanged(obj interface{}, enqueue bool) {
 			c.status.Mark(k)
 		}
 	}
-	if enqueue || resume {
+	if enqueue || resume || unseen {
 		c.cfg.Redecide(p.Namespace)
 	}
+}
+
+// actedOn reports whether p's status says a podjanitor acted on its
+// current generation: its Ready condition observed it (used, refused or
+// held).
+func actedOn(p *v1alpha1.PodLifetimePolicy) bool {
+	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
+	return c != nil && c.ObservedGeneration == p.Generation
 }
 
 // convert converts one generation of a policy: deleting, it gives no

@@ -560,3 +560,102 @@ func TestApprovalIsUsedOnce(t *testing.T) {
 		r.waitRemoved(t, p, time.Minute)
 	}
 }
+
+// TestUnlockedTenantPolicyIsHeld: with one policy allowed a namespace, the
+// second (by name) is refused; the first, which matches no pod, is deleted.
+// The second is then used, measured as its creation: its 150 pods are held
+// on it (Ready=False, RemovalsHeld), none removed, until approved there.
+func TestUnlockedTenantPolicyIsHeld(t *testing.T) {
+	t.Parallel()
+	installCRD(t)
+	ctx := ctxFor(t)
+	ns, home := newNamespace(t), newNamespace(t)
+	_, tenant := editorOf(t, ns)
+	r := watchRemovalsDurably(t, ns)
+	run := fmt.Sprintf("r%06d", rand.IntN(1000000))
+	pods := wavePods(t, ns, run, 150)
+	startDaemon(t, "--tenant-policies", "--tenant-max-policies-per-namespace", "1", "--label-selector", "wave="+run,
+		"--leader-elect-resource-namespace", home)
+	policies := tenant.PodjanitorV1alpha1().PodLifetimePolicies(ns)
+	none := v1alpha1.PodLifetimeRule{Name: "none", Clock: "created", After: "1s", Match: v1alpha1.PodLifetimeMatch{LabelSelector: "app=none"}}
+	if _, err := policies.Create(ctx, lifetimePolicy("a-first", none), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, tenant, ns, "a-first", metav1.ConditionTrue, time.Minute)
+	all := v1alpha1.PodLifetimeRule{Name: "all", Clock: "created", After: "1s"}
+	if _, err := policies.Create(ctx, lifetimePolicy("b-second", all), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitReady(t, tenant, ns, "b-second", metav1.ConditionFalse, time.Minute)
+	if c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady); c.Reason != "TooManyPolicies" {
+		t.Fatalf("b-second's Ready %+v, want TooManyPolicies", c)
+	}
+	if err := policies.Delete(ctx, "a-first", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := policies.Get(ctx, "b-second", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
+		if c == nil || c.Reason != "RemovalsHeld" {
+			return false, nil
+		}
+		id, _, _ = strings.Cut(strings.TrimPrefix(c.Message, "change "), " ")
+		return true, nil
+	}); err != nil {
+		t.Fatal("b-second, let in by a-first's deletion, is not held")
+	}
+	time.Sleep(5 * time.Second)
+	noneRemoved(t, r.removals, pods)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, approveWave, id)
+	if _, err := policies.Patch(ctx, "b-second", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		r.waitRemoved(t, p, 2*time.Minute)
+	}
+}
+
+// TestTenantPolicyCreatedWhileDownIsHeld: a PodLifetimePolicy with no
+// selector and `after: 1s` is created while podjanitor is stopped, over
+// 150 pods. At the next start it is measured as a creation: held
+// (Ready=False, RemovalsHeld), none of the 150 removed, until approved on it.
+// Not parallel: another test's podjanitor with tenant policies on in every
+// namespace would act on the policy (and write its status) while this
+// test's is down.
+func TestTenantPolicyCreatedWhileDownIsHeld(t *testing.T) {
+	installCRD(t)
+	ctx := ctxFor(t)
+	ns, home := newNamespace(t), newNamespace(t)
+	_, tenant := editorOf(t, ns)
+	r := watchRemovalsDurably(t, ns)
+	run := fmt.Sprintf("r%06d", rand.IntN(1000000))
+	args := []string{"--tenant-policies", "--label-selector", "wave=" + run, "--leader-elect-resource-namespace", home}
+	first := startDaemon(t, args...)
+	first.kill()
+	pods := wavePods(t, ns, run, 150)
+	all := v1alpha1.PodLifetimeRule{Name: "all", Clock: "created", After: "1s"}
+	if _, err := tenant.PodjanitorV1alpha1().PodLifetimePolicies(ns).Create(ctx, lifetimePolicy("all", all), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // every pod due while podjanitor is down
+	startDaemon(t, args...)
+	p := waitReady(t, tenant, ns, "all", metav1.ConditionFalse, time.Minute)
+	cond := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
+	if cond.Reason != "RemovalsHeld" || !strings.Contains(cond.Message, "holds 150 pod removal(s)") {
+		t.Fatalf("Ready %+v, want RemovalsHeld with 150 pods", cond)
+	}
+	id, _, _ := strings.Cut(strings.TrimPrefix(cond.Message, "change "), " ")
+	time.Sleep(5 * time.Second)
+	noneRemoved(t, r.removals, pods)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, approveWave, id)
+	if _, err := tenant.PodjanitorV1alpha1().PodLifetimePolicies(ns).Patch(ctx, "all", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		r.waitRemoved(t, p, 2*time.Minute)
+	}
+}
