@@ -632,14 +632,14 @@ func TestChartValuesReachTheFlags(t *testing.T) {
 func TestChartHoldWaves(t *testing.T) {
 	r := renderChart(t)
 	o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
-	if !o.waves.hold || o.waves.threshold != (wave.Threshold{Pods: 100, Percent: 10, MinPods: 10}) || o.waves.window != 5*time.Minute {
-		t.Errorf("defaults: waves %+v, want held above 100 pods or 10 %% (more than 10), window 5m", o.waves)
+	if !o.waves.hold || o.waves.threshold != (wave.Threshold{Pods: 100, Percent: 10, MinPods: 10, Horizon: 24 * time.Hour}) || o.waves.window != 5*time.Minute {
+		t.Errorf("defaults: waves %+v, want held above 100 pods or 10 %% (more than 10), window 5m, horizon 24h", o.waves)
 	}
 	// A decimal percent as a number (--set-json) and as --set gives it: a string.
 	for _, percent := range []string{"json:holdWaves.percent=2.5", "holdWaves.percent=2.5"} {
-		r = renderChart(t, "holdWaves.pods=500", percent, "holdWaves.minPods=50", "holdWaves.window=90s", "leaderElection.enabled=false")
+		r = renderChart(t, "holdWaves.pods=500", percent, "holdWaves.minPods=50", "holdWaves.window=90s", "holdWaves.horizon=2h", "leaderElection.enabled=false")
 		o = checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
-		if o.waves.threshold != (wave.Threshold{Pods: 500, Percent: 2.5, MinPods: 50}) || o.waves.window != 90*time.Second {
+		if o.waves.threshold != (wave.Threshold{Pods: 500, Percent: 2.5, MinPods: 50, Horizon: 2 * time.Hour}) || o.waves.window != 90*time.Second {
 			t.Errorf("%s: waves %+v did not carry the values", percent, o.waves)
 		}
 	}

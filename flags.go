@@ -168,11 +168,13 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 	fs.Float64Var(&o.maxRemovalsPerSecond, "max-deletions-per-second", 50, "Cluster-wide cap on removals per second; 0 means no cap. Removals over the cap wait, they are never dropped.")
 	fs.IntVar(&o.removalBurst, "deletion-burst", 100, "Removals allowed at once above --max-deletions-per-second.")
 	fs.BoolVar(&o.waves.hold, "hold-waves", true,
-		"Hold a change that makes many pods due at once (its wave: due now or within --wave-window, not due before) until a person approves it: a policy file reload or a start with a policy other than the one recorded on the Lease (--leader-elect-resource-name; none recorded: a first install), approved on the Lease; a tenant policy's change, approved on the policy; a namespace's labels or keep, approved on the Namespace; see docs/policy.md.")
+		"Hold a change that makes many pods due at once (its wave: due within --wave-window of each other, within --wave-horizon, earlier than before) until a person approves it: a policy file reload or a start with a policy other than the one recorded on the Lease (--leader-elect-resource-name; none recorded: a first install), approved on the Lease; a tenant policy's change, approved on the policy; a namespace's labels or keep, approved on the Namespace; see docs/policy.md.")
 	fs.IntVar(&o.waves.threshold.Pods, "wave-hold-pods", 100, "A wave of more than this many pods is held.")
 	fs.Float64Var(&o.waves.threshold.Percent, "wave-hold-percent", 10, "A wave of more than this percentage of the watched pods (of the namespace's, for a tenant policy or a namespace) is held (when it has more than --wave-hold-min-pods); 0 turns this test off.")
 	fs.IntVar(&o.waves.threshold.MinPods, "wave-hold-min-pods", 10, "A wave of at most this many pods is never held for its percentage.")
-	fs.DurationVar(&o.waves.window, "wave-window", 5*time.Minute, "Pods a change makes due within this time count in its wave.")
+	fs.DurationVar(&o.waves.window, "wave-window", 5*time.Minute, "Pods a change makes due within this time of each other come due at once: its wave.")
+	fs.DurationVar(&o.waves.threshold.Horizon, "wave-horizon", 24*time.Hour,
+		"How far ahead a change's wave is looked for: the pods it makes due earlier than before, within this time, the most of them due within --wave-window of each other. At most --wave-window: the pods due within the window alone.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader on a Lease before acting; only the leader removes pods.")
 	fs.DurationVar(&o.lease.duration, "leader-elect-lease-duration", 15*time.Second, "How long followers wait before taking over a lease that is not renewed.")
 	fs.DurationVar(&o.lease.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps trying to renew before it gives up (and exits).")
@@ -308,6 +310,8 @@ func (o *flagValues) validate(cmd command) error {
 		return bad("wave-hold-min-pods", "%d: must not be negative", o.waves.threshold.MinPods)
 	case o.waves.window < 0:
 		return bad("wave-window", "%v: must not be negative", o.waves.window)
+	case o.waves.threshold.Horizon < 0:
+		return bad("wave-horizon", "%v: must not be negative", o.waves.threshold.Horizon)
 	}
 	if o.endpoints.metricsCertDir != "" && !o.endpoints.metricsSecure {
 		return bad("metrics-cert-dir", "%q needs --metrics-secure", o.endpoints.metricsCertDir)

@@ -71,7 +71,7 @@ func (g *Guard) Change(source string, newPolicy []byte, decide Decide, pods iter
 		g.endHoldLocked()
 		return Hold{}, false
 	}
-	w := Compute(pods, g.baseline, decide, now, g.window)
+	w := Compute(pods, g.baseline, decide, now, g.window, g.threshold.Horizon)
 	if !g.threshold.Exceeded(w) {
 		g.baseline, g.baselinePolicy = decide, newPolicy
 		g.endHoldLocked()

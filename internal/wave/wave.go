@@ -12,9 +12,11 @@
 package wave
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"iter"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,19 +36,62 @@ type Wave struct {
 	InScope int
 }
 
-// Compute returns the wave of a change from old to new over pods at now: the
-// pods due by now+window under new that were not due by now+window under
-// old. A nil old decides no pod (a first install: every due pod is in the wave).
-func Compute(pods iter.Seq[*corev1.Pod], old, new Decide, now time.Time, window time.Duration) Wave {
+// Compute returns the wave of a change from old to new over pods at now,
+// looking horizon ahead: the pods whose deadline under new is earlier than
+// under old (none: never), within now+horizon, and that old did not make
+// due by now+window; of those, the ones that come due together, within one
+// window-long span (the span where most do; every pod due by now+window
+// counts as due now). A horizon no longer than window gives the pods due by
+// now+window under new that were not under old. A nil old decides no pod
+// (a first install: every due pod is brought forward).
+func Compute(pods iter.Seq[*corev1.Pod], old, new Decide, now time.Time, window, horizon time.Duration) Wave {
 	var w Wave
-	by := now.Add(window)
+	type due struct {
+		at  int64 // UnixNano
+		pod *corev1.Pod
+	}
+	var moved []due
+	by, until := now.Add(window), now.Add(max(horizon, window))
 	for pod := range pods {
 		w.InScope++
-		if dueBy(new, pod, now, by) && !dueBy(old, pod, now, by) {
-			w.Pods = append(w.Pods, pod.Namespace+"/"+pod.Name)
+		at, ok := deadline(new, pod, now)
+		if !ok || at.After(until) {
+			continue
+		}
+		if was, ok := deadline(old, pod, now); ok && (!was.After(by) || !at.Before(was)) {
+			continue // due by the window under old too, or not brought forward
+		}
+		if !at.After(by) {
+			at = now
+		}
+		moved = append(moved, due{at.UnixNano(), pod})
+	}
+	slices.SortStableFunc(moved, func(a, b due) int { return cmp.Compare(a.at, b.at) })
+	best, start := 0, 0
+	for i, j := 0, 0; j < len(moved); j++ {
+		for moved[j].at-moved[i].at > int64(window) {
+			i++
+		}
+		if j-i+1 > best {
+			best, start = j-i+1, i
 		}
 	}
+	for _, d := range moved[start : start+best] {
+		w.Pods = append(w.Pods, d.pod.Namespace+"/"+d.pod.Name)
+	}
 	return w
+}
+
+// deadline is decide's deadline for the pod, if it gives one.
+func deadline(decide Decide, pod *corev1.Pod, now time.Time) (time.Time, bool) {
+	if decide == nil {
+		return time.Time{}, false
+	}
+	d, err := decide(pod, now)
+	if err != nil || !d.HasDeadline() {
+		return time.Time{}, false
+	}
+	return d.Deadline, true
 }
 
 // DueBy reports whether decide gives the pod a deadline no later than by.
@@ -62,8 +107,13 @@ func dueBy(decide Decide, pod *corev1.Pod, now, by time.Time) bool {
 	return err == nil && d.HasDeadline() && !d.Deadline.After(by)
 }
 
-// Threshold is how large a wave may be before it is held.
+// Threshold is how large a wave may be before it is held, and how far
+// ahead it is looked for.
 type Threshold struct {
+	// Horizon: a change's pods due within it count, the most of them due
+	// within one window of each other (Compute); at most the window, the
+	// pods due within the window.
+	Horizon time.Duration
 	// Pods: a wave of more than this many pods is held.
 	Pods int
 	// Percent: a wave of more than this share of the pods in scope is

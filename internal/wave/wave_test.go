@@ -49,7 +49,7 @@ func TestCompute(t *testing.T) {
 		{"no deadline", after(time.Hour), func(*corev1.Pod, time.Time) (policy.Decision, error) { return policy.Decision{}, nil }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := Compute(pods(all...), tc.old, tc.new, t0, window)
+			w := Compute(pods(all...), tc.old, tc.new, t0, window, 0)
 			if diff := cmp.Diff(Wave{Pods: tc.want, InScope: 3}, w); diff != "" {
 				t.Errorf("wave (-want,+got):\n%s", diff)
 			}
@@ -61,11 +61,11 @@ func TestComputeDecideErrorIsNotDue(t *testing.T) {
 	bad := func(*corev1.Pod, time.Time) (policy.Decision, error) {
 		return policy.Decision{Deadline: t0}, &policy.AnnotationError{Key: "podjanitor.io/ttl", Value: "x"}
 	}
-	if w := Compute(pods(pod("p", time.Hour)), after(7*24*time.Hour), bad, t0, 0); len(w.Pods) != 0 {
+	if w := Compute(pods(pod("p", time.Hour)), after(7*24*time.Hour), bad, t0, 0, 0); len(w.Pods) != 0 {
 		t.Errorf("a pod the new policy cannot decide is in the wave: %v", w.Pods)
 	}
 	// A pod the old policy could not decide and the new one makes due is in it.
-	if w := Compute(pods(pod("p", time.Hour)), bad, after(time.Minute), t0, 0); len(w.Pods) != 1 {
+	if w := Compute(pods(pod("p", time.Hour)), bad, after(time.Minute), t0, 0, 0); len(w.Pods) != 1 {
 		t.Errorf("wave %v, want the pod", w.Pods)
 	}
 }
@@ -114,5 +114,45 @@ func TestChangeID(t *testing.T) {
 	ids := map[string]bool{ChangeID(a, b): true, ChangeID(b, a): true, ChangeID(nil, b): true, ChangeID([]byte{}, b): true}
 	if len(ids) != 4 {
 		t.Errorf("different changes share an ID: %v", ids)
+	}
+}
+
+// TestComputeHorizon: with a horizon beyond the window, a change that makes
+// pods due together later is a wave as much as one that makes them due
+// now; pods it brings forward but spreads out are not, nor pods due past
+// the horizon, nor pods whose deadline it does not bring forward.
+func TestComputeHorizon(t *testing.T) {
+	window, horizon := time.Minute, 24*time.Hour
+	var together, spread []*corev1.Pod
+	for i := range 10 {
+		together = append(together, pod(string(rune('a'+i)), 0))
+		spread = append(spread, pod(string(rune('k'+i)), -time.Duration(2*i)*time.Minute)) // created 0, 2, 4 ... 18 min after t0
+	}
+	for _, tc := range []struct {
+		name     string
+		pods     []*corev1.Pod
+		old, new Decide
+		window   time.Duration
+		want     int
+	}{
+		{"together in 3m", together, after(7 * 24 * time.Hour), after(3 * time.Minute), window, 10},
+		{"together in 5h", together, after(7 * 24 * time.Hour), after(5 * time.Hour), window, 10},
+		{"together past the horizon", together, after(7 * 24 * time.Hour), after(25 * time.Hour), window, 0},
+		{"two minutes apart", spread, after(7 * 24 * time.Hour), after(3 * time.Minute), window, 1},
+		{"two minutes apart, a 5m window", spread, after(7 * 24 * time.Hour), after(3 * time.Minute), 5 * time.Minute, 3},
+		{"later than before", together, after(3 * time.Minute), after(5 * time.Hour), window, 0},
+		{"as before", together, after(5 * time.Hour), after(5 * time.Hour), window, 0},
+		{"first install, due in an hour", together, nil, after(time.Hour), window, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := Compute(pods(tc.pods...), tc.old, tc.new, t0, tc.window, horizon)
+			if len(w.Pods) != tc.want || w.InScope != len(tc.pods) {
+				t.Errorf("wave of %d pods (%v) over %d, want %d over %d", len(w.Pods), w.Pods, w.InScope, tc.want, len(tc.pods))
+			}
+		})
+	}
+	// A horizon no longer than the window is the window alone.
+	if w := Compute(pods(together...), after(7*24*time.Hour), after(3*time.Minute), t0, window, window); len(w.Pods) != 0 {
+		t.Errorf("a horizon of the window counts pods due in 3m: %v", w.Pods)
 	}
 }

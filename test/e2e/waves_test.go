@@ -659,3 +659,30 @@ func TestTenantPolicyCreatedWhileDownIsHeld(t *testing.T) {
 		r.waitRemoved(t, p, 2*time.Minute)
 	}
 }
+
+// TestWaveBeyondTheWindowIsHeld: 200 pods under `after: 168h`; the file is
+// changed to `after: 40s` with a 10 s --wave-window: the pods are not due
+// within the window, but all come due together 40 s after their creation,
+// within the horizon. The change is held; at 45 s none has gone; approved,
+// all go.
+func TestWaveBeyondTheWindowIsHeld(t *testing.T) {
+	t.Parallel()
+	const n = 200
+	ns := newNamespace(t)
+	r := watchRemovalsDurably(t, ns)
+	pods := wavePods(t, ns, "yes", n)
+	cfg := writePolicy(t, "", fmt.Sprintf(waveRule, "168h"))
+	d := startDaemon(t, "--namespace", ns, "--config", cfg, "--leader-elect-resource-namespace", ns, "--wave-window", "10s")
+	writePolicy(t, cfg, fmt.Sprintf(waveRule, "40s"))
+	d.waitLog("Holding the removals of the reloaded policy", 30*time.Second)
+	id := heldOnLease(t, ns, "podjanitor")
+	time.Sleep(time.Until(created(pods[n-1]).Add(45 * time.Second)))
+	noneRemoved(t, r.removals, pods)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, approveWave, id)
+	if _, err := client.CoordinationV1().Leases(ns).Patch(ctxFor(t), "podjanitor", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		r.waitRemoved(t, p, time.Minute)
+	}
+}
