@@ -536,6 +536,10 @@ func TestRemovalRateLimitDelaysButNeverDrops(t *testing.T) {
 	if got := len(f.writes()); got != 1 {
 		t.Fatalf("deletes in the first instant = %d, want 1 (burst 1)", got)
 	}
+	// The three others wait for their slots: the backlog, 3 s at the cap.
+	if w, s := metricValue(f.metrics, "podjanitor_pods_waiting_for_removal"), metricValue(f.metrics, "podjanitor_removal_backlog_seconds"); w != 3 || s != 3 {
+		t.Errorf("waiting for removal %v, backlog %v s; want 3 and 3", w, s)
+	}
 	f.stepUntilWritten(len(pods), 10, func(second int) {
 		if got := len(f.writes()); got > second+1 {
 			t.Fatalf("after %ds: %d deletes, limit allows %d", second, got, second+1)
@@ -548,6 +552,9 @@ func TestRemovalRateLimitDelaysButNeverDrops(t *testing.T) {
 	got := f.writes()
 	if diff := cmp.Diff(len(want), len(got)); diff != "" {
 		t.Errorf("deletes (-want,+got):\n%s", diff)
+	}
+	if w, s := metricValue(f.metrics, "podjanitor_pods_waiting_for_removal"), metricValue(f.metrics, "podjanitor_removal_backlog_seconds"); w != 0 || s != 0 {
+		t.Errorf("after the backlog: waiting for removal %v, backlog %v s; want 0", w, s)
 	}
 }
 

@@ -38,6 +38,10 @@ type podStates struct {
 	// onParkedUntilDeadline is called with the number of pods parked
 	// untilDeadline (podjanitor_pods_scheduled), whenever it changes.
 	onParkedUntilDeadline func(int)
+	// onWaiting, when set, is called with the number of pods holding a
+	// removal token not yet due (waiting for a slot: the backlog),
+	// whenever it changes.
+	onWaiting func(int)
 	// sleepFine, when set, sleeps the last apiclock.FineLead before a
 	// wake-up, which the clock's timer ends up to a millisecond late; run
 	// then sets its timer for FineLead before the wake-up.
@@ -47,6 +51,7 @@ type podStates struct {
 	pods          map[cache.ObjectName]*podState
 	parked        parkedHeap
 	untilDeadline int           // parked entries whose parking is untilDeadline
+	tokens        int           // removal tokens reserved and not yet used or given back
 	wake          chan struct{} // the earliest wake-up time changed
 	// waiting is set while run is blocked with its timer armed for the
 	// earliest entry, so tests with a fake clock know when to step it.
@@ -280,13 +285,23 @@ func (s *podStates) reserve(key cache.ObjectName, uid types.UID, limiter *rate.L
 			return time.Second
 		}
 		m.token = r
+		s.setTokens(s.tokens + 1)
 	}
 	if delay := m.token.DelayFrom(now); delay > 0 {
 		return delay
 	}
 	m.token = nil
+	s.setTokens(s.tokens - 1)
 	s.dropIfEmpty(st)
 	return 0
+}
+
+// setTokens counts the tokens reserved and not yet used; callers hold s.mu.
+func (s *podStates) setTokens(n int) {
+	s.tokens = n
+	if s.onWaiting != nil {
+		s.onWaiting(n)
+	}
 }
 
 // charge makes a retry of a refused removal pay for its token (see reserve),
@@ -310,6 +325,7 @@ func (s *podStates) cancelToken(st *podState) {
 	if st.marks != nil && st.marks.token != nil {
 		st.marks.token.CancelAt(s.clock.Now())
 		st.marks.token = nil
+		s.setTokens(s.tokens - 1)
 	}
 }
 

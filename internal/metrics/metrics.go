@@ -55,6 +55,8 @@ type Metrics struct {
 	podsRemoved        *prometheus.CounterVec
 	removalErrors      *prometheus.CounterVec
 	podsScheduled      prometheus.Gauge
+	podsWaiting        prometheus.Gauge
+	backlogSeconds     prometheus.Gauge
 	namespaceWatch     prometheus.Gauge
 	clockOffset        prometheus.Gauge
 	removalLateness    prometheus.Histogram
@@ -128,6 +130,14 @@ func New(controller, version, commit string) *Metrics {
 			Name: "podjanitor_pods_scheduled",
 			Help: "Pods parked until a future deadline.",
 		}),
+		podsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "podjanitor_pods_waiting_for_removal",
+			Help: "Pods due and waiting for a removal slot under the removal cap (--max-deletions-per-second): the backlog.",
+		}),
+		backlogSeconds: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "podjanitor_removal_backlog_seconds",
+			Help: "How long the pods waiting for a removal slot take to go at the removal cap: their number over --max-deletions-per-second (0 without a cap).",
+		}),
 		namespaceWatch: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "podjanitor_namespace_watch_healthy",
 			Help: "1 while the namespace informer's list and watch requests succeed, 0 from one that fails until one succeeds; while 0, /readyz fails and namespace changes reach podjanitor late (removals read the namespace from the API server first regardless).",
@@ -197,7 +207,7 @@ func New(controller, version, commit string) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics,
 		m.reconcileTime, m.activeWorkers, m.maxConcurrent, m.podsRemoved, m.removalErrors,
-		m.podsScheduled, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.workersRunning, m.policyReloads, m.tenantPolicies, m.tenantAPI, m.warningsDropped, m.tenantOverLimit, m.podsHeld, buildInfo, m.restRequestResults, m.restLatency,
+		m.podsScheduled, m.podsWaiting, m.backlogSeconds, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.workersRunning, m.policyReloads, m.tenantPolicies, m.tenantAPI, m.warningsDropped, m.tenantOverLimit, m.podsHeld, buildInfo, m.restRequestResults, m.restLatency,
 		m.leaderStatus, m.leaderSlowpath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
@@ -363,6 +373,21 @@ func (m *Metrics) WorkersRunning() bool {
 func (m *Metrics) SetPodsParked(n int) {
 	if m != nil {
 		m.podsScheduled.Set(float64(n))
+	}
+}
+
+// SetRemovalsWaiting sets podjanitor_pods_waiting_for_removal to n and
+// podjanitor_removal_backlog_seconds to the time n removals take at
+// perSecond (0: no cap, none).
+func (m *Metrics) SetRemovalsWaiting(n int, perSecond float64) {
+	if m == nil {
+		return
+	}
+	m.podsWaiting.Set(float64(n))
+	if perSecond > 0 {
+		m.backlogSeconds.Set(float64(n) / perSecond)
+	} else {
+		m.backlogSeconds.Set(0)
 	}
 }
 

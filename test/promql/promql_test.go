@@ -302,7 +302,7 @@ func TestDashboardQueries(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"Removals by reason", "Removal lateness", "Queue depth and scheduled pods", "Pods scheduled", "API errors"} {
+	for _, want := range []string{"Removals by reason", "Removal lateness", "Queue depth, scheduled pods and the removal backlog", "Pods scheduled", "API errors"} {
 		if !slices.Contains(titles, want) {
 			t.Errorf("the dashboard has no panel %q: %q", want, titles)
 		}
