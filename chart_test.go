@@ -643,6 +643,11 @@ func TestChartHoldWaves(t *testing.T) {
 			t.Errorf("%s: waves %+v did not carry the values", percent, o.waves)
 		}
 	}
+	// Values of an older chart (helm upgrade --reuse-values) have no horizon.
+	old := renderChart(t, "holdWaves.horizon=null")
+	if o := checkDeployment(t, one(t, "Deployment", old.deployments), old.policyConfigMap()); o.waves.threshold.Horizon != 24*time.Hour {
+		t.Errorf("holdWaves without a horizon: --wave-horizon %v, want 24h", o.waves.threshold.Horizon)
+	}
 	dep := one(t, "Deployment", r.deployments)
 	checkLeaseRole(t, one(t, "Role", r.roles), deployNamespace, leaseFlag(t, dep))
 	r = renderChart(t, "holdWaves.enabled=false")
