@@ -326,14 +326,7 @@ func (c *Controller) PolicyChanged(obj interface{}, enqueue bool) {
 	c.converted[p.Namespace][p.Name] = conv
 	changed, ops := c.admit(p.Namespace, key)
 	if (enqueue || resume || unseen) && c.holds != nil {
-		// Measured and made by the namespace's pass (ApplyPending).
-		if c.pending[p.Namespace] == nil {
-			c.pending[p.Namespace] = map[string]tenantOp{}
-		}
-		for _, op := range ops {
-			c.pending[p.Namespace][op.name] = op
-		}
-		c.pendingBy[p.Namespace] = p
+		c.setPendingLocked(p, ops)
 	} else {
 		c.apply(c.store, ops)
 	}
@@ -357,6 +350,18 @@ func (c *Controller) PolicyChanged(obj interface{}, enqueue bool) {
 	if enqueue || resume || unseen {
 		c.cfg.Redecide(p.Namespace)
 	}
+}
+
+// setPendingLocked leaves ops, made by p, to the namespace's pass, which
+// measures them first (ApplyPending); c.mu is held.
+func (c *Controller) setPendingLocked(p *v1alpha1.PodLifetimePolicy, ops []tenantOp) {
+	if c.pending[p.Namespace] == nil {
+		c.pending[p.Namespace] = map[string]tenantOp{}
+	}
+	for _, op := range ops {
+		c.pending[p.Namespace][op.name] = op
+	}
+	c.pendingBy[p.Namespace] = p
 }
 
 // actedOn reports whether p's status says a podjanitor acted on its
@@ -626,13 +631,7 @@ func (c *Controller) PolicyDeleted(obj interface{}) {
 	if by := c.unlockedBy(m.GetNamespace(), ops); by != nil {
 		// A policy refused for the namespace's limits is used now that this
 		// one is gone: measured as its creation, at the namespace's pass.
-		if c.pending[by.Namespace] == nil {
-			c.pending[by.Namespace] = map[string]tenantOp{}
-		}
-		for _, op := range ops {
-			c.pending[by.Namespace][op.name] = op
-		}
-		c.pendingBy[by.Namespace] = by
+		c.setPendingLocked(by, ops)
 	} else {
 		c.apply(c.store, ops)
 	}
