@@ -101,3 +101,13 @@ func isTerminal(err error) bool {
 	var t *terminalError
 	return errors.As(err, &t)
 }
+
+// scope is the scope of the options' process: Scope with its DryRun and
+// annotation prefix.
+func (o Options) scope() decisionScope {
+	prefix := ""
+	if o.Evaluator != nil {
+		prefix = o.Evaluator.Prefix
+	}
+	return newDecisionScope(o.Scope.Namespace, o.Scope.LabelSelector, o.Scope.TenantPolicies, o.DryRun, prefix)
+}

@@ -63,26 +63,16 @@ type decisionScope struct {
 	DryRun           bool   `json:"dryRun"`
 }
 
-// scope is the scope of the options' process: Scope with its DryRun and
-// annotation prefix.
-func (o Options) scope() decisionScope {
-	prefix := ""
-	if o.Evaluator != nil {
-		prefix = o.Evaluator.Prefix
-	}
-	return newDecisionScope(o.Scope.Namespace, o.Scope.LabelSelector, o.Scope.TenantPolicies, o.DryRun, prefix)
-}
-
 // newDecisionScope is a scope as recorded: the default annotation prefix
 // as none, the label selector as it prints once parsed.
-func newDecisionScope(namespace, labelSelector string, tenantPolicies, dryRun bool, prefix string) decisionScope {
+func newDecisionScope(namespace, labelSelector string, tenants, dryRun bool, prefix string) decisionScope {
 	if prefix == policy.DefaultAnnotationPrefix {
 		prefix = ""
 	}
 	if sel, err := labels.Parse(labelSelector); err == nil {
 		labelSelector = sel.String()
 	}
-	return decisionScope{Namespace: namespace, LabelSelector: labelSelector, AnnotationPrefix: prefix, TenantPolicies: tenantPolicies, DryRun: dryRun}
+	return decisionScope{Namespace: namespace, LabelSelector: labelSelector, AnnotationPrefix: prefix, TenantPolicies: tenants, DryRun: dryRun}
 }
 
 // recordedPolicy is what the Lease records as the policy acted on: the
