@@ -79,6 +79,16 @@ func heldOnLease(t *testing.T, ns, name string) string {
 	return id
 }
 
+// approveOnLease approves the held change id on podjanitor's Lease in ns,
+// as docs/policy.md's command does.
+func approveOnLease(t *testing.T, ns, id string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, approveWave, id)
+	if _, err := client.CoordinationV1().Leases(ns).Patch(ctxFor(t), "podjanitor", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // noneRemoved asserts that none of pods has been removed.
 func noneRemoved(t *testing.T, r *removals, pods []*corev1.Pod) {
 	t.Helper()
@@ -159,11 +169,8 @@ func TestReloadWaveIsHeld(t *testing.T) {
 				}
 				return
 			}
-			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, approveWave, id)
 			approved := time.Now()
-			if _, err := client.CoordinationV1().Leases(ns).Patch(ctxFor(t), "podjanitor", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			approveOnLease(t, ns, id)
 			var last time.Time
 			for _, p := range pods {
 				at := r.waitRemoved(t, p, 2*time.Minute)
@@ -495,10 +502,7 @@ func TestRestartInAWiderScopeIsHeld(t *testing.T) {
 			}
 			time.Sleep(10 * time.Second)
 			noneRemoved(t, r.removals, pods)
-			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, approveWave, id)
-			if _, err := client.CoordinationV1().Leases(ns).Patch(ctxFor(t), "podjanitor", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			approveOnLease(t, ns, id)
 			for _, p := range pods {
 				r.waitRemoved(t, p, time.Minute)
 			}
@@ -519,16 +523,9 @@ func TestApprovalIsUsedOnce(t *testing.T) {
 	first := wavePods(t, ns, "yes", n)
 	cfg := writePolicy(t, "", fmt.Sprintf(waveRule, "168h"))
 	startDaemon(t, "--namespace", ns, "--config", cfg, "--leader-elect-resource-namespace", ns)
-	approveOnce := func(id string) {
-		t.Helper()
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, approveWave, id)
-		if _, err := client.CoordinationV1().Leases(ns).Patch(ctxFor(t), "podjanitor", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	writePolicy(t, cfg, fmt.Sprintf(waveRule, "1s"))
 	id := heldOnLease(t, ns, "podjanitor")
-	approveOnce(id)
+	approveOnLease(t, ns, id)
 	for _, p := range first {
 		r.waitRemoved(t, p, time.Minute)
 	}
@@ -555,7 +552,7 @@ func TestApprovalIsUsedOnce(t *testing.T) {
 	}
 	time.Sleep(10 * time.Second)
 	noneRemoved(t, r.removals, second)
-	approveOnce(id)
+	approveOnLease(t, ns, id)
 	for _, p := range second {
 		r.waitRemoved(t, p, time.Minute)
 	}
@@ -678,10 +675,7 @@ func TestWaveBeyondTheWindowIsHeld(t *testing.T) {
 	id := heldOnLease(t, ns, "podjanitor")
 	time.Sleep(time.Until(created(pods[n-1]).Add(45 * time.Second)))
 	noneRemoved(t, r.removals, pods)
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, approveWave, id)
-	if _, err := client.CoordinationV1().Leases(ns).Patch(ctxFor(t), "podjanitor", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	approveOnLease(t, ns, id)
 	for _, p := range pods {
 		r.waitRemoved(t, p, time.Minute)
 	}
