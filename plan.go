@@ -258,7 +258,7 @@ func markHeld(r *planReport, record wave.Record, lease *coordinationv1.Lease, e 
 		if !ok {
 			return fmt.Errorf("lease %s/%s: the held wave's baseline does not parse", record.Namespace, record.Name)
 		}
-		baseline, inScope = scopedEvaluator(*e, rules, recorded, scope)
+		baseline, inScope = scopedEvaluator(*e, rules, recorded, scope), inScopeOf(recorded)
 	}
 	byKey := map[string]*corev1.Pod{}
 	for _, p := range pods {

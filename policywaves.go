@@ -151,12 +151,12 @@ func parseRecord(b []byte, current decisionScope) (*policy.Policy, decisionScope
 // scopedEvaluator is how the pods were decided with rules in scope
 // recorded, by a process whose running evaluator is running and whose
 // scope is current: what recorded had otherwise (its annotation prefix,
-// tenant policies off) replaces the running evaluator's, and a pod outside
-// its namespace or label selector was not decided at all. Having run with
+// tenant policies off) replaces the running evaluator's (a pod outside its
+// namespace or label selector was not decided at all: inScopeOf). Having run with
 // --dry-run, the recorded process removed nothing: as at a first install,
 // the rules are none (the pods' own annotations and the tenant policies,
 // whose waves are their own, stay out of the wave).
-func scopedEvaluator(running policy.Evaluator, rules *policy.Policy, recorded, current decisionScope) (policy.Evaluator, func(*corev1.Pod) bool) {
+func scopedEvaluator(running policy.Evaluator, rules *policy.Policy, recorded, current decisionScope) policy.Evaluator {
 	e := running
 	e.Policy = rules
 	if recorded.DryRun && !current.DryRun {
@@ -168,12 +168,18 @@ func scopedEvaluator(running policy.Evaluator, rules *policy.Policy, recorded, c
 	if !recorded.TenantPolicies && current.TenantPolicies {
 		e.Tenants = nil
 	}
-	selector, err := labels.Parse(recorded.LabelSelector)
+	return e
+}
+
+// inScopeOf reports whether a pod was in scope s: its namespace and label
+// selector (parsed once, here).
+func inScopeOf(s decisionScope) func(*corev1.Pod) bool {
+	selector, err := labels.Parse(s.LabelSelector)
 	if err != nil {
 		selector = labels.Everything() // recorded by a process that parsed it
 	}
-	return e, func(pod *corev1.Pod) bool {
-		return (recorded.Namespace == "" || pod.Namespace == recorded.Namespace) && selector.Matches(labels.Set(pod.Labels))
+	return func(pod *corev1.Pod) bool {
+		return (s.Namespace == "" || pod.Namespace == s.Namespace) && selector.Matches(labels.Set(pod.Labels))
 	}
 }
 
@@ -260,11 +266,12 @@ func (w *policyWaves) start(ctx context.Context, lease *coordinationv1.Lease) {
 // its scope (scopedEvaluator), with the running evaluator's other parts
 // read at each call.
 func (w *policyWaves) scopedDecider(rules *policy.Policy, s decisionScope) wave.Decide {
+	inScope := inScopeOf(s)
 	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) {
-		e, inScope := scopedEvaluator(*w.evaluator(), rules, s, w.scope)
 		if !inScope(pod) {
 			return policy.Decision{}, nil
 		}
+		e := scopedEvaluator(*w.evaluator(), rules, s, w.scope)
 		return w.decideWith(&e, pod, now)
 	}
 }
