@@ -200,6 +200,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	c.nsReader = namespacecontroller.NewReader(client, clk, opts.WriteTimeout)
 	c.state = newPodStates(clk, c.now, opts.Metrics.SetPodsParked)
 	c.state.sleepFine = opts.SleepFine
+	c.state.limiter = c.limiter
 	c.state.onWaiting = func(n int) { opts.Metrics.SetRemovalsWaiting(n, opts.MaxRemovalsPerSecond) }
 	c.room.Store(math.MaxInt64) // until Run: as many as there are
 	c.redecide = redecide.New(clk, opts.RedecisionInterval, func(namespace string) []string {
@@ -402,12 +403,27 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		}
 	}
 	c.namespaces.Lead()
+	// The first pass decides every cached pod before a removal slot is
+	// handed out, so that a backlog goes most overdue first, not in the
+	// order the pods were listed; at most firstPassHold, so that a pass
+	// that never ends (a queue never empty) holds no removal for long.
+	c.state.holdBacklog()
+	wg.Go(func() {
+		select {
+		case <-ctx.Done():
+		case <-c.clock.After(firstPassHold):
+			c.state.openBacklog()
+		}
+	})
 	if c.feed.setStandby(false) {
 		// A standby kept no key: every live pod is decided now, the
 		// first pass of the takeover.
 		for _, key := range c.pods.ListKeys() {
 			c.enqueueKey(key)
 		}
+	}
+	if c.Pending() == 0 {
+		c.state.openBacklog() // no pod to decide
 	}
 	wg.Go(func() { c.state.run(ctx, c.feed.Add) })
 	c.room.Store(int64(workers))
@@ -455,6 +471,9 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 	start := c.clock.Now()
 	result, err := c.safeSync(workCtx, key)
 	c.metrics.WorkerFinished(c.clock.Since(start))
+	if c.state.backlogIsHeld() && c.Pending() == 0 {
+		c.state.openBacklog() // the first pass is decided
+	}
 
 	logger := klog.FromContext(ctx)
 	var retry *retryAfterError
@@ -474,6 +493,9 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 		c.state.unpark(key)
 		c.metrics.Reconciled(metrics.ResultError, false)
 		utilruntime.HandleErrorWithContext(ctx, err, "Syncing pod failed, will retry", "pod", key, "retries", c.queue.NumRequeues(key))
+	case result.queued: // in the backlog: its slot brings the key back
+		c.queue.Forget(key)
+		c.metrics.Reconciled(metrics.ResultRequeueAfter, false)
 	case result.RequeueAfter > 0:
 		c.queue.Forget(key)
 		c.state.park(key, result.RequeueAfter, result.parking)
@@ -582,8 +604,12 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	// The slot first, then the fresh reads: a pod waiting for its slot in
 	// a backlog reads its namespace (and tenant policy) once, when it may
 	// go, so the reads follow the removal cap, not the backlog's size.
-	if delay := c.state.reserve(key, pod.UID, c.limiter); delay > 0 {
-		logger.V(4).Info("Removal rate limit reached, waiting for the reserved slot", "delay", delay)
+	switch slot, delay := c.state.reserve(key, pod.UID, decision.Deadline); slot {
+	case slotQueued:
+		logger.V(4).Info("Removal rate limit reached, waiting for a slot, most overdue first", "deadline", decision.Deadline)
+		return Result{queued: true}, nil
+	case slotLater:
+		logger.V(4).Info("Removal rate limit reached, waiting", "delay", delay)
 		return Result{RequeueAfter: delay}, nil
 	}
 	decision, due, result, err := c.decideFresh(ctx, pod, c.now())

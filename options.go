@@ -76,6 +76,9 @@ type Result struct {
 	// deadline, or (the zero value) for a removal token or a refusal's
 	// backoff; podjanitor_pods_scheduled counts the former.
 	parking parking
+	// queued says that the pod waits in the backlog for a removal slot
+	// (podStates.reserve): the slot hands the key back.
+	queued bool
 }
 
 // retryAfterError is a failed removal to try again after a wait of its own

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -38,10 +39,13 @@ type podStates struct {
 	// onParkedUntilDeadline is called with the number of pods parked
 	// untilDeadline (podjanitor_pods_scheduled), whenever it changes.
 	onParkedUntilDeadline func(int)
-	// onWaiting, when set, is called with the number of pods holding a
-	// removal token not yet due (waiting for a slot: the backlog),
-	// whenever it changes.
+	// onWaiting, when set, is called with the number of pods waiting for
+	// a removal slot (the backlog, backlog.go), whenever it changes.
 	onWaiting func(int)
+	// limiter caps the removals (--max-deletions-per-second).
+	limiter *rate.Limiter
+	// backlogHeld holds the backlog's slots during the first pass.
+	backlogHeld atomic.Bool
 	// sleepFine, when set, sleeps the last apiclock.FineLead before a
 	// wake-up, which the clock's timer ends up to a millisecond late; run
 	// then sets its timer for FineLead before the wake-up.
@@ -51,7 +55,9 @@ type podStates struct {
 	pods          map[cache.ObjectName]*podState
 	parked        parkedHeap
 	untilDeadline int           // parked entries whose parking is untilDeadline
-	tokens        int           // removal tokens reserved and not yet used or given back
+	tokens        int           // removal tokens handed out (grantLocked) and not yet used or given back
+	backlog       backlogHeap   // due pods waiting for a removal slot, most overdue first
+	seq           uint64        // pods that came to wait in the backlog so far
 	wake          chan struct{} // the earliest wake-up time changed
 	// waiting is set while run is blocked with its timer armed for the
 	// earliest entry, so tests with a fake clock know when to step it.
@@ -121,10 +127,12 @@ type podMarks struct {
 	// unpaid marks a retry of a refused removal under way without a token:
 	// it pays for one only if the API server does not refuse it (charge).
 	unpaid bool
+	// queued is the pod's place in the backlog while it waits for a slot.
+	queued *backlogEntry
 }
 
 func (m *podMarks) empty() bool {
-	return m.token == nil && !m.removed && m.reported == 0 && !m.unpaid && m.refusals == 0 && m.warned == 0
+	return m.token == nil && m.queued == nil && !m.removed && m.reported == 0 && !m.unpaid && m.refusals == 0 && m.warned == 0
 }
 
 func newPodStates(clk clock.WithTicker, now func() time.Time, onParkedUntilDeadline func(int)) *podStates {
@@ -154,6 +162,7 @@ func (s *podStates) get(key cache.ObjectName, uid types.UID) (*podState, *podMar
 		st.marks = &podMarks{uid: uid}
 	case st.marks.uid != uid:
 		s.cancelToken(st)
+		s.dequeue(st)
 		*st.marks = podMarks{uid: uid}
 	}
 	return st, st.marks
@@ -187,6 +196,7 @@ func (s *podStates) park(key cache.ObjectName, d time.Duration, why parking) {
 		st = &podState{key: key, index: -1}
 		s.pods[key] = st
 	}
+	s.dequeue(st) // parked, it does not wait for a slot
 	s.setParking(st, why)
 	st.setWake(s.now().Add(min(max(d, 0), maxPark))) // Add saturates at the last time.Time, never wraps
 	if st.index >= 0 {
@@ -226,6 +236,7 @@ func (s *podStates) release(key cache.ObjectName, then afterRelease) {
 	}
 	s.unparkLocked(st)
 	s.cancelToken(st)
+	s.dequeue(st)
 	if then == dropEntry {
 		delete(s.pods, key)
 	} else {
@@ -255,55 +266,6 @@ func (s *podStates) setParking(st *podState, why parking) {
 	s.onParkedUntilDeadline(s.untilDeadline)
 }
 
-// reserve takes a removal token for the pod from limiter. It returns 0 when
-// the pod may go now, else how long until the token reserved for it is due;
-// the reservation is kept, so a key that waits is woken once, at its slot.
-//
-// A pod whose last removal was refused (a PodDisruptionBudget, an admission
-// denial, ...) is retried outside that queue: it reserves nothing, goes only
-// when a token is free now — never one a due pod has reserved — and pays for
-// it afterwards only if the API server did not refuse it again (charge). So
-// refusals that go on for ever cost due pods no tokens, and a refused pod
-// whose removal passes at last still counts against the cap.
-func (s *podStates) reserve(key cache.ObjectName, uid types.UID, limiter *rate.Limiter) time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, m := s.get(key, uid)
-	now := s.clock.Now()
-	if m.refusals > 0 && m.token == nil && limiter.Limit() != rate.Inf {
-		if free := limiter.TokensAt(now); free < 1 {
-			// Wait until the tokens reserved by others are spent; then look again.
-			return max(time.Duration((1-free)/float64(limiter.Limit())*float64(time.Second)), time.Millisecond)
-		}
-		m.unpaid = true
-		return 0
-	}
-	if m.token == nil {
-		r := limiter.ReserveN(now, 1)
-		if !r.OK() { // cannot happen with a burst of at least 1
-			s.dropIfEmpty(st)
-			return time.Second
-		}
-		m.token = r
-		s.setTokens(s.tokens + 1)
-	}
-	if delay := m.token.DelayFrom(now); delay > 0 {
-		return delay
-	}
-	m.token = nil
-	s.setTokens(s.tokens - 1)
-	s.dropIfEmpty(st)
-	return 0
-}
-
-// setTokens counts the tokens reserved and not yet used; callers hold s.mu.
-func (s *podStates) setTokens(n int) {
-	s.tokens = n
-	if s.onWaiting != nil {
-		s.onWaiting(n)
-	}
-}
-
 // charge makes a retry of a refused removal pay for its token (see reserve),
 // once the API server has answered anything but a refusal. The token may be
 // one that another removal took meanwhile: the limiter then owes it, and
@@ -325,7 +287,8 @@ func (s *podStates) cancelToken(st *podState) {
 	if st.marks != nil && st.marks.token != nil {
 		st.marks.token.CancelAt(s.clock.Now())
 		st.marks.token = nil
-		s.setTokens(s.tokens - 1)
+		s.tokens--
+		s.reportWaiting()
 	}
 }
 
@@ -429,14 +392,23 @@ func (s *podStates) signal() {
 	}
 }
 
-// run hands parked keys to ready when their time comes, until ctx ends.
+// run hands parked keys to ready when their time comes, and the backlog's
+// pods their removal slots as tokens free up, until ctx ends.
 func (s *podStates) run(ctx context.Context, ready func(cache.ObjectName)) {
 	for {
 		due, wait, idle := s.popDue()
+		granted, slotWait, waiting := s.grant()
 		for _, key := range due {
 			ready(key)
 		}
-		if !idle && s.sleepFine != nil && wait <= apiclock.FineLead {
+		for _, key := range granted {
+			ready(key)
+		}
+		fine := !idle // the wait is for a parked key's time
+		if waiting && (idle || slotWait < wait) {
+			wait, idle, fine = slotWait, false, false
+		}
+		if fine && s.sleepFine != nil && wait <= apiclock.FineLead {
 			// Not woken by a change meanwhile: a key parked before this
 			// one in the next FineLead waits at most that long.
 			s.sleepFine(wait)
@@ -445,7 +417,7 @@ func (s *podStates) run(ctx context.Context, ready func(cache.ObjectName)) {
 		var timer clock.Timer
 		var timeout <-chan time.Time
 		if !idle {
-			if s.sleepFine != nil {
+			if fine && s.sleepFine != nil {
 				wait -= apiclock.FineLead
 			}
 			timer = s.clock.NewTimer(wait)
@@ -469,6 +441,13 @@ func (s *podStates) run(ctx context.Context, ready func(cache.ObjectName)) {
 		s.waiting = false
 		s.mu.Unlock()
 	}
+}
+
+// grant is grantLocked for run.
+func (s *podStates) grant() (keys []cache.ObjectName, wait time.Duration, waiting bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.grantLocked()
 }
 
 // wakesWithin reports whether a parked key is handed back to the workqueue
