@@ -275,7 +275,7 @@ func TestPrometheusAlerts(t *testing.T) {
 		t.Fatalf("only %d alerts in %s", len(short), prometheusRuleFile)
 	}
 
-	scenarios := []string{"healthy", "dryrun", "noleader", "noworkers", "policy", "errors", "refused", "blocked", "late", "nswatch", "held"}
+	scenarios := []string{"healthy", "dryrun", "noleader", "noworkers", "policy", "errors", "refused", "blocked", "late", "backlog", "nswatch", "held"}
 	ns := map[string]string{}
 	for _, s := range scenarios {
 		ns[s] = promNamespace(t, s)
@@ -487,6 +487,24 @@ func TestPrometheusAlerts(t *testing.T) {
 			e.expectFiring(t, prom, "PodJanitorRemovalsLate", n, fmt.Sprintf("each DELETE held %v", slow), due, shipped, short, slow)
 		})
 
+		t.Run("PodJanitorRemovalBacklog", func(t *testing.T) {
+			t.Parallel()
+			// 30 overdue pods at one removal per 100 s: 29 wait, 2,900 s
+			// to remove, over the alert's 30 minutes. The second removal
+			// would be 100 s late, so the installation stops once the alert
+			// fired, before PodJanitorRemovalsLate could.
+			n := ns["backlog"]
+			due := time.Now().Add(-time.Second)
+			for i := range 30 {
+				createPod(t, n, fmt.Sprintf("overdue-%d", i), unscheduled, expiresAt(due))
+			}
+			d := e.janitor(t, n, "podjanitor-backlog", "", "--max-deletions-per-second", "0.01", "--deletion-burst", "1", "--hold-waves=false")
+			at := time.Now()
+			waitScraped(t, prom, n, 1)
+			e.expectFiring(t, prom, "PodJanitorRemovalBacklog", n, "29 pods waiting at 0.01 removals/s", at, shipped, short, 0)
+			d.kill()
+		})
+
 		t.Run("PodJanitorRemovalsHeld", func(t *testing.T) {
 			t.Parallel()
 			n := ns["held"]
@@ -520,7 +538,7 @@ func TestPrometheusAlerts(t *testing.T) {
 	t.Run("OnlyTheBrokenInstallationsAlert", func(t *testing.T) {
 		want := map[string]string{"noleader": "PodJanitorNoLeader", "noworkers": "PodJanitorLeaderWithoutWorkers", "policy": "PodJanitorPolicyRejected", "errors": "PodJanitorRemovalErrors",
 			"refused": "PodJanitorRemovalsRefused", "blocked": "PodJanitorEvictionsBlocked", "late": "PodJanitorRemovalsLate",
-			"nswatch": "PodJanitorNamespaceWatchFailing", "held": "PodJanitorRemovalsHeld"}
+			"backlog": "PodJanitorRemovalBacklog", "nswatch": "PodJanitorNamespaceWatchFailing", "held": "PodJanitorRemovalsHeld"}
 		for _, s := range scenarios {
 			if want[s] != "" && !e.ran(want[s]) {
 				continue // not run (go test -run)

@@ -247,7 +247,7 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 	want := []string{"PodJanitorAbsent", "PodJanitorNoLeader", "PodJanitorLeaderWithoutWorkers", "PodJanitorPolicyRejected", "PodJanitorRemovalErrors",
-		"PodJanitorRemovalsRefused", "PodJanitorEvictionsBlocked", "PodJanitorRemovalsLate", "PodJanitorNamespaceWatchFailing",
+		"PodJanitorRemovalsRefused", "PodJanitorEvictionsBlocked", "PodJanitorRemovalsLate", "PodJanitorRemovalBacklog", "PodJanitorNamespaceWatchFailing",
 		"PodJanitorRemovalsHeld"}
 	if !slices.Equal(alerts, want) {
 		t.Errorf("alerts %q, want %q", alerts, want)

@@ -1,0 +1,111 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// A start over 3,000 overdue pods with mixed deadlines: the backlog drains at
+// the cap most overdue first (by the order of the removals the API server
+// reports), not in the order the pods were listed, and the gauges of the
+// pods waiting for a slot and of the time to drain them fall to 0 with it.
+func TestBacklogDrainsMostOverdueFirst(t *testing.T) {
+	t.Parallel()
+	const (
+		n, groups = 3000, 30
+		perSecond = 200
+	)
+	ns := newNamespace(t)
+	r := watchRemovals(t, ns)
+	base := time.Now().Add(-time.Minute)
+	// Group g is overdue by 30-g minutes; the names (the list order) mix the groups.
+	group := func(i int) int { return i * 7 % groups }
+	pods := createPods(t, n, func(i int) *corev1.Pod {
+		return pod(ns, fmt.Sprintf("backlog-%04d", i), expiresAt(base.Add(-time.Duration(groups-group(i))*time.Minute)))
+	})
+	groupOf := map[types.UID]int{}
+	for i, p := range pods {
+		groupOf[p.UID] = group(i)
+	}
+
+	d := startDaemon(t, "--namespace", ns, "--hold-waves=false", "--metrics-bind-address", "127.0.0.1:0",
+		"--max-deletions-per-second", fmt.Sprint(perSecond))
+	d.waitLog("Serving metrics endpoint", 30*time.Second)
+	maxWaiting, checkedETA := 0.0, false
+	deadline := time.Now().Add(2 * time.Minute)
+	for r.count() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d pods removed after 2 minutes", r.count(), n)
+		}
+		m := d.scrape(t)
+		waiting, eta := m.sum("podjanitor_pods_waiting_for_removal"), m.sum("podjanitor_removal_backlog_seconds")
+		maxWaiting = max(maxWaiting, waiting)
+		if waiting > 0 {
+			if want := waiting / perSecond; math.Abs(eta-want) > 1e-6 {
+				t.Errorf("backlog of %v pods: %v s to drain, want %v at %d/s", waiting, eta, want, perSecond)
+			}
+			checkedETA = true
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if maxWaiting < n/2 || !checkedETA {
+		t.Errorf("at most %v pods seen waiting for a slot, want most of the %d", maxWaiting, n)
+	}
+	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		m := d.scrape(t)
+		return m.sum("podjanitor_pods_waiting_for_removal") == 0 && m.sum("podjanitor_removal_backlog_seconds") == 0, nil
+	}); err != nil {
+		m := d.scrape(t)
+		t.Errorf("after the backlog: %v waiting, %v s to drain; want 0 and 0", m.sum("podjanitor_pods_waiting_for_removal"), m.sum("podjanitor_removal_backlog_seconds"))
+	}
+
+	// The removals in the order the watch saw them.
+	type removal struct {
+		at    time.Time
+		group int
+		name  string
+	}
+	var order []removal
+	for _, p := range pods {
+		at, _ := r.get(p.UID)
+		order = append(order, removal{at, groupOf[p.UID], p.Name})
+	}
+	sort.SliceStable(order, func(i, j int) bool { return order[i].at.Before(order[j].at) })
+	// Workers remove the pods given slots together in parallel, so two
+	// pods of neighbouring groups may be seen swapped; no removal is two
+	// groups behind one before it.
+	highest, inversions := 0, 0
+	var bad []string
+	for i, o := range order {
+		if o.group < highest {
+			inversions++
+		}
+		if o.group < highest-1 && len(bad) < 10 {
+			bad = append(bad, fmt.Sprintf("#%d %s (overdue %d min) after one overdue %d min", i, o.name, groups-o.group, groups-highest))
+		}
+		highest = max(highest, o.group)
+	}
+	if len(bad) > 0 {
+		t.Errorf("removals out of deadline order:\n%s", strings.Join(bad, "\n"))
+	}
+	firsts := make([]int, 0, 10)
+	for _, o := range order[:10] {
+		firsts = append(firsts, groups-o.group)
+	}
+	t.Logf("%d removals, %d seen after a later deadline's; the first 10 overdue by %v minutes; most pods waiting %v", n, inversions, firsts, maxWaiting)
+	if !slices.Equal(firsts, slices.Repeat([]int{groups}, 10)) {
+		t.Errorf("the first removals were overdue by %v minutes, want the most overdue (%d)", firsts, groups)
+	}
+}
