@@ -549,3 +549,75 @@ func TestTenantPolicyCreatedWhileDownIsHeld(t *testing.T) {
 		}
 	})
 }
+
+// TestTenantApprovalIsUsedOnce: an approval covers one occurrence of its
+// change. Once taken, it comes off the policy, so the same change made
+// again (reverted, then applied again) is held again with the same ID and
+// waits for an approval of its own.
+func TestTenantApprovalIsUsedOnce(t *testing.T) {
+	f, pods := tenantWaveFixture(t, 12)
+	policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a")
+	week := v1alpha1.PodLifetimeRule{Name: "max-age", Clock: "created", After: "7d"}
+	if _, err := policies.Create(f.ctx, lifetimePolicy("team-a", "cleanup", week), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitQueued(len(pods))
+	f.drain()
+	edit := func(rule v1alpha1.PodLifetimeRule, generation int64) {
+		t.Helper()
+		p, err := policies.Get(f.ctx, "cleanup", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Spec.Rules, p.Generation = []v1alpha1.PodLifetimeRule{rule}, generation
+		if _, err := policies.Update(f.ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heldID := func(want bool) string {
+		t.Helper()
+		var h wave.Hold
+		if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			var ok bool
+			h, _, ok = tenantsOf(f.c).Holds().Held("team-a")
+			return ok == want, nil
+		}); err != nil {
+			t.Fatalf("held %+v, want held %v", h, want)
+		}
+		return h.ID
+	}
+	edit(maxAgeRule, 2)
+	id := heldID(true)
+	f.waitQueued(len(pods))
+	f.drain()
+	f.annotatePolicy("team-a", "cleanup", id)
+	f.waitQueued(len(pods))
+	f.drain()
+	if n := len(f.podWrites()); n != 12 {
+		t.Fatalf("%d pods removed after the approval, want 12", n)
+	}
+	// The status writer takes the used approval off.
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		f.clock.Step(tenantStatusInterval)
+		p, err := policies.Get(f.ctx, "cleanup", metav1.GetOptions{})
+		return err == nil && p.Annotations[wave.AnnotationApprove] == "", err
+	}); err != nil {
+		t.Fatalf("the used approval is still on the policy: %v", err)
+	}
+
+	// Reverted and applied again: the same change, held again.
+	edit(week, 3)
+	heldID(false)
+	f.waitQueued(len(pods))
+	f.drain()
+	removed := len(f.podWrites())
+	edit(maxAgeRule, 4)
+	if again := heldID(true); again != id {
+		t.Errorf("the change applied again is held as %s, want its ID %s", again, id)
+	}
+	f.waitQueued(len(pods))
+	f.drain()
+	if n := len(f.podWrites()); n != removed {
+		t.Errorf("%d pod writes after the change was applied again, want none before its approval", n-removed)
+	}
+}

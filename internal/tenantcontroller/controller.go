@@ -118,6 +118,10 @@ type Controller struct {
 	mu sync.Mutex
 	// seen is what the controller made of each policy it read, by key.
 	seen map[string]Seen
+	// usedApprovals are the approvals taken (the change ID, by policy
+	// key) that WriteStatus takes off their policy: an approval covers one
+	// occurrence of its change.
+	usedApprovals map[string]string
 	// reader is confirm's reads from the API server.
 	reader *tenant.Reader
 	// converted is each policy's conversion, by namespace and name; the
@@ -540,6 +544,12 @@ func (c *Controller) tenantWaveApproved(p *v1alpha1.PodLifetimePolicy) {
 		return
 	}
 	klog.Background().Info("Tenant policy's wave approved, removing its pods at the removal rate", "policy", key, "change", id, "pods", len(keys))
+	c.mu.Lock()
+	if c.usedApprovals == nil {
+		c.usedApprovals = map[string]string{}
+	}
+	c.usedApprovals[key] = id
+	c.mu.Unlock()
 	c.status.Mark(key)
 	for _, k := range keys {
 		if name, err := cache.ParseObjectName(k); err == nil {
@@ -861,9 +871,58 @@ func (c *Controller) WriteStatus(ctx context.Context, key string) error {
 		return err
 	}
 	if wantFinalizer != c.hasFinalizer(p) {
-		return c.setTenantFinalizer(ctx, p, wantFinalizer)
+		if err := c.setTenantFinalizer(ctx, p, wantFinalizer); err != nil {
+			return err
+		}
 	}
-	return nil
+	return c.takeOffUsedApproval(ctx, p)
+}
+
+// takeOffUsedApproval takes an approval that was used (tenantWaveApproved)
+// off the policy: the same change made again later (reverted and applied
+// again) is measured again and needs an approval of its own. A JSON patch
+// that tests the value first, so that an approval written since stays.
+func (c *Controller) takeOffUsedApproval(ctx context.Context, p *v1alpha1.PodLifetimePolicy) error {
+	key := p.Namespace + "/" + p.Name
+	c.mu.Lock()
+	id, ok := c.usedApprovals[key]
+	c.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	done := func() {
+		c.mu.Lock()
+		if c.usedApprovals[key] == id {
+			delete(c.usedApprovals, key)
+		}
+		c.mu.Unlock()
+	}
+	if p.Annotations[wave.AnnotationApprove] != id {
+		done() // taken off or replaced already
+		return nil
+	}
+	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(wave.AnnotationApprove, "~", "~0"), "/", "~1")
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": path, "value": id},
+		{"op": "remove", "path": path},
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.WriteTimeout)
+	defer cancel()
+	_, err = c.client.PodjanitorV1alpha1().PodLifetimePolicies(p.Namespace).Patch(ctx, p.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	switch {
+	case err == nil, apierrors.IsNotFound(err), apierrors.IsInvalid(err):
+		// Taken off, gone, or the test failed: the approval is not the one used.
+		done()
+		return nil
+	case apierrors.IsForbidden(err):
+		done() // RBAC older than this version: the approval stays (docs/policy.md)
+		klog.FromContext(ctx).Error(err, "podjanitor may not patch PodLifetimePolicies (RBAC: patch on podlifetimepolicies): a used approval stays on the policy", "policy", key, "change", id)
+		return nil
+	}
+	return fmt.Errorf("taking the used approval %s off %s: %w", id, key, err)
 }
 
 // patchTenantStatus writes the policy's status if it differs from the
