@@ -188,7 +188,8 @@ func inScopeOf(s decisionScope) func(*corev1.Pod) bool {
 func (w *policyWaves) run(ctx context.Context) {
 	w.options.Record.Keep(ctx, w.guard, w.clock, waveRecordInterval, func(h wave.Hold) {
 		w.reporter.RemovalsHeld(w.options.Record.Ref(), waveChange(h.Source), h.Pods, w.options.Record.ApproveCommand(h.ID))
-	}, func(_ wave.Hold, keys []string) {
+	}, func(h wave.Hold, keys []string) {
+		w.reporter.RemovalsApproved(w.options.Record.Ref(), h.ID, len(keys))
 		for _, k := range keys {
 			if name, err := cache.ParseObjectName(k); err == nil {
 				w.requeue(name)

@@ -604,6 +604,7 @@ func TestTenantApprovalIsUsedOnce(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the used approval is still on the policy: %v", err)
 	}
+	f.waitEvent("Normal RemovalsApproved Approve Change "+id+" approved: its 12 held pod(s) go")
 
 	// Reverted and applied again: the same change, held again.
 	edit(week, 3)

@@ -132,6 +132,13 @@ func TestReloadWaveIsHeldUntilApproved(t *testing.T) {
 		t.Errorf("podjanitor_pods_held{source=file} = %v after the approval, want 0", got)
 	}
 	waitLease(t, f, func(annotations map[string]string) bool { return annotations[wave.AnnotationHeld] == "" })
+	approved := false
+	for _, e := range f.waitEvents(1) {
+		approved = approved || strings.HasPrefix(e, "Normal RemovalsApproved Approve Change "+h.ID+" approved: its 12 held pod(s) go")
+	}
+	if !approved {
+		t.Error("no RemovalsApproved event on the Lease")
+	}
 }
 
 func TestReloadWaveRevertedRemovesNothing(t *testing.T) {
@@ -513,6 +520,13 @@ func TestNamespaceWaveIsHeldUntilApproved(t *testing.T) {
 	f.setNamespaceAnnotations(ns, map[string]string{wave.AnnotationApprove: h.ID}, len(pods))
 	if n := f.deletes(); n != 12 {
 		t.Errorf("%d pods removed after the approval, want 12", n)
+	}
+	approved := false
+	for _, e := range f.waitEvents(1) {
+		approved = approved || strings.HasPrefix(e, "Normal RemovalsApproved Approve Change "+h.ID+" approved: its 12 held pod(s) go")
+	}
+	if !approved {
+		t.Error("no RemovalsApproved event on the Namespace")
 	}
 }
 

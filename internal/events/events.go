@@ -117,6 +117,10 @@ const (
 	// made more pods due at once than the hold threshold allows; none of
 	// them is removed until a person approves the change.
 	ReasonRemovalsHeld = "RemovalsHeld"
+	// ReasonRemovalsApproved (Normal, where the hold was): a person
+	// approved a held change; its pods go at the removal cap, and the
+	// approval is used.
+	ReasonRemovalsApproved = "RemovalsApproved"
 )
 
 // NoteLimit is the most bytes the events API stores in a note (its
@@ -326,6 +330,14 @@ func (r *Reporter) TenantPolicyNotUsed(policyRef *corev1.ObjectReference, reason
 func (r *Reporter) RemovalsHeld(regarding *corev1.ObjectReference, change string, pods int, approve string) {
 	r.eventf(regarding, nil, corev1.EventTypeWarning, ReasonRemovalsHeld, "Hold",
 		"Holding %d pod removal(s): %s made them due at once. Approve: %s; or revert the change", pods, change, approve)
+}
+
+// RemovalsApproved reports that the held change was approved: its pods
+// are decided again and go at the removal cap; the approval covers this
+// occurrence of the change only.
+func (r *Reporter) RemovalsApproved(regarding *corev1.ObjectReference, change string, pods int) {
+	r.eventf(regarding, nil, corev1.EventTypeNormal, ReasonRemovalsApproved, "Approve",
+		"Change %s approved: its %d held pod(s) go at the removal cap. The approval is used: the same change made again is held again", change, pods)
 }
 
 // annotationErrorNote is the error with a long value shortened, in the

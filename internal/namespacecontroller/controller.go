@@ -206,6 +206,9 @@ func (c *Controller) Measure(old, cur metav1.Object) {
 		if keys, ok := c.holds.Approve(name, object, id); ok {
 			c.mayHaveChanged()
 			klog.Background().Info("Namespace's wave approved, removing its pods at the removal rate", "namespace", name, "change", id, "pods", len(keys))
+			if c.leading.Load() {
+				c.cfg.Reporter.RemovalsApproved(&corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: name, UID: cur.GetUID()}, id, len(keys))
+			}
 			for _, k := range keys {
 				if key, err := cache.ParseObjectName(k); err == nil {
 					c.cfg.Requeue(key)

@@ -121,7 +121,7 @@ type Controller struct {
 	// usedApprovals are the approvals taken (the change ID, by policy
 	// key) that WriteStatus takes off their policy: an approval covers one
 	// occurrence of its change.
-	usedApprovals map[string]string
+	usedApprovals map[string]usedApproval
 	// reader is confirm's reads from the API server.
 	reader *tenant.Reader
 	// converted is each policy's conversion, by namespace and name; the
@@ -546,9 +546,9 @@ func (c *Controller) tenantWaveApproved(p *v1alpha1.PodLifetimePolicy) {
 	klog.Background().Info("Tenant policy's wave approved, removing its pods at the removal rate", "policy", key, "change", id, "pods", len(keys))
 	c.mu.Lock()
 	if c.usedApprovals == nil {
-		c.usedApprovals = map[string]string{}
+		c.usedApprovals = map[string]usedApproval{}
 	}
-	c.usedApprovals[key] = id
+	c.usedApprovals[key] = usedApproval{id: id, pods: len(keys)}
 	c.mu.Unlock()
 	c.status.Mark(key)
 	for _, k := range keys {
@@ -878,6 +878,12 @@ func (c *Controller) WriteStatus(ctx context.Context, key string) error {
 	return c.takeOffUsedApproval(ctx, p)
 }
 
+// usedApproval is an approval taken: the change's ID and the pods it held.
+type usedApproval struct {
+	id   string
+	pods int
+}
+
 // takeOffUsedApproval takes an approval that was used (tenantWaveApproved)
 // off the policy: the same change made again later (reverted and applied
 // again) is measured again and needs an approval of its own. A JSON patch
@@ -885,14 +891,15 @@ func (c *Controller) WriteStatus(ctx context.Context, key string) error {
 func (c *Controller) takeOffUsedApproval(ctx context.Context, p *v1alpha1.PodLifetimePolicy) error {
 	key := p.Namespace + "/" + p.Name
 	c.mu.Lock()
-	id, ok := c.usedApprovals[key]
+	used, ok := c.usedApprovals[key]
 	c.mu.Unlock()
 	if !ok {
 		return nil
 	}
+	id := used.id
 	done := func() {
 		c.mu.Lock()
-		if c.usedApprovals[key] == id {
+		if c.usedApprovals[key] == used {
 			delete(c.usedApprovals, key)
 		}
 		c.mu.Unlock()
@@ -912,6 +919,10 @@ func (c *Controller) takeOffUsedApproval(ctx context.Context, p *v1alpha1.PodLif
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.WriteTimeout)
 	defer cancel()
 	_, err = c.client.PodjanitorV1alpha1().PodLifetimePolicies(p.Namespace).Patch(ctx, p.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if err == nil {
+		// The leader's Event (the status writer's), not every replica's.
+		c.cfg.Reporter.RemovalsApproved(PolicyRef(p), id, used.pods)
+	}
 	switch {
 	case err == nil, apierrors.IsNotFound(err), apierrors.IsInvalid(err):
 		// Taken off, gone, or the test failed: the approval is not the one used.
