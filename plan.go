@@ -56,6 +56,22 @@ type planHold struct {
 	Change  string `json:"change"`
 	Pods    int    `json:"pods"`
 	Approve string `json:"approve"`
+	// Approved is the approval found where the hold is (the
+	// podjanitor.io/approve-wave annotation), if any: the held change's
+	// (podjanitor takes it within seconds) or another's (it approves nothing).
+	Approved string `json:"approved,omitempty"`
+}
+
+// approvalLine says what the approval found beside a hold does, for plan's
+// text ("" for none).
+func (h planHold) approvalLine(indent string) string {
+	switch h.Approved {
+	case "":
+		return ""
+	case h.Change:
+		return fmt.Sprintf("%sapproved: %s=%s is there; podjanitor takes it within seconds, removes the held pods at the cap, and takes the approval off (used once).\n", indent, wave.AnnotationApprove, h.Approved)
+	}
+	return fmt.Sprintf("%snot approved: %s=%s names another change; it approves nothing here (an earlier occurrence's approval is used).\n", indent, wave.AnnotationApprove, h.Approved)
 }
 
 type planInvalid struct {
@@ -275,7 +291,7 @@ func markHeld(r *planReport, record wave.Record, lease *coordinationv1.Lease, e 
 		}
 		entry.Held = true
 	}
-	r.Hold = &planHold{Change: id, Pods: n, Approve: record.ApproveCommand(id)}
+	r.Hold = &planHold{Change: id, Pods: n, Approve: record.ApproveCommand(id), Approved: lease.Annotations[wave.AnnotationApprove]}
 	return nil
 }
 
@@ -319,7 +335,8 @@ func markNamespaceHeld(r *planReport, lease *coordinationv1.Lease, e *policy.Eva
 		}
 		if marked > 0 {
 			r.NamespaceHolds = append(r.NamespaceHolds, planNamespaceHold{Namespace: name,
-				planHold: planHold{Change: h.Change, Pods: h.Pods, Approve: namespacecontroller.ApproveCommand(name, h.Change)}})
+				planHold: planHold{Change: h.Change, Pods: h.Pods, Approve: namespacecontroller.ApproveCommand(name, h.Change),
+					Approved: ns.Annotations[podcache.ApproveWaveAnnotation]}})
 		}
 	}
 }
@@ -381,7 +398,8 @@ func listTenantPolicies(ctx context.Context, client versioned.Interface, scope s
 			entry.Used, entry.Reason = false, tenantcontroller.DeletingReason
 			entry.Error = fmt.Sprintf("the policy is being deleted (since %s): its rules give no deadline", p.DeletionTimestamp.UTC().Format(time.RFC3339))
 			if h, held := tenantcontroller.HeldInStatus(p); held && p.Annotations[wave.AnnotationApprove] != h.ID {
-				entry.Held = &planHold{Change: h.ID, Pods: h.Pods, Approve: tenantcontroller.ApproveCommand(p.Namespace, p.Name, h.ID)}
+				entry.Held = &planHold{Change: h.ID, Pods: h.Pods, Approve: tenantcontroller.ApproveCommand(p.Namespace, p.Name, h.ID),
+					Approved: p.Annotations[wave.AnnotationApprove]}
 				entry.HeldDeletion, entry.rules = true, converted
 			}
 		} else if err != nil {
@@ -392,7 +410,8 @@ func listTenantPolicies(ctx context.Context, client versioned.Interface, scope s
 		} else {
 			used = append(used, converted)
 			if h, held := tenantcontroller.HeldInStatus(p); held && p.Annotations[wave.AnnotationApprove] != h.ID {
-				entry.Held = &planHold{Change: h.ID, Pods: h.Pods, Approve: tenantcontroller.ApproveCommand(p.Namespace, p.Name, h.ID)}
+				entry.Held = &planHold{Change: h.ID, Pods: h.Pods, Approve: tenantcontroller.ApproveCommand(p.Namespace, p.Name, h.ID),
+					Approved: p.Annotations[wave.AnnotationApprove]}
 			}
 		}
 		all = append(all, entry)
@@ -446,12 +465,12 @@ func printPlan(out io.Writer, r planReport) error {
 				held++
 			}
 		}
-		fmt.Fprintf(out, "\n%d pod(s) HELD: the policy's change %s made %d pod(s) due at once; podjanitor removes none of them until it is approved:\n  %s\nor the policy file is reverted.\n",
-			held, h.Change, h.Pods, h.Approve)
+		fmt.Fprintf(out, "\n%d pod(s) HELD: the policy's change %s made %d pod(s) due at once; podjanitor removes none of them until it is approved:\n  %s\nor the policy file is reverted.\n%s",
+			held, h.Change, h.Pods, h.Approve, h.approvalLine(""))
 	}
 	for _, h := range r.NamespaceHolds {
-		fmt.Fprintf(out, "\nHELD: namespace %s: its change %s of labels or keep annotation made %d pod(s) due at once; podjanitor removes none of them until it is approved:\n  %s\nor the change is reverted.\n",
-			h.Namespace, h.Change, h.Pods, h.Approve)
+		fmt.Fprintf(out, "\nHELD: namespace %s: its change %s of labels or keep annotation made %d pod(s) due at once; podjanitor removes none of them until it is approved:\n  %s\nor the change is reverted.\n%s",
+			h.Namespace, h.Change, h.Pods, h.Approve, h.approvalLine(""))
 	}
 	var notUsed []planTenant
 	for _, t := range r.TenantPolicies {
@@ -467,11 +486,11 @@ func printPlan(out io.Writer, r planReport) error {
 	}
 	for _, t := range r.TenantPolicies {
 		if h := t.Held; h != nil && t.HeldDeletion {
-			fmt.Fprintf(out, "  held: %s/%s: its deletion (change %s) made %d pod(s) of its namespace due at once; none of them is removed, and the policy stays, until it is approved:\n    %s\n",
-				t.Namespace, t.Name, h.Change, h.Pods, h.Approve)
+			fmt.Fprintf(out, "  held: %s/%s: its deletion (change %s) made %d pod(s) of its namespace due at once; none of them is removed, and the policy stays, until it is approved:\n    %s\n%s",
+				t.Namespace, t.Name, h.Change, h.Pods, h.Approve, h.approvalLine("  "))
 		} else if h != nil {
-			fmt.Fprintf(out, "  held: %s/%s: its change %s made %d pod(s) of its namespace due at once; none of them is removed until it is approved:\n    %s\n  or the policy is reverted.\n",
-				t.Namespace, t.Name, h.Change, h.Pods, h.Approve)
+			fmt.Fprintf(out, "  held: %s/%s: its change %s made %d pod(s) of its namespace due at once; none of them is removed until it is approved:\n    %s\n  or the policy is reverted.\n%s",
+				t.Namespace, t.Name, h.Change, h.Pods, h.Approve, h.approvalLine("  "))
 		}
 	}
 	if len(r.Invalid) > 0 {

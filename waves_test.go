@@ -254,6 +254,27 @@ func TestPlanMarksHeldPods(t *testing.T) {
 		}
 	}
 
+	// An approval on the Lease shows beside the hold: the held change's,
+	// or another's that approves nothing.
+	for approval, want := range map[string]string{
+		id:             "approved: podjanitor.io/approve-wave=" + id + " is there",
+		"0123456789ab": "not approved: podjanitor.io/approve-wave=0123456789ab names another change",
+	} {
+		lease := readLease(t, record)
+		lease.Annotations[wave.AnnotationApprove] = approval
+		r = buildPlan(minute, pods, namespaces, t0)
+		if err := markHeld(&r, record, lease, minute, decisionScope{}, pods, namespaces, t0); err != nil {
+			t.Fatal(err)
+		}
+		out.Reset()
+		if err := printPlan(&out, r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Hold == nil || r.Hold.Approved != approval || !strings.Contains(out.String(), want) {
+			t.Errorf("approval %s on the Lease: hold %+v, plan:\n%s\nwant %q", approval, r.Hold, out.String(), want)
+		}
+	}
+
 	// A plan of another policy file is not the held change: nothing is held.
 	other := evaluatorWithAfter(t, "2m")
 	r = buildPlan(other, pods, namespaces, t0)
