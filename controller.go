@@ -101,9 +101,12 @@ type Controller struct {
 	// with --hold-waves=false.
 	waves *policyWaves
 	// holders are the holds a due pod is checked against: the cluster
-	// policy's, the namespaces' and the tenant policies' (none without
-	// --hold-waves).
+	// policy's, the namespaces' and the tenant policies', and the spread
+	// of changes made in many namespaces (none without --hold-waves).
 	holders []holder
+	// spread measures the namespaces' changes together; nil without
+	// --hold-waves.
+	spread *wave.Spread
 }
 
 // holder holds the pods that a change waiting for a person's approval made
@@ -211,6 +214,15 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	}, c.enqueueKey,
 		func() bool { return int64(c.queue.Len()) < c.room.Load() })
 	c.evaluator.Store(opts.Evaluator)
+	if opts.Waves != nil {
+		// One Spread for the namespaces' and the tenant policies' changes
+		// (their controllers get it with the options), checked with the
+		// other holds.
+		w := *opts.Waves
+		w.Spread = c.newSpread(&w)
+		opts.Waves, c.opts.Waves, c.spread = &w, &w, w.Spread
+		c.holders = append(c.holders, c.spread)
+	}
 	if w := opts.Waves; w != nil {
 		c.waves = newPolicyWaves(w, opts.Evaluator, policyWaves{
 			pods: c.pods, decider: c.decider, evaluator: c.evaluator.Load, now: c.now,
@@ -432,6 +444,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if c.waves != nil {
 		wg.Go(func() { c.waves.run(ctx) })
 		wg.Go(func() { c.namespaces.RunRecord(ctx) })
+		wg.Go(func() { c.keepSpread(ctx) })
 	}
 	if c.tenants != nil {
 		// The first status writes wait for the pods they count, all

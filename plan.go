@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -110,6 +111,29 @@ type planReport struct {
 	// NamespaceHolds are the held changes of namespaces' labels or keep
 	// annotation, as podjanitor's Lease records them (not approved).
 	NamespaceHolds []planNamespaceHold `json:"namespaceHolds,omitempty"`
+	// SpreadHold is the held change of many namespaces together, as the
+	// Lease records it (its pods are not marked: the leader alone knows them).
+	SpreadHold *planSpreadHold `json:"spreadHold,omitempty"`
+}
+
+// planSpreadHold is the held change of many namespaces together.
+type planSpreadHold struct {
+	planHold
+	Namespaces string `json:"namespaces"`
+}
+
+// markSpreadHeld reads the held change of many namespaces together from
+// the record Lease (nil: none).
+func markSpreadHeld(r *planReport, record wave.Record, lease *coordinationv1.Lease) {
+	if lease == nil || lease.Annotations[wave.AnnotationHeldSpread] == "" {
+		return
+	}
+	id := lease.Annotations[wave.AnnotationHeldSpread]
+	pods, _ := strconv.Atoi(lease.Annotations[wave.AnnotationHeldSpreadPods])
+	r.SpreadHold = &planSpreadHold{
+		planHold:   planHold{Change: id, Pods: pods, Approve: record.ApproveCommand(id), Approved: lease.Annotations[wave.AnnotationApprove]},
+		Namespaces: lease.Annotations[wave.AnnotationHeldSpreadNamespaces],
+	}
 }
 
 // planNamespaceHold is a namespace's held change.
@@ -172,6 +196,7 @@ func plan(ctx context.Context, o *flagValues, out io.Writer) error {
 		return err
 	}
 	markNamespaceHeld(&report, lease, evaluator, pods, namespaces, report.GeneratedAt)
+	markSpreadHeld(&report, record, lease)
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -471,6 +496,10 @@ func printPlan(out io.Writer, r planReport) error {
 	for _, h := range r.NamespaceHolds {
 		fmt.Fprintf(out, "\nHELD: namespace %s: its change %s of labels or keep annotation made %d pod(s) due at once; podjanitor removes none of them until it is approved:\n  %s\nor the change is reverted.\n%s",
 			h.Namespace, h.Change, h.Pods, h.Approve, h.approvalLine(""))
+	}
+	if h := r.SpreadHold; h != nil {
+		fmt.Fprintf(out, "\nHELD on the Lease: changes of many namespaces' tenant policies, labels or keep made together (%s) made %d pod(s) due at once; podjanitor removes none of them until it is approved:\n  %s\n%s",
+			h.Namespaces, h.Pods, h.Approve, h.approvalLine(""))
 	}
 	var notUsed []planTenant
 	for _, t := range r.TenantPolicies {

@@ -142,11 +142,20 @@ func TestTenantWaveIsHeldUntilApproved(t *testing.T) {
 }
 
 // TestSmallTenantWaveIsNotHeld: a tenant policy that makes 10 pods of its
-// namespace due (threshold 10) is carried out.
+// namespace due (threshold 10) is carried out, once no other namespace's
+// change has come for spreadSettle (many such changes together are held).
 func TestSmallTenantWaveIsNotHeld(t *testing.T) {
 	f, pods := tenantWaveFixture(t, 10)
 	if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a").Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	f.waitQueued(len(pods))
+	f.drain()
+	if n := len(f.podWrites()); n != 0 {
+		t.Errorf("%d pods removed at once, want none before spreadSettle", n)
+	}
+	if !f.stepAndWaitReady(spreadSettle) {
+		t.Fatal("the pods did not come back after spreadSettle")
 	}
 	f.waitQueued(len(pods))
 	f.drain()
@@ -604,7 +613,7 @@ func TestTenantApprovalIsUsedOnce(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the used approval is still on the policy: %v", err)
 	}
-	f.waitEvent("Normal RemovalsApproved Approve Change "+id+" approved: its 12 held pod(s) go")
+	f.waitEvent("Normal RemovalsApproved Approve Change " + id + " approved: its 12 held pod(s) go")
 
 	// Reverted and applied again: the same change, held again.
 	edit(week, 3)

@@ -124,7 +124,7 @@ func New(controller, version, commit string) *Metrics {
 		}, []string{"action", "error"}),
 		podsHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "podjanitor_pods_held",
-			Help: "Pods that are due but held, by what changed (source: file, startup, tenant, namespace): a change that made more pods due at once than --wave-hold-pods or --wave-hold-percent allow waits for a person's approval.",
+			Help: "Pods that are due but held, by what changed (source: file, startup, tenant, namespace, namespaces): a change that made more pods due at once than --wave-hold-pods or --wave-hold-percent allow waits for a person's approval.",
 		}, []string{"source"}),
 		podsScheduled: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "podjanitor_pods_scheduled",

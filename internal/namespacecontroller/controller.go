@@ -98,6 +98,9 @@ func New(ctx context.Context, informer cache.SharedIndexInformer, cfg Config) (*
 	}
 	if w := cfg.Waves; w != nil {
 		c.holds = wave.NewHolds(wave.SourceNamespace, w.Threshold, w.Window, cfg.OnHeld)
+		if w.Spread != nil {
+			c.holds.SetSpread(w.Spread)
+		}
 	}
 	handler, err := informer.AddEventHandlerWithOptions(c.eventHandler(), cache.HandlerOptions{Logger: &logger})
 	if err != nil {

@@ -197,6 +197,9 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	c.tracker = tenant.NewTracker(c.status.Mark)
 	if w := cfg.Waves; w != nil {
 		c.holds = wave.NewHolds(wave.SourceTenant, w.Threshold, w.Window, cfg.Metrics.SetPodsHeld)
+		if w.Spread != nil {
+			c.holds.SetSpread(w.Spread)
+		}
 	}
 	handler, err := cfg.Informer.AddEventHandlerWithOptions(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj interface{}, isInInitialList bool) { c.PolicyChanged(obj, !isInInitialList) },

@@ -64,18 +64,25 @@ func NewGuard(threshold Threshold, window time.Duration, policy []byte, decide D
 // the baseline, not against a change held before it) exceeds the threshold;
 // otherwise the change becomes the baseline, and any hold ends.
 func (g *Guard) Change(source string, newPolicy []byte, decide Decide, pods iter.Seq[*corev1.Pod], now time.Time) (Hold, bool) {
+	h, held, _ := g.change(source, newPolicy, decide, pods, now)
+	return h, held
+}
+
+// change is Change that also returns the change's wave when it is not held
+// (empty for a revert).
+func (g *Guard) change(source string, newPolicy []byte, decide Decide, pods iter.Seq[*corev1.Pod], now time.Time) (Hold, bool, Wave) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.baseline != nil && bytes.Equal(newPolicy, g.baselinePolicy) {
 		g.baseline = decide // the same policy; its evaluator may be new
 		g.endHoldLocked()
-		return Hold{}, false
+		return Hold{}, false, Wave{}
 	}
 	w := Compute(pods, g.baseline, decide, now, g.window, g.threshold.Horizon)
 	if !g.threshold.Exceeded(w) {
 		g.baseline, g.baselinePolicy = decide, newPolicy
 		g.endHoldLocked()
-		return Hold{}, false
+		return Hold{}, false, w
 	}
 	var old []byte
 	if g.baseline != nil {
@@ -84,7 +91,7 @@ func (g *Guard) Change(source string, newPolicy []byte, decide Decide, pods iter
 	g.endHoldLocked()
 	g.held = &Hold{ID: ChangeID(old, newPolicy), Source: source, Pods: len(w.Pods)}
 	g.pending, g.pendingPolicy = decide, newPolicy
-	return *g.held, true
+	return *g.held, true, Wave{}
 }
 
 // Rebase makes policy, decided by decide, the baseline (nil: no decision

@@ -31,6 +31,10 @@ type Holds struct {
 	window    time.Duration
 	onHeld    func(source string, n int) // the held pods of all scopes
 
+	// spread measures the changes no scope holds together (SetSpread);
+	// nil: none.
+	spread *Spread
+
 	mu     sync.Mutex
 	scopes map[string]*scopeHold
 
@@ -69,15 +73,23 @@ func (h *Holds) Change(scope, object string, old []byte, oldDecide Decide, new [
 	if s == nil {
 		s = &scopeHold{guard: NewGuard(h.threshold, h.window, old, oldDecide, func(_ string, n int) { h.setCount(scope, n) })}
 	}
-	hold, held := s.guard.Change(h.source, new, newDecide, pods, now)
+	hold, held, w := s.guard.change(h.source, new, newDecide, pods, now)
 	if !held {
 		delete(h.scopes, scope)
+		if h.spread != nil {
+			h.spread.Add(scope, ChangeID(old, new), w, now)
+		}
 		return Hold{}, false
 	}
 	s.object = object
 	h.scopes[scope] = s
 	return hold, true
 }
+
+// SetSpread has the changes that no scope holds on its own measured
+// together by spread (one change made in many namespaces); call it before
+// the first Change.
+func (h *Holds) SetSpread(spread *Spread) { h.spread = spread }
 
 // Resume holds the change h of scope by object from old to new again, as it
 // was held before a restart (recorded in the API server): without measuring

@@ -216,6 +216,9 @@ type Options struct {
 	Window time.Duration
 	// Record is where holds are published and approved.
 	Record Record
+	// Spread measures together the changes of namespaces (tenant policies,
+	// labels or keep) that no namespace holds on its own; nil: none.
+	Spread *Spread
 }
 
 // Keep keeps the Record in step with g until ctx ends, looking every

@@ -30,9 +30,11 @@ import (
 type Decide func(pod *corev1.Pod, now time.Time) (policy.Decision, error)
 
 // Wave is what a change does: Pods are the keys (namespace/name) of the pods
-// it makes due, InScope the number of pods it was computed over.
+// it makes due, InScope the number of pods it was computed over. Was has,
+// for each of Pods, its deadline before the change (zero: none).
 type Wave struct {
 	Pods    []string
+	Was     []time.Time
 	InScope int
 }
 
@@ -48,6 +50,7 @@ func Compute(pods iter.Seq[*corev1.Pod], old, new Decide, now time.Time, window,
 	var w Wave
 	type due struct {
 		at  int64 // UnixNano
+		was time.Time
 		pod *corev1.Pod
 	}
 	var moved []due
@@ -58,13 +61,14 @@ func Compute(pods iter.Seq[*corev1.Pod], old, new Decide, now time.Time, window,
 		if !ok || at.After(until) {
 			continue
 		}
-		if was, ok := deadline(old, pod, now); ok && (!was.After(by) || !at.Before(was)) {
+		was, ok := deadline(old, pod, now)
+		if ok && (!was.After(by) || !at.Before(was)) {
 			continue // due by the window under old too, or not brought forward
 		}
 		if !at.After(by) {
 			at = now
 		}
-		moved = append(moved, due{at.UnixNano(), pod})
+		moved = append(moved, due{at.UnixNano(), was, pod})
 	}
 	slices.SortStableFunc(moved, func(a, b due) int { return cmp.Compare(a.at, b.at) })
 	best, start := 0, 0
@@ -78,6 +82,7 @@ func Compute(pods iter.Seq[*corev1.Pod], old, new Decide, now time.Time, window,
 	}
 	for _, d := range moved[start : start+best] {
 		w.Pods = append(w.Pods, d.pod.Namespace+"/"+d.pod.Name)
+		w.Was = append(w.Was, d.was)
 	}
 	return w
 }
@@ -134,12 +139,14 @@ func (t Threshold) Floor() int {
 }
 
 // Exceeded reports whether the wave must be held.
-func (t Threshold) Exceeded(w Wave) bool {
-	n := len(w.Pods)
+func (t Threshold) Exceeded(w Wave) bool { return t.exceeded(len(w.Pods), w.InScope) }
+
+// exceeded reports whether a wave of n pods out of inScope must be held.
+func (t Threshold) exceeded(n, inScope int) bool {
 	if n > t.Pods {
 		return true
 	}
-	return t.Percent > 0 && n > t.MinPods && w.InScope > 0 && float64(n)*100 > t.Percent*float64(w.InScope)
+	return t.Percent > 0 && n > t.MinPods && inScope > 0 && float64(n)*100 > t.Percent*float64(inScope)
 }
 
 // ChangeID names the change from the policy old to the policy new (their

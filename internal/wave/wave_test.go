@@ -50,6 +50,10 @@ func TestCompute(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := Compute(pods(all...), tc.old, tc.new, t0, window, 0)
+			if len(w.Was) != len(w.Pods) {
+				t.Errorf("%d old deadlines for %d pods", len(w.Was), len(w.Pods))
+			}
+			w.Was = nil // TestComputeRecordsOldDeadlines
 			if diff := cmp.Diff(Wave{Pods: tc.want, InScope: 3}, w); diff != "" {
 				t.Errorf("wave (-want,+got):\n%s", diff)
 			}
@@ -154,5 +158,19 @@ func TestComputeHorizon(t *testing.T) {
 	// A horizon no longer than the window is the window alone.
 	if w := Compute(pods(together...), after(7*24*time.Hour), after(3*time.Minute), t0, window, window); len(w.Pods) != 0 {
 		t.Errorf("a horizon of the window counts pods due in 3m: %v", w.Pods)
+	}
+}
+
+// TestComputeRecordsOldDeadlines: each pod of a wave comes with its deadline
+// before the change (zero: none), which a Spread lets it go at.
+func TestComputeRecordsOldDeadlines(t *testing.T) {
+	hour := pod("hour", time.Hour)
+	w := Compute(pods(hour), after(7*24*time.Hour), after(time.Minute), t0, time.Minute, 0)
+	if len(w.Was) != 1 || !w.Was[0].Equal(hour.CreationTimestamp.Add(7*24*time.Hour)) {
+		t.Errorf("old deadlines %v, want the 7-day deadline", w.Was)
+	}
+	w = Compute(pods(hour), nil, after(time.Minute), t0, time.Minute, 0)
+	if len(w.Was) != 1 || !w.Was[0].IsZero() {
+		t.Errorf("old deadlines of a first install %v, want none", w.Was)
 	}
 }

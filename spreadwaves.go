@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/podjanitor/podjanitor/internal/wave"
+)
+
+// spreadSettle is how long the pods that a namespace's change (its tenant
+// policies, labels or keep) brings forward wait for more such changes
+// before they go: one change pushed into many namespaces one after another
+// is measured as one (wave.Spread).
+const spreadSettle = 2 * time.Second
+
+// newSpread is the Spread of the namespaces' changes: held against the
+// cluster's threshold, over every pod watched.
+func (c *Controller) newSpread(w *wave.Options) *wave.Spread {
+	var watched watchedCount
+	return wave.NewSpread(w.Threshold, w.Window, spreadSettle, func() int { return watched.get(c.pods, c.clock.Now()) }, c.metrics.SetPodsHeld)
+}
+
+// watchedCount is the number of pods cached, counted at most once a second
+// (a Spread asks at every namespace's change).
+type watchedCount struct {
+	mu sync.Mutex
+	at time.Time
+	n  int
+}
+
+func (w *watchedCount) get(pods cache.Store, now time.Time) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.at.IsZero() || now.Sub(w.at) >= time.Second {
+		w.at, w.n = now, len(pods.ListKeys())
+	}
+	return w.n
+}
+
+// keepSpread records the Spread's hold on the record Lease, reports it in a
+// Warning Event there with the approval command, and takes its approval,
+// looking every waveRecordInterval until ctx ends. The approval is used
+// once: it comes off the Lease with the hold.
+func (c *Controller) keepSpread(ctx context.Context) {
+	record := c.opts.Waves.Record
+	logger := klog.FromContext(ctx).WithValues("lease", klog.KRef(record.Namespace, record.Name))
+	ticker := c.clock.NewTicker(waveRecordInterval)
+	defer ticker.Stop()
+	published, used := "", ""
+	for {
+		h, namespaces, held := c.spread.Held()
+		switch {
+		case held && h.ID != published:
+			if err := record.PublishSpread(ctx, &h, namespaces, used); err != nil {
+				logger.Error(err, "Cannot record the held wave of many namespaces' changes", "change", h.ID)
+				break
+			}
+			published, used = h.ID, ""
+			what := fmt.Sprintf("changes of %d namespaces' tenant policies or labels made together (%s)", len(namespaces), wave.SpreadNamespaces(namespaces))
+			logger.Info("Holding the removals of changes made in many namespaces together: too many pods due at once in all",
+				"change", h.ID, "pods", h.Pods, "namespaces", len(namespaces), "approve", record.ApproveCommand(h.ID))
+			c.reporter.RemovalsHeld(record.Ref(), what, h.Pods, record.ApproveCommand(h.ID))
+		case held:
+			id, err := record.Approved(ctx)
+			if err != nil {
+				logger.Error(err, "Cannot read approvals of the held wave of many namespaces' changes", "change", h.ID)
+				break
+			}
+			if id != h.ID {
+				break
+			}
+			keys, ok := c.spread.Approve(id)
+			if !ok {
+				break
+			}
+			logger.Info("Wave of many namespaces' changes approved, removing its pods at the removal rate", "change", id, "pods", len(keys))
+			c.reporter.RemovalsApproved(record.Ref(), id, len(keys))
+			for _, k := range keys {
+				if name, err := cache.ParseObjectName(k); err == nil {
+					c.feed.Add(name)
+				}
+			}
+			used = id
+			fallthrough
+		case published != "" || used != "":
+			if _, _, still := c.spread.Held(); still {
+				break
+			}
+			if err := record.PublishSpread(ctx, nil, nil, used); err != nil {
+				logger.Error(err, "Cannot record the end of the held wave of many namespaces' changes")
+				break
+			}
+			published, used = "", ""
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		}
+	}
+}
