@@ -51,16 +51,20 @@ func (c *Controller) keepSpread(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithValues("lease", klog.KRef(record.Namespace, record.Name))
 	ticker := c.clock.NewTicker(waveRecordInterval)
 	defer ticker.Stop()
-	published, used := "", ""
+	published, used := wave.Hold{}, ""
 	for {
 		h, namespaces, held := c.spread.Held()
 		switch {
-		case held && h.ID != published:
+		case held && h != published: // a new hold, or more pods in it
 			if err := record.PublishSpread(ctx, &h, namespaces, used); err != nil {
 				logger.Error(err, "Cannot record the held wave of many namespaces' changes", "change", h.ID)
 				break
 			}
-			published, used = h.ID, ""
+			first := h.ID != published.ID
+			published, used = h, ""
+			if !first {
+				break
+			}
 			what := fmt.Sprintf("changes of %d namespaces' tenant policies or labels made together (%s)", len(namespaces), wave.SpreadNamespaces(namespaces))
 			logger.Info("Holding the removals of changes made in many namespaces together: too many pods due at once in all",
 				"change", h.ID, "pods", h.Pods, "namespaces", len(namespaces), "approve", record.ApproveCommand(h.ID))
@@ -87,7 +91,7 @@ func (c *Controller) keepSpread(ctx context.Context) {
 			}
 			used = id
 			fallthrough
-		case published != "" || used != "":
+		case published.ID != "" || used != "":
 			if _, _, still := c.spread.Held(); still {
 				break
 			}
@@ -95,7 +99,7 @@ func (c *Controller) keepSpread(ctx context.Context) {
 				logger.Error(err, "Cannot record the end of the held wave of many namespaces' changes")
 				break
 			}
-			published, used = "", ""
+			published, used = wave.Hold{}, ""
 		}
 		select {
 		case <-ctx.Done():
