@@ -519,8 +519,9 @@ func tenantStartFixture(t *testing.T, n int, policies ...*v1alpha1.PodLifetimePo
 
 // TestTenantPolicyCreatedWhileDownIsHeld: a policy created while no
 // podjanitor ran (no status) that makes the namespace's 12 pods due is
-// held at the start, none removed; the same policy with a status of its
-// generation (acted on before the restart) is not.
+// held at the start, none removed, and so is one whose status says it was
+// not used (a start with higher limits); the same policy with a status of
+// its generation saying it was used (acted on before the restart) is not.
 func TestTenantPolicyCreatedWhileDownIsHeld(t *testing.T) {
 	t.Run("created while down", func(t *testing.T) {
 		f, pods := tenantStartFixture(t, 12, lifetimePolicy("team-a", "cleanup", maxAgeRule))
@@ -540,6 +541,26 @@ func TestTenantPolicyCreatedWhileDownIsHeld(t *testing.T) {
 		h, object, _ := tenantsOf(f.c).Holds().Held("team-a")
 		if h.Pods != 12 || object != "team-a/cleanup" {
 			t.Errorf("held %+v by %q, want 12 pods by team-a/cleanup", h, object)
+		}
+	})
+	// Refused before (its status says so: over the limits of the last
+	// leader), used by this start (other limits): measured as a creation.
+	t.Run("not used before", func(t *testing.T) {
+		p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
+		p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "TooManyPolicies", ObservedGeneration: p.Generation}}
+		f, pods := tenantStartFixture(t, 12, p)
+		if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			_, _, held := tenantsOf(f.c).Holds().Held("team-a")
+			return held, nil
+		}); err != nil {
+			t.Fatal("a policy not used before the start and used now is not held")
+		}
+		for _, p := range pods {
+			f.process(keyOf(p))
+		}
+		f.drain()
+		if n := len(f.podWrites()); n != 0 {
+			t.Fatalf("%d pods removed, want none before an approval", n)
 		}
 	})
 	t.Run("acted on before", func(t *testing.T) {

@@ -372,11 +372,14 @@ func (c *Controller) setPendingLocked(p *v1alpha1.PodLifetimePolicy, ops []tenan
 }
 
 // actedOn reports whether p's status says a podjanitor acted on its
-// current generation: its Ready condition observed it (used, refused or
-// held).
+// current generation: its Ready condition observed it, and it was used
+// (True) or its change held (RemovalsHeld, resumed by resumeTenantWave).
+// A policy its status says was not used (over the namespace's limits,
+// refused by a restriction) that a start with other limits or restrictions
+// uses is so measured as a creation, like one never seen.
 func actedOn(p *v1alpha1.PodLifetimePolicy) bool {
 	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
-	return c != nil && c.ObservedGeneration == p.Generation
+	return c != nil && c.ObservedGeneration == p.Generation && (c.Status == metav1.ConditionTrue || c.Reason == wave.ReasonRemovalsHeld)
 }
 
 // convert converts one generation of a policy: deleting, it gives no
