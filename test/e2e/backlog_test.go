@@ -55,7 +55,9 @@ func TestBacklogDrainsMostOverdueFirst(t *testing.T) {
 		waiting, eta := m.sum("podjanitor_pods_waiting_for_removal"), m.sum("podjanitor_removal_backlog_seconds")
 		maxWaiting = max(maxWaiting, waiting)
 		if waiting > 0 {
-			if want := waiting / perSecond; math.Abs(eta-want) > 1e-6 {
+			// The two gauges are set one after the other as the pods go:
+			// a scrape may see them a few removals apart.
+			if want := waiting / perSecond; math.Abs(eta-want) > 0.25 {
 				t.Errorf("backlog of %v pods: %v s to drain, want %v at %d/s", waiting, eta, want, perSecond)
 			}
 			checkedETA = true
