@@ -36,7 +36,11 @@ type takeoverRun struct {
 	WorkersSeconds  float64 `json:"workers_running_after_kill_seconds"`
 	ParkedSeconds   float64 `json:"far_pods_parked_after_kill_seconds"`
 	BeforeLead      int     `json:"due_removed_before_the_lease_taken"`
-	takeoverTimes
+	// A named field: the results' JSON (finite) leaves unexported fields
+	// out, embedded ones too.
+	Removals takeoverTimes `json:"removals"`
+	// CatchUpShare is shareOfCap of the gap pods' catch-up.
+	CatchUpShare     float64     `json:"catch_up_share_of_cap"`
 	GoalFirstSeconds float64     `json:"goal_first_removal_seconds"` // lease duration + 2 s
 	GoalFirstMet     bool        `json:"goal_first_removal_met"`
 	LeaderRSS        float64     `json:"leader_rss_before_kill_bytes"`
@@ -216,15 +220,13 @@ func (b *bench) takeover(ctx context.Context) (*takeoverResult, error) {
 		}
 		return median(xs)
 	}
-	out.MedianFirst = med(func(r takeoverRun) float64 { return r.First })
-	out.MedianLast = med(func(r takeoverRun) float64 { return r.Last })
+	out.MedianFirst = med(func(r takeoverRun) float64 { return r.Removals.First })
+	out.MedianLast = med(func(r takeoverRun) float64 { return r.Removals.Last })
 	out.MedianAcq = med(func(r takeoverRun) float64 { return r.AcquiredSeconds })
-	out.MedianP50 = med(func(r takeoverRun) float64 { return r.Lateness.P50 })
-	out.MedianP99 = med(func(r takeoverRun) float64 { return r.Lateness.P99 })
+	out.MedianP50 = med(func(r takeoverRun) float64 { return r.Removals.Lateness.P50 })
+	out.MedianP99 = med(func(r takeoverRun) float64 { return r.Removals.Lateness.P99 })
 	out.MedianParked = med(func(r takeoverRun) float64 { return r.ParkedSeconds })
-	out.MedianShare = med(func(r takeoverRun) float64 {
-		return shareOfCap(r.GapPods, r.CatchUp, cfg.maxDeletions, removalBurst)
-	})
+	out.MedianShare = med(func(r takeoverRun) float64 { return r.CatchUpShare })
 	return out, nil
 }
 
@@ -386,8 +388,9 @@ func (b *bench) takeoverOnce(ctx context.Context, ns string, r, farPods int) (*t
 	tr.waitGone(ctx, due, timeout, fmt.Sprintf("takeover %d", r))
 	<-pollDone
 	time.Sleep(time.Second) // a pod not due removed late would show now
-	run.takeoverTimes = measureTakeover(killed, deadlines, tr.snapshot())
-	run.GoalFirstMet = run.First <= run.GoalFirstSeconds
+	run.Removals = measureTakeover(killed, deadlines, tr.snapshot())
+	run.GoalFirstMet = run.Removals.First <= run.GoalFirstSeconds
+	run.CatchUpShare = shareOfCap(run.Removals.GapPods, run.Removals.CatchUp, cfg.maxDeletions, removalBurst)
 	sp1 := standby.proc()
 	run.SurvivorCPU, run.SurvivorPeakRSS = sp1.CPUSecond-cpu0, float64(sp1.PeakRSS)
 	if m, err := standby.scrape(); err == nil {
@@ -400,8 +403,8 @@ func (b *bench) takeoverOnce(ctx context.Context, ns string, r, farPods int) (*t
 		logf("takeover: reading the Lease: %v", err)
 	}
 	logf("takeover run %d: Lease taken %.2f s after the kill, workers %.2f s; first due pod removed %.2f s after the kill (goal %.0f s: %v), last %.2f s; lateness p50 %s p99 %s; %d gap pods caught up in %.1f s (%.0f/s); early %d, not due removed %d, not removed %d",
-		r, run.AcquiredSeconds, run.WorkersSeconds, run.First, run.GoalFirstSeconds, run.GoalFirstMet, run.Last,
-		ms(run.Lateness.P50), ms(run.Lateness.P99), run.GapPods, run.CatchUp, run.CatchRate, run.Early, run.Others, run.NotRemvd)
+		r, run.AcquiredSeconds, run.WorkersSeconds, run.Removals.First, run.GoalFirstSeconds, run.GoalFirstMet, run.Removals.Last,
+		ms(run.Removals.Lateness.P50), ms(run.Removals.Lateness.P99), run.Removals.GapPods, run.Removals.CatchUp, run.Removals.CatchRate, run.Removals.Early, run.Removals.Others, run.Removals.NotRemvd)
 	if acquired := killed.Add(time.Duration(run.AcquiredSeconds * float64(time.Second))); run.AcquiredSeconds > 0 {
 		for name, at := range tr.snapshot() {
 			if _, isDue := deadlines[name]; isDue && at.Before(acquired) {
@@ -409,8 +412,8 @@ func (b *bench) takeoverOnce(ctx context.Context, ns string, r, farPods int) (*t
 			}
 		}
 	}
-	if run.Early > 0 || run.Others > 0 || run.BeforeLead > 0 {
-		return run, fmt.Errorf("takeover run %d: %d due pods removed before their deadline, %d pods not due removed, %d removed before the survivor took the Lease", r, run.Early, run.Others, run.BeforeLead)
+	if run.Removals.Early > 0 || run.Removals.Others > 0 || run.BeforeLead > 0 {
+		return run, fmt.Errorf("takeover run %d: %d due pods removed before their deadline, %d pods not due removed, %d removed before the survivor took the Lease", r, run.Removals.Early, run.Removals.Others, run.BeforeLead)
 	}
 	return run, nil
 }
@@ -421,9 +424,9 @@ func printTakeover(w *tabwriter.Writer, t *takeoverResult) {
 	fmt.Fprintln(w, "run\tsync\tLease taken\tworkers\tfar parked\tfirst removal\tgoal\tlast removal\tp50\tp99\tmax\tgap pods\tcatch-up\tshare of cap\tlate ≥1 s until\tearly\tnot due removed\tnot removed")
 	for k, r := range t.Runs {
 		fmt.Fprintf(w, "%d\t%.1f s\t%.2f s\t%.2f s\t%.2f s\t%.2f s\t%s\t%.2f s\t%s\t%s\t%s\t%d\t%.1f s (%.0f/s)\t%.0f%%\t%.1f s\t%d\t%d\t%d\n", k+1,
-			r.SyncSeconds, r.AcquiredSeconds, r.WorkersSeconds, r.ParkedSeconds, r.First, goalText(r), r.Last,
-			ms(r.Lateness.P50), ms(r.Lateness.P99), ms(r.Lateness.Max), r.GapPods, r.CatchUp, r.CatchRate,
-			100*shareOfCap(r.GapPods, r.CatchUp, t.MaxDeletions, removalBurst), r.OnTime, r.Early, r.Others, r.NotRemvd)
+			r.SyncSeconds, r.AcquiredSeconds, r.WorkersSeconds, r.ParkedSeconds, r.Removals.First, goalText(r), r.Removals.Last,
+			ms(r.Removals.Lateness.P50), ms(r.Removals.Lateness.P99), ms(r.Removals.Lateness.Max), r.Removals.GapPods, r.Removals.CatchUp, r.Removals.CatchRate,
+			100*r.CatchUpShare, r.Removals.OnTime, r.Removals.Early, r.Removals.Others, r.Removals.NotRemvd)
 	}
 	if len(t.Runs) > 1 {
 		fmt.Fprintf(w, "median\t\t%.2f s\t\t%.2f s\t%.2f s\t\t%.2f s\t%s\t%s\t\t\t\t%.0f%%\t\t\t\t\n", t.MedianAcq, t.MedianParked, t.MedianFirst, t.MedianLast,
@@ -436,7 +439,7 @@ func printTakeover(w *tabwriter.Writer, t *takeoverResult) {
 }
 
 func goalText(r takeoverRun) string {
-	if math.IsNaN(r.First) {
+	if math.IsNaN(r.Removals.First) {
 		return "not met"
 	}
 	if r.GoalFirstMet {

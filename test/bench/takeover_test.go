@@ -67,3 +67,16 @@ func TestKlogTime(t *testing.T) {
 		t.Error("klogTime read a gctrace line")
 	}
 }
+
+// The results' JSON (finite) keeps a takeover's removal figures.
+func TestTakeoverRunJSON(t *testing.T) {
+	run := takeoverRun{Removals: takeoverTimes{First: 16.5, Last: math.NaN()}}
+	m, ok := finite(&run).(map[string]any)
+	if !ok {
+		t.Fatalf("finite(takeoverRun) = %T, want a map", finite(&run))
+	}
+	rem, ok := m["removals"].(map[string]any)
+	if !ok || rem["first_removal_after_kill_seconds"] != 16.5 || rem["last_removal_after_kill_seconds"] != nil {
+		t.Errorf("finite(takeoverRun)[removals] = %v, want first 16.5 and last null", m["removals"])
+	}
+}
