@@ -22,7 +22,11 @@
 #                       cluster's kwok; kyverno (not in the default) runs Kyverno's cleanup
 #                       controller and the ideal remover beside podjanitor, built first by
 #                       hack/build-kyverno.sh; it needs an API server on this machine (the
-#                       local cluster: Kyverno's webhooks are at https://127.0.0.1:<port>)
+#                       local cluster: Kyverno's webhooks are at https://127.0.0.1:<port>);
+#                       takeover (not in the default) runs two podjanitors with
+#                       --leader-elect, SIGKILLs the leader once the other is a synced
+#                       standby and measures the takeover (-takeover-* flags; metrics of
+#                       the second podjanitor on BENCH_PORT_BASE+92)
 #   BENCH_RUNS          runs of the short measurements, median   (default 3)
 #   BENCH_WINDOWS       steady: deadline windows, one run each   (default 5m,1m)
 #   BENCH_WORKERS       podjanitor --workers = raw deleter goroutines (default 16)

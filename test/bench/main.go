@@ -37,6 +37,12 @@
 //	clock    the lateness the API-server clock estimate alone adds: its
 //	         lower end sampled for -clock-duration while it is measured as
 //	         when a removal is near (clock.go)
+//	takeover two podjanitors with --leader-elect on -takeover-pods pods, the
+//	         leader SIGKILLed once the other is a synced standby, with
+//	         -takeover-due pods due over -takeover-spread from the kill: the
+//	         time from the kill to the Lease taken and to the first and last
+//	         due pod removed, their lateness, and pods removed early
+//	         (takeover.go)
 //
 // API requests per removed pod are reported for backlog and steady.
 package main
@@ -99,6 +105,11 @@ type config struct {
 	clockDuration                  time.Duration // clock (clock.go)
 	tenantPolicies                 int           // PodLifetimePolicy resources per namespace (tenant.go)
 	tenantCRD                      string
+	takeoverPods, takeoverDue      int // takeover (takeover.go)
+	takeoverNamespace              string
+	takeoverSpread                 time.Duration
+	leaseDuration, renewDeadline   time.Duration
+	retryPeriod                    time.Duration
 	command, commit                string // recorded with the results and every chart's data
 }
 
@@ -113,7 +124,7 @@ func main() {
 	flag.IntVar(&cfg.capPods, "cap-pods", 600, "evict-backlog, ns-backlog: overdue pods for podjanitor at its default flags, and as many for the raw remover")
 	flag.IntVar(&cfg.capNamespaces, "cap-namespaces", 200, "ns-backlog: namespaces the -cap-pods pods are spread over (each side)")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs of the short measurements (backlog; idle cache sync/heap restarts); the median is reported")
-	flag.StringVar(&scen, "scenarios", "idle,backlog,evict-backlog,ns-backlog,steady", "scenarios to run: idle, idle-standin, backlog, evict-backlog, ns-backlog, steady, churn, recovery, peer, kyverno, clock")
+	flag.StringVar(&scen, "scenarios", "idle,backlog,evict-backlog,ns-backlog,steady", "scenarios to run: idle, idle-standin, backlog, evict-backlog, ns-backlog, steady, churn, recovery, peer, kyverno, clock, takeover")
 	flag.StringVar(&wins, "windows", "5m,1m", "steady scenario: windows over which the N deadlines are spread, one run each")
 	flag.IntVar(&cfg.workers, "workers", 16, "podjanitor --workers, and the raw deleter's goroutines")
 	flag.Float64Var(&cfg.qps, "qps", 1000, "podjanitor --kube-api-qps, and the raw deleter's client QPS")
@@ -145,6 +156,13 @@ func main() {
 	flag.BoolVar(&cfg.ideal, "ideal", true, "steady: also create each pod in a second namespace whose pods the driver removes itself, each at its deadline (the ideal remover), in the same run; doubles the API server's load (-ideal=false: podjanitor's namespace only, as before)")
 	flag.IntVar(&cfg.tenantPolicies, "tenant-policies", 0, "PodLifetimePolicy resources created in every namespace a podjanitor watches, podjanitor run with --tenant-policies (0: neither, the CRD not applied); their rules give no bench pod a deadline; the run fails unless all are Ready=True at the end")
 	flag.StringVar(&cfg.tenantCRD, "tenant-crd", "artifacts/crd/podjanitor.io_podlifetimepolicies.yaml", "-tenant-policies: the PodLifetimePolicy CRD (a file or directory), applied before the first podjanitor starts")
+	flag.IntVar(&cfg.takeoverPods, "takeover-pods", 0, "takeover: pods in -takeover-namespace at the kill, the due ones included (pods already there count; none may be due); 0 = -pods")
+	flag.IntVar(&cfg.takeoverDue, "takeover-due", 3000, "takeover: pods due over -takeover-spread after the leader is killed, created once both replicas have synced")
+	flag.DurationVar(&cfg.takeoverSpread, "takeover-spread", 30*time.Second, "takeover: the due pods' deadlines are spread uniformly over this time after the kill")
+	flag.StringVar(&cfg.takeoverNamespace, "takeover-namespace", "bench-takeover", "takeover: the namespace of its pods and Lease (bench-idle: the idle scenario's pods, run before it, are the ones not due)")
+	flag.DurationVar(&cfg.leaseDuration, "takeover-lease-duration", 15*time.Second, "takeover: both podjanitors' --leader-elect-lease-duration")
+	flag.DurationVar(&cfg.renewDeadline, "takeover-renew-deadline", 10*time.Second, "takeover: both podjanitors' --leader-elect-renew-deadline")
+	flag.DurationVar(&cfg.retryPeriod, "takeover-retry-period", 2*time.Second, "takeover: both podjanitors' --leader-elect-retry-period")
 	flag.StringVar(&cfg.command, "command", "", "the command that ran the bench (hack/bench.sh passes the make command), recorded with the results and charts; default: the driver's command line")
 	flag.StringVar(&cfg.commit, "commit", "", "the commit the bench ran (hack/bench.sh passes git's), recorded with the results and charts; default: podjanitor --version's")
 	flag.StringVar(&env, "podjanitor-env", "", "comma-separated NAME=value pairs added to every podjanitor's environment (GOGC=100,GOMEMLIMIT=200MiB)")
@@ -234,6 +252,7 @@ type results struct {
 	Peer     *peerResult         `json:"peer,omitempty"`
 	Kyverno  *kyvernoResult      `json:"kyverno,omitempty"`
 	Clock    *clockResult        `json:"clock,omitempty"`
+	Takeover *takeoverResult     `json:"takeover,omitempty"`
 	Tenants  *tenantResult       `json:"tenant_policies,omitempty"` // with -tenant-policies (tenant.go)
 	Charts   []string            `json:"charts,omitempty"`          // PNGs and their data (chart.go)
 }
@@ -286,7 +305,10 @@ func run(ctx context.Context, cfg *config) error {
 		"churn_batch": cfg.churnBatch, "outage": cfg.outage.String(),
 		"peer_lifetime": cfg.peerLifetime.String(), "peer_interval": cfg.peerInterval.String(), "peer_nodes": cfg.peerNodes,
 		"kyverno_window": cfg.kyvernoWindow.String(), "kyverno_interval": cfg.kyvernoInterval.String(),
-		"tenant_policies": cfg.tenantPolicies,
+		"tenant_policies": cfg.tenantPolicies, "takeover_pods": cfg.takeoverPods, "takeover_due": cfg.takeoverDue,
+		"takeover_spread": cfg.takeoverSpread.String(), "takeover_namespace": cfg.takeoverNamespace,
+		"takeover_lease_duration": cfg.leaseDuration.String(),
+		"takeover_renew_deadline": cfg.renewDeadline.String(), "takeover_retry_period": cfg.retryPeriod.String(),
 	}}
 	res.Machine = describeMachine()
 	if out, err := exec.Command(strings.Fields(cfg.podjanitor)[0], "--version").Output(); err == nil {
@@ -374,8 +396,10 @@ func run(ctx context.Context, cfg *config) error {
 			res.Kyverno, err = b.kyverno(ctx)
 		case "clock":
 			res.Clock, err = b.clock(ctx)
+		case "takeover":
+			res.Takeover, err = b.takeover(ctx)
 		default:
-			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, evict-backlog, ns-backlog, steady, churn, recovery, peer, kyverno, clock)", s)
+			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, evict-backlog, ns-backlog, steady, churn, recovery, peer, kyverno, clock, takeover)", s)
 		}
 		if err != nil {
 			b.write()
@@ -646,6 +670,11 @@ func printReport(w0 *os.File, r *results) {
 				mib(i.Full.AfterGC), i.HeapAfterGCPerPod/1024, mib(i.Full.LiveAtGC), i.LivePerPod/1024, mib(i.EmptyLiveHeap))
 		}
 		fmt.Fprintf(w, "idle %s with %d pods:\tCPU %.3f%% of one core\tAPI requests %.0f\t\t\n", i.IdleWindow, i.Pods, i.IdleCPUPercent, i.IdleRequests)
+		if len(i.Runs) > 0 {
+			last := i.Runs[len(i.Runs)-1]
+			fmt.Fprintf(w, "first pass done (the log's %q) %.1f s after the start (median; 0 pods: %.1f s); RSS at the end of the idle period %s\n",
+				firstPassDone, i.Full.FirstPass, i.Empty.FirstPass, mib(last.RSSAfterIdle))
+		}
 	}
 	if bl := r.Backlog; bl != nil {
 		fmt.Fprintf(w, "\n== Scenario 2: backlog of %d overdue pods (workers/goroutines %d, QPS %g, burst %d; median of %d runs)\n",
@@ -728,6 +757,9 @@ func printReport(w0 *os.File, r *results) {
 	}
 	if c := r.Clock; c != nil {
 		printClock(w, c)
+	}
+	if t := r.Takeover; t != nil {
+		printTakeover(w, t)
 	}
 	_ = w.Flush()
 	if t := r.Tenants; t != nil {

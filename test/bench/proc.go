@@ -498,6 +498,37 @@ func (t *tracker) waitGone(ctx context.Context, n int, timeout time.Duration, la
 	return true
 }
 
+// loggedAt is the time of the first line of the log that contains text, from
+// klog's header ("I1201 10:30:08.657993 ..."), in the year podjanitor started.
+func (j *janitor) loggedAt(text string) (time.Time, bool) {
+	data, err := os.ReadFile(j.logFile.Name())
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.Contains(line, text) {
+			continue
+		}
+		if at, ok := klogTime(line, j.started.Year()); ok {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// klogTime reads the time of a klog text line in local time ("I1201 10:30:08.657993").
+func klogTime(line string, year int) (time.Time, bool) {
+	f := strings.Fields(line)
+	if len(f) < 2 || len(f[0]) != 5 {
+		return time.Time{}, false
+	}
+	at, err := time.ParseInLocation("0102 15:04:05.000000", f[0][1:]+" "+f[1], time.Local)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return at.AddDate(year, 0, 0), true
+}
+
 // lastGCLiveHeap returns the live heap (MB) marked by the last GC that
 // gctrace logged, and how many GCs were logged.
 func (j *janitor) lastGCLiveHeap() (liveMB float64, gcs int) {

@@ -29,6 +29,13 @@ type memSample struct {
 	AfterGC  float64 `json:"go_heap_inuse_after_gc_bytes,omitempty"`
 	LiveAtGC float64 `json:"go_heap_live_at_gc_bytes,omitempty"`
 	Parked   float64 `json:"pods_scheduled"`
+	// FirstPass is from the start to the log's "First pass done" (the
+	// workers have taken every key of the initial list and the sync's
+	// memory is returned to the OS); NaN if not logged within 150 s.
+	FirstPass float64 `json:"first_pass_done_seconds"`
+	// RSSAfterIdle is the RSS at the end of the idle period (the start
+	// with one only).
+	RSSAfterIdle float64 `json:"rss_after_idle_bytes,omitempty"`
 }
 
 type idleResult struct {
@@ -135,11 +142,26 @@ func (b *bench) measureMemory(ns, name string, idle time.Duration, out *idleResu
 		if h := m1.sum("go_memstats_heap_inuse_bytes"); h < s.HeapInuse {
 			s.HeapInuse, s.HeapAlloc = h, m1.sum("go_memstats_heap_alloc_bytes")
 		}
+		s.RSSAfterIdle = float64(j.proc().RSSBytes)
 	} else if live, logged := j.lastGCLiveHeap(); logged > 0 {
 		s.LiveAtGC = live * (1 << 20)
 	}
+	s.FirstPass = math.NaN()
+	for end := time.Now().Add(150 * time.Second); ; time.Sleep(time.Second) {
+		if at, ok := j.loggedAt(firstPassDone); ok {
+			s.FirstPass = at.Sub(j.started).Seconds()
+			break
+		}
+		if time.Now().After(end) {
+			logf("idle: %q not logged within 150 s", firstPassDone)
+			break
+		}
+	}
 	return s, nil
 }
+
+// firstPassDone is what podjanitor logs once its first pass is done (memory.go).
+const firstPassDone = "First pass done"
 
 func (b *bench) ensureNodes(ctx context.Context) error {
 	for i := range b.cfg.nodes {
@@ -294,6 +316,7 @@ func medianSample(ss []memSample) memSample {
 		HeapInuse:   get(func(s memSample) float64 { return s.HeapInuse }),
 		HeapAlloc:   get(func(s memSample) float64 { return s.HeapAlloc }),
 		Parked:      get(func(s memSample) float64 { return s.Parked }),
+		FirstPass:   get(func(s memSample) float64 { return s.FirstPass }),
 	}
 }
 
