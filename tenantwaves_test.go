@@ -69,6 +69,21 @@ func (f *tenantFixture) waitEvent(prefix string, want ...string) {
 	}
 }
 
+// editCleanup makes team-a/cleanup's one rule rule, at generation (the
+// fake clientset does not count generations).
+func (f *tenantFixture) editCleanup(rule v1alpha1.PodLifetimeRule, generation int64) {
+	f.t.Helper()
+	policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a")
+	p, err := policies.Get(f.ctx, "cleanup", metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	p.Spec.Rules, p.Generation = []v1alpha1.PodLifetimeRule{rule}, generation
+	if _, err := policies.Update(f.ctx, p, metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
 func (f *tenantFixture) annotatePolicy(namespace, name, id string) {
 	f.t.Helper()
 	policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies(namespace)
@@ -179,17 +194,7 @@ func TestTenantWaveRevertedRemovesNothing(t *testing.T) {
 	}
 	f.waitQueued(len(pods))
 	f.drain()
-	edit := func(rule v1alpha1.PodLifetimeRule, generation int64) {
-		t.Helper()
-		p, err := policies.Get(f.ctx, "cleanup", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Spec.Rules, p.Generation = []v1alpha1.PodLifetimeRule{rule}, generation
-		if _, err := policies.Update(f.ctx, p, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	edit := func(rule v1alpha1.PodLifetimeRule, generation int64) { t.Helper(); f.editCleanup(rule, generation) }
 	edit(maxAgeRule, 2)
 	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		_, _, ok := tenantsOf(f.c).Holds().Held("team-a")
@@ -593,17 +598,7 @@ func TestTenantApprovalIsUsedOnce(t *testing.T) {
 	}
 	f.waitQueued(len(pods))
 	f.drain()
-	edit := func(rule v1alpha1.PodLifetimeRule, generation int64) {
-		t.Helper()
-		p, err := policies.Get(f.ctx, "cleanup", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Spec.Rules, p.Generation = []v1alpha1.PodLifetimeRule{rule}, generation
-		if _, err := policies.Update(f.ctx, p, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	edit := func(rule v1alpha1.PodLifetimeRule, generation int64) { t.Helper(); f.editCleanup(rule, generation) }
 	heldID := func(want bool) string {
 		t.Helper()
 		var h wave.Hold

@@ -131,7 +131,14 @@ func setHeld(l *coordinationv1.Lease, h *Hold, baseline []byte, used []string) b
 			want[AnnotationBaseline] = string(baseline)
 		}
 	}
-	for _, k := range []string{AnnotationHeld, AnnotationHeldPods, AnnotationHeldSource, AnnotationBaseline, AnnotationBaselineHash} {
+	return setAnnotations(l, want, AnnotationHeld, AnnotationHeldPods, AnnotationHeldSource, AnnotationBaseline, AnnotationBaselineHash) || changed
+}
+
+// setAnnotations makes the Lease's annotations keys what want says (absent
+// from want: none) and reports whether that changed them.
+func setAnnotations(l *coordinationv1.Lease, want map[string]string, keys ...string) bool {
+	changed := false
+	for _, k := range keys {
 		v, ok := want[k]
 		if old, had := l.Annotations[k]; had == ok && old == v {
 			continue

@@ -228,22 +228,7 @@ func (r Record) PublishSpread(ctx context.Context, h *Hold, namespaces []string,
 			want[AnnotationHeldSpreadPods] = strconv.Itoa(h.Pods)
 			want[AnnotationHeldSpreadNamespaces] = SpreadNamespaces(namespaces)
 		}
-		for _, k := range []string{AnnotationHeldSpread, AnnotationHeldSpreadPods, AnnotationHeldSpreadNamespaces} {
-			v, ok := want[k]
-			if old, had := l.Annotations[k]; had == ok && old == v {
-				continue
-			}
-			changed = true
-			if !ok {
-				delete(l.Annotations, k)
-				continue
-			}
-			if l.Annotations == nil {
-				l.Annotations = map[string]string{}
-			}
-			l.Annotations[k] = v
-		}
-		return changed
+		return setAnnotations(l, want, AnnotationHeldSpread, AnnotationHeldSpreadPods, AnnotationHeldSpreadNamespaces) || changed
 	})
 }
 
