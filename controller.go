@@ -473,6 +473,9 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 	if shutdown {
 		return false
 	}
+	// After Done: a key the first pass's end hands a slot to at once (the
+	// last one decided) goes to the queue's head, not behind the others.
+	defer c.firstPassDone()
 	defer c.queue.Done(key)
 	c.feed.drain()    // room for a held key
 	c.redecide.Wake() // room for a key of a namespace decided again
@@ -484,9 +487,6 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 	start := c.clock.Now()
 	result, err := c.safeSync(workCtx, key)
 	c.metrics.WorkerFinished(c.clock.Since(start))
-	if c.state.backlogIsHeld() && c.Pending() == 0 {
-		c.state.openBacklog() // the first pass is decided
-	}
 
 	logger := klog.FromContext(ctx)
 	var retry *retryAfterError
@@ -523,6 +523,14 @@ func (c *Controller) processNextWorkItem(ctx, workCtx context.Context) bool {
 		c.metrics.Reconciled(metrics.ResultSuccess, false)
 	}
 	return true
+}
+
+// firstPassDone opens the backlog held at Run's start once the queue has
+// run empty: every cached pod is decided.
+func (c *Controller) firstPassDone() {
+	if c.state.backlogIsHeld() && c.Pending() == 0 {
+		c.state.openBacklog()
+	}
 }
 
 // safeSync runs syncHandler and turns a panic into a retryable error.
