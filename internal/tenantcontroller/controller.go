@@ -903,6 +903,15 @@ func (c *Controller) takeOffUsedApproval(ctx context.Context, p *v1alpha1.PodLif
 		return nil
 	}
 	id := used.id
+	// The policy as cached now, not as this write read it before: the
+	// approval was taken (tenantWaveApproved) after the cache had it, so
+	// a read made before that may not show it yet.
+	p, err := c.lister.PodLifetimePolicies(p.Namespace).Get(p.Name)
+	if apierrors.IsNotFound(err) {
+		p = nil
+	} else if err != nil {
+		return err
+	}
 	done := func() {
 		c.mu.Lock()
 		if c.usedApprovals[key] == used {
@@ -910,8 +919,8 @@ func (c *Controller) takeOffUsedApproval(ctx context.Context, p *v1alpha1.PodLif
 		}
 		c.mu.Unlock()
 	}
-	if p.Annotations[wave.AnnotationApprove] != id {
-		done() // taken off or replaced already
+	if p == nil || p.Annotations[wave.AnnotationApprove] != id {
+		done() // gone, or the approval taken off or replaced already
 		return nil
 	}
 	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(wave.AnnotationApprove, "~", "~0"), "/", "~1")
