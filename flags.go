@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
 	"github.com/podjanitor/podjanitor/internal/secureserving"
@@ -298,8 +299,10 @@ func (o *flagValues) validate(cmd command) error {
 		return bad("write-timeout", "%v: must be positive", o.writeTimeout)
 	case o.leaderElect && o.lease.duration <= o.lease.renewDeadline:
 		return bad("leader-elect-lease-duration", "%v must be greater than --leader-elect-renew-deadline (%v)", o.lease.duration, o.lease.renewDeadline)
-	case o.leaderElect && o.lease.renewDeadline <= o.lease.retryPeriod:
-		return bad("leader-elect-renew-deadline", "%v must be greater than --leader-elect-retry-period (%v)", o.lease.renewDeadline, o.lease.retryPeriod)
+	case o.leaderElect && o.lease.renewDeadline <= time.Duration(leaderelection.JitterFactor*float64(o.lease.retryPeriod)):
+		// client-go's own check, which would otherwise stop the start.
+		return bad("leader-elect-renew-deadline", "%v must be greater than %v × --leader-elect-retry-period (%v)",
+			o.lease.renewDeadline, leaderelection.JitterFactor, o.lease.retryPeriod)
 	case (o.leaderElect || o.waves.hold) && o.lease.name == "":
 		return bad("leader-elect-resource-name", "must not be empty")
 	case o.waves.threshold.Pods < 0:

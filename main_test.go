@@ -34,6 +34,8 @@ func TestFlagValidation(t *testing.T) {
 		"negative rate":             {args: []string{"--max-deletions-per-second", "-1"}, wantErr: "--max-deletions-per-second"},
 		"bad prefix":                {args: []string{"--annotation-prefix", "no/slash"}, wantErr: "--annotation-prefix"},
 		"lease shorter":             {args: []string{"--leader-elect", "--leader-elect-lease-duration", "5s"}, wantErr: "--leader-elect-lease-duration"},
+		"renew within retry jitter": {args: []string{"--leader-elect", "--leader-elect-renew-deadline", "2s", "--leader-elect-retry-period", "1.9s"}, wantErr: "--leader-elect-renew-deadline"},
+		"fast takeover":             {args: []string{"--leader-elect", "--leader-elect-lease-duration", "5s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "1s"}},
 		"bad bind address":          {args: []string{"--metrics-bind-address", "8080"}, wantErr: "--metrics-bind-address"},
 		"metrics disabled":          {args: []string{"--metrics-bind-address", "0"}},
 		"secure metrics":            {args: []string{"--metrics-secure", "--metrics-cert-dir", "/etc/tls"}},
