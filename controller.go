@@ -104,9 +104,9 @@ type Controller struct {
 	// policy's, the namespaces' and the tenant policies', and the spread
 	// of changes made in many namespaces (none without --hold-waves).
 	holders []holder
-	// spread measures the namespaces' changes together; nil without
+	// spread holds a change made in many namespaces; nil without
 	// --hold-waves.
-	spread *wave.Spread
+	spread *spreadWaves
 }
 
 // holder holds the pods that a change waiting for a person's approval made
@@ -219,8 +219,9 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 		// (their controllers get it with the options), checked with the
 		// other holds.
 		w := *opts.Waves
-		w.Spread = c.newSpread(&w)
-		opts.Waves, c.opts.Waves, c.spread = &w, &w, w.Spread
+		c.spread = newSpreadWaves(&w, c.pods, spreadWaves{clock: clk, reporter: c.reporter, requeue: c.feed.Add}, opts.Metrics.SetPodsHeld)
+		w.Spread = c.spread.Spread
+		opts.Waves, c.opts.Waves = &w, &w
 		c.holders = append(c.holders, c.spread)
 	}
 	if w := opts.Waves; w != nil {
@@ -444,7 +445,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if c.waves != nil {
 		wg.Go(func() { c.waves.run(ctx) })
 		wg.Go(func() { c.namespaces.RunRecord(ctx) })
-		wg.Go(func() { c.keepSpread(ctx) })
+		wg.Go(func() { c.spread.run(ctx) })
 	}
 	if c.tenants != nil {
 		// The first status writes wait for the pods they count, all

@@ -8,7 +8,9 @@ import (
 
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
+	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/wave"
 )
 
@@ -18,11 +20,28 @@ import (
 // is measured as one (wave.Spread).
 const spreadSettle = 2 * time.Second
 
-// newSpread is the Spread of the namespaces' changes: held against the
-// cluster's threshold, over every pod watched.
-func (c *Controller) newSpread(w *wave.Options) *wave.Spread {
+// spreadWaves holds one change made in many namespaces as one wave: the
+// namespaces' and the tenant policies' controllers tell its Spread the
+// changes they let through (wave.Options.Spread), the pod controller checks
+// due pods against it with its other holds, and run keeps its record on the Lease.
+type spreadWaves struct {
+	*wave.Spread
+	// options are --hold-waves' (read at each use: a test sets its
+	// record's client after the controller is made).
+	options  *wave.Options
+	clock    clock.WithTicker
+	reporter *events.Reporter
+	// requeue decides a pod again: the held change was approved.
+	requeue func(cache.ObjectName)
+}
+
+// newSpreadWaves measures the changes of w's namespaces against the
+// cluster's threshold, over every pod in pods.
+func newSpreadWaves(o *wave.Options, pods cache.Store, w spreadWaves, onHeld func(source string, n int)) *spreadWaves {
 	var watched watchedCount
-	return wave.NewSpread(w.Threshold, w.Window, spreadSettle, func() int { return watched.get(c.pods, c.clock.Now()) }, c.metrics.SetPodsHeld)
+	w.options = o
+	w.Spread = wave.NewSpread(o.Threshold, o.Window, spreadSettle, func() int { return watched.get(pods, w.clock.Now()) }, onHeld)
+	return &w
 }
 
 // watchedCount is the number of pods cached, counted at most once a second
@@ -42,21 +61,21 @@ func (w *watchedCount) get(pods cache.Store, now time.Time) int {
 	return w.n
 }
 
-// keepSpread records the Spread's hold on the record Lease, reports it in a
+// run records the Spread's hold on the record Lease, reports it in a
 // Warning Event there with the approval command, and takes its approval,
 // looking every waveRecordInterval until ctx ends. The approval is used
 // once: it comes off the Lease with the hold.
-func (c *Controller) keepSpread(ctx context.Context) {
-	record := c.opts.Waves.Record
+func (w *spreadWaves) run(ctx context.Context) {
+	record := w.options.Record
 	logger := klog.FromContext(ctx).WithValues("lease", klog.KRef(record.Namespace, record.Name))
-	ticker := c.clock.NewTicker(waveRecordInterval)
+	ticker := w.clock.NewTicker(waveRecordInterval)
 	defer ticker.Stop()
 	published, used := wave.Hold{}, ""
 	for {
-		h, namespaces, held := c.spread.Held()
+		h, inHold, held := w.Held()
 		switch {
 		case held && h != published: // a new hold, or more pods in it
-			if err := record.PublishSpread(ctx, &h, namespaces, used); err != nil {
+			if err := record.PublishSpread(ctx, &h, inHold, used); err != nil {
 				logger.Error(err, "Cannot record the held wave of many namespaces' changes", "change", h.ID)
 				break
 			}
@@ -65,10 +84,10 @@ func (c *Controller) keepSpread(ctx context.Context) {
 			if !first {
 				break
 			}
-			what := fmt.Sprintf("changes of %d namespaces' tenant policies or labels made together (%s)", len(namespaces), wave.SpreadNamespaces(namespaces))
+			what := fmt.Sprintf("changes of %d namespaces' tenant policies or labels made together (%s)", len(inHold), wave.SpreadNamespaces(inHold))
 			logger.Info("Holding the removals of changes made in many namespaces together: too many pods due at once in all",
-				"change", h.ID, "pods", h.Pods, "namespaces", len(namespaces), "approve", record.ApproveCommand(h.ID))
-			c.reporter.RemovalsHeld(record.Ref(), what, h.Pods, record.ApproveCommand(h.ID))
+				"change", h.ID, "pods", h.Pods, "namespaces", len(inHold), "approve", record.ApproveCommand(h.ID))
+			w.reporter.RemovalsHeld(record.Ref(), what, h.Pods, record.ApproveCommand(h.ID))
 		case held:
 			id, err := record.Approved(ctx)
 			if err != nil {
@@ -78,21 +97,21 @@ func (c *Controller) keepSpread(ctx context.Context) {
 			if id != h.ID {
 				break
 			}
-			keys, ok := c.spread.Approve(id)
+			keys, ok := w.Approve(id)
 			if !ok {
 				break
 			}
 			logger.Info("Wave of many namespaces' changes approved, removing its pods at the removal rate", "change", id, "pods", len(keys))
-			c.reporter.RemovalsApproved(record.Ref(), id, len(keys))
+			w.reporter.RemovalsApproved(record.Ref(), id, len(keys))
 			for _, k := range keys {
 				if name, err := cache.ParseObjectName(k); err == nil {
-					c.feed.Add(name)
+					w.requeue(name)
 				}
 			}
 			used = id
 			fallthrough
 		case published.ID != "" || used != "":
-			if _, _, still := c.spread.Held(); still {
+			if _, _, still := w.Held(); still {
 				break
 			}
 			if err := record.PublishSpread(ctx, nil, nil, used); err != nil {

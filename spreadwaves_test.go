@@ -42,7 +42,7 @@ func spreadFixture(t *testing.T, n int) (*fixture, []*corev1.Namespace) {
 	namespacesOf(f.c).Lead()
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); f.c.keepSpread(ctx) }()
+	go func() { defer close(done); f.c.spread.run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return f, namespaces
 }
