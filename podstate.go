@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"hash/fnv"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -56,8 +55,7 @@ type podStates struct {
 	parked        parkedHeap
 	untilDeadline int           // parked entries whose parking is untilDeadline
 	tokens        int           // removal tokens handed out (grantLocked) and not yet used or given back
-	backlog       backlogHeap   // due pods waiting for a removal slot, most overdue first
-	seq           uint64        // pods that came to wait in the backlog so far
+	backlog       backlog       // due pods waiting for a removal slot, most overdue first (backlog.go)
 	wake          chan struct{} // the earliest wake-up time changed
 	// waiting is set while run is blocked with its timer armed for the
 	// earliest entry, so tests with a fake clock know when to step it.
@@ -91,10 +89,6 @@ const (
 	// refusal's backoff.
 	untilRetry parking = false
 )
-
-// earliestWake is the earliest wake-up time an entry holds: Unix seconds
-// cannot say earlier ones (292 billion years ago), which setWake moves to it.
-var earliestWake = time.Unix(math.MinInt64, 0)
 
 // setWake sets the entry's wake-up time to t.
 func (st *podState) setWake(t time.Time) {
@@ -501,4 +495,140 @@ func (h *parkedHeap) Pop() any {
 	st.index = -1
 	*h = old[:len(old)-1]
 	return st
+}
+
+// slot says what reserve found for a due pod.
+type slot int
+
+const (
+	slotNow    slot = iota // remove it now
+	slotLater              // try again after the delay reserve returned
+	slotQueued             // it waits in the backlog; run hands it its slot
+)
+
+// reserve finds a removal slot for a due pod whose deadline is deadline,
+// under the limiter's cap. It returns slotNow when the pod may go now;
+// slotQueued when it waits in the backlog (its key comes back, with a token
+// reserved for it, once it is the most overdue pod and a token is free); or
+// slotLater with how long to wait.
+//
+// A pod whose last removal was refused (a PodDisruptionBudget, an admission
+// denial, ...) is retried outside the backlog: it goes only when a token is
+// free now that no waiting pod needs, and pays for it afterwards only if
+// the API server did not refuse it again (charge). So refusals that go on
+// for ever cost due pods no tokens, and a refused pod whose removal passes
+// at last still counts against the cap.
+func (s *podStates) reserve(key cache.ObjectName, uid types.UID, deadline time.Time) (slot, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, m := s.get(key, uid)
+	now := s.clock.Now()
+	lim := s.limiter
+	switch {
+	case lim.Limit() == rate.Inf:
+		s.dropIfEmpty(st)
+		return slotNow, 0
+	case m.token != nil: // handed out by run
+		if delay := m.token.DelayFrom(now); delay > 0 {
+			return slotLater, delay
+		}
+		m.token = nil
+		s.tokens--
+		s.reportWaiting()
+		s.dropIfEmpty(st)
+		return slotNow, 0
+	case m.refusals > 0:
+		if free := lim.TokensAt(now) - float64(s.backlog.len()); free < 1 {
+			// Wait until the waiting pods have gone; then look again.
+			return slotLater, max(time.Duration((1-free)/float64(lim.Limit())*float64(time.Second)), time.Millisecond)
+		}
+		m.unpaid = true
+		return slotNow, 0
+	case m.queued == nil && s.backlog.len() == 0 && !s.backlogHeld.Load() && lim.TokensAt(now) >= 1:
+		lim.ReserveN(now, 1)
+		s.dropIfEmpty(st)
+		return slotNow, 0
+	}
+	s.unparkLocked(st)
+	if e := m.queued; e != nil { // decided again while waiting
+		s.backlog.move(e, deadline)
+		return slotQueued, 0
+	}
+	m.queued = s.backlog.add(key, deadline)
+	s.reportWaiting()
+	if s.backlog.len() == 1 {
+		s.signal() // run times the next slot
+	}
+	return slotQueued, 0
+}
+
+// dequeue takes st out of the backlog, if it waits there: its pod is gone,
+// or no longer due. Callers hold s.mu.
+func (s *podStates) dequeue(st *podState) {
+	if st.marks == nil || st.marks.queued == nil {
+		return
+	}
+	s.backlog.remove(st.marks.queued)
+	st.marks.queued = nil
+	s.reportWaiting()
+}
+
+// grantLocked hands the free removal tokens to the most overdue waiting
+// pods, and returns their keys and, while pods still wait, how long until
+// the next token is free. Callers hold s.mu.
+func (s *podStates) grantLocked() (keys []cache.ObjectName, wait time.Duration, waiting bool) {
+	if s.backlog.len() == 0 || s.backlogHeld.Load() {
+		return nil, 0, false
+	}
+	now := s.clock.Now()
+	defer s.reportWaiting()
+	for s.backlog.len() > 0 {
+		if free := s.limiter.TokensAt(now); free < 1 {
+			wait = time.Duration((1 - free) / float64(s.limiter.Limit()) * float64(time.Second))
+			return keys, max(wait, time.Millisecond), true
+		}
+		e := s.backlog.pop()
+		m := s.pods[e.key].marks // an entry in the backlog keeps its pod's
+		m.queued = nil
+		// Reserved now, used when the key comes back (reserve). Should the
+		// pod no longer need it then, the token is spent all the same:
+		// the limiter takes back no token whose time has passed.
+		m.token = s.limiter.ReserveN(now, 1)
+		s.tokens++
+		keys = append(keys, e.key)
+	}
+	return keys, 0, false
+}
+
+// reportWaiting reports the pods waiting for a removal slot: those in the
+// backlog and those handed a token not yet used. Callers hold s.mu.
+func (s *podStates) reportWaiting() {
+	if s.onWaiting != nil {
+		s.onWaiting(s.backlog.len() + s.tokens)
+	}
+}
+
+// holdBacklog holds the backlog's slots until openBacklog: due pods wait
+// in it in deadline order, and none goes, while the first pass decides the
+// cached pods.
+func (s *podStates) holdBacklog() { s.backlogHeld.Store(true) }
+
+// openBacklog hands out the slots again, most overdue first.
+func (s *podStates) openBacklog() {
+	if !s.backlogHeld.Swap(false) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.signal()
+}
+
+// backlogIsHeld reports whether holdBacklog holds the slots.
+func (s *podStates) backlogIsHeld() bool { return s.backlogHeld.Load() }
+
+// waitingForSlot is the number of pods in the backlog (for tests).
+func (s *podStates) waitingForSlot() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.backlog.len()
 }
