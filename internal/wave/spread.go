@@ -51,8 +51,10 @@ type Spread struct {
 	changes map[string]string    // scope: the change (its ID) that brought its pods forward
 	last    time.Time            // when the latest change came
 	// gone are the pods the changes let through lately brought forward,
-	// by when they went (settle after their last change).
-	gone []spreadGone
+	// by scope: the most of one scope's that went together, and when
+	// (settle after their last change). A scope counts once however often
+	// it changes: its own hold measures its changes against each other.
+	gone map[string]spreadGone
 	held *Hold
 }
 
@@ -70,7 +72,7 @@ func NewSpread(threshold Threshold, window, settle time.Duration, inScope func()
 		onHeld = func(string, int) {}
 	}
 	return &Spread{threshold: threshold, window: window, settle: settle, inScope: inScope, onHeld: onHeld,
-		pending: map[string]time.Time{}, changes: map[string]string{}}
+		pending: map[string]time.Time{}, changes: map[string]string{}, gone: map[string]spreadGone{}}
 }
 
 // Add is a change of scope (its ID) that scope's own hold let through,
@@ -96,8 +98,10 @@ func (s *Spread) Add(scope, change string, w Wave, now time.Time) (Hold, bool) {
 		return Hold{}, false
 	}
 	gone := 0
-	for _, g := range s.gone {
-		gone += g.n
+	for scope, g := range s.gone {
+		if _, pending := s.changes[scope]; !pending {
+			gone += g.n // a scope pending now counts by its pending pods
+		}
 	}
 	if !s.threshold.exceeded(len(s.pending)+gone, s.inScope()) {
 		return Hold{}, false
@@ -124,11 +128,21 @@ func spreadID(changes map[string]string) string {
 // more than window ago.
 func (s *Spread) settleLocked(now time.Time) {
 	if s.held == nil && len(s.pending) > 0 && !now.Before(s.last.Add(s.settle)) {
-		s.gone = append(s.gone, spreadGone{at: s.last.Add(s.settle), n: len(s.pending)})
+		at := s.last.Add(s.settle)
+		n := map[string]int{}
+		for key := range s.pending {
+			scope, _, _ := strings.Cut(key, "/")
+			n[scope]++
+		}
+		for scope, k := range n {
+			if g, ok := s.gone[scope]; !ok || k >= g.n {
+				s.gone[scope] = spreadGone{at: at, n: k}
+			}
+		}
 		clear(s.pending)
 		clear(s.changes)
 	}
-	s.gone = slices.DeleteFunc(s.gone, func(g spreadGone) bool { return now.Sub(g.at) > s.window })
+	maps.DeleteFunc(s.gone, func(_ string, g spreadGone) bool { return now.Sub(g.at) > s.window })
 }
 
 // CheckPod says whether the due pod is held, pending or in a hold, and
@@ -193,7 +207,7 @@ func (s *Spread) Approve(id string) ([]string, bool) {
 		return nil, false
 	}
 	keys := slices.Sorted(maps.Keys(s.pending))
-	s.gone = nil // approved: what came before counts no more
+	clear(s.gone) // approved: what came before counts no more
 	clear(s.pending)
 	clear(s.changes)
 	s.held = nil

@@ -120,3 +120,22 @@ func TestSpreadLetsOldDeadlinesGo(t *testing.T) {
 		t.Errorf("approved %d keys, want 9", len(keys))
 	}
 }
+
+// One namespace changed again and again (a tenant toggling a policy) counts
+// once, by the most of its pods that went together: alone it cannot make
+// the Spread hold another namespace's small change.
+func TestSpreadCountsANamespaceOnce(t *testing.T) {
+	var held int
+	s := newTestSpread(&held)
+	now := spreadT0
+	for range 5 {
+		if _, ok := s.Add("a", "change", spreadWave("a", 6), now); ok {
+			t.Fatal("a namespace's 6 pods held, changed again")
+		}
+		now = now.Add(3 * time.Second)
+		s.CheckPod(spreadKey("a", 0), nil, now) // settled: gone
+	}
+	if _, ok := s.Add("b", "change", spreadWave("b", 1), now); ok {
+		t.Error("b's one pod held: a's repeated changes counted more than once (6 + 1 is under 10)")
+	}
+}
