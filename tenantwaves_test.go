@@ -522,6 +522,25 @@ func tenantStartFixture(t *testing.T, n int, policies ...*v1alpha1.PodLifetimePo
 	return f, pods
 }
 
+// heldAtStart waits for team-a's change (what) to be held at the start,
+// then decides its pods and checks that none is removed.
+func (f *tenantFixture) heldAtStart(pods []*corev1.Pod, what string) {
+	f.t.Helper()
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		_, _, held := tenantsOf(f.c).Holds().Held("team-a")
+		return held, nil
+	}); err != nil {
+		f.t.Fatalf("%s is not held at its start", what)
+	}
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	f.drain()
+	if n := len(f.podWrites()); n != 0 {
+		f.t.Fatalf("%d pods removed, want none before an approval", n)
+	}
+}
+
 // TestTenantPolicyCreatedWhileDownIsHeld: a policy created while no
 // podjanitor ran (no status) that makes the namespace's 12 pods due is
 // held at the start, none removed, and so is one whose status says it was
@@ -530,19 +549,7 @@ func tenantStartFixture(t *testing.T, n int, policies ...*v1alpha1.PodLifetimePo
 func TestTenantPolicyCreatedWhileDownIsHeld(t *testing.T) {
 	t.Run("created while down", func(t *testing.T) {
 		f, pods := tenantStartFixture(t, 12, lifetimePolicy("team-a", "cleanup", maxAgeRule))
-		if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-			_, _, held := tenantsOf(f.c).Holds().Held("team-a")
-			return held, nil
-		}); err != nil {
-			t.Fatal("a policy created while podjanitor was down is not held at its start")
-		}
-		for _, p := range pods {
-			f.process(keyOf(p))
-		}
-		f.drain()
-		if n := len(f.podWrites()); n != 0 {
-			t.Fatalf("%d pods removed, want none before an approval", n)
-		}
+		f.heldAtStart(pods, "a policy created while podjanitor was down")
 		h, object, _ := tenantsOf(f.c).Holds().Held("team-a")
 		if h.Pods != 12 || object != "team-a/cleanup" {
 			t.Errorf("held %+v by %q, want 12 pods by team-a/cleanup", h, object)
@@ -554,19 +561,7 @@ func TestTenantPolicyCreatedWhileDownIsHeld(t *testing.T) {
 		p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
 		p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "TooManyPolicies", ObservedGeneration: p.Generation}}
 		f, pods := tenantStartFixture(t, 12, p)
-		if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-			_, _, held := tenantsOf(f.c).Holds().Held("team-a")
-			return held, nil
-		}); err != nil {
-			t.Fatal("a policy not used before the start and used now is not held")
-		}
-		for _, p := range pods {
-			f.process(keyOf(p))
-		}
-		f.drain()
-		if n := len(f.podWrites()); n != 0 {
-			t.Fatalf("%d pods removed, want none before an approval", n)
-		}
+		f.heldAtStart(pods, "a policy not used before the start and used now")
 	})
 	t.Run("acted on before", func(t *testing.T) {
 		p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
