@@ -3,14 +3,20 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	core "k8s.io/client-go/testing"
 
 	"github.com/podjanitor/podjanitor/internal/redecide"
 	"github.com/podjanitor/podjanitor/internal/tenant"
@@ -640,5 +646,98 @@ func TestTenantApprovalIsUsedOnce(t *testing.T) {
 	f.drain()
 	if n := len(f.podWrites()); n != removed {
 		t.Errorf("%d pod writes after the change was applied again, want none before its approval", n-removed)
+	}
+}
+
+// TestUsedTenantApprovalUnderAPIErrors: the used approval's removal is
+// retried by the status writer while the API server answers 500, and comes
+// off once it answers; refused (403: RBAC without patch), it stays on the
+// policy and is not tried again. Either way the approval took effect: the
+// held pods went.
+func TestUsedTenantApprovalUnderAPIErrors(t *testing.T) {
+	for name, tc := range map[string]struct {
+		status   int32
+		failures int // answers with status before the API server takes the patch
+		off      bool
+	}{
+		"500 twice": {status: http.StatusInternalServerError, failures: 2, off: true},
+		"403":       {status: http.StatusForbidden, failures: 1000, off: false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, pods := tenantWaveFixture(t, 12)
+			var mu sync.Mutex
+			tries := 0
+			f.pj.PrependReactor("patch", "podlifetimepolicies", func(a core.Action) (bool, runtime.Object, error) {
+				if p, ok := a.(core.PatchAction); !ok || p.GetPatchType() != types.JSONPatchType {
+					return false, nil, nil
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if tries++; tries <= tc.failures {
+					return true, nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: tc.status,
+						Reason: metav1.StatusReason(http.StatusText(int(tc.status)))}}
+				}
+				return false, nil, nil
+			})
+			policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a")
+			if _, err := policies.Create(f.ctx, lifetimePolicy("team-a", "cleanup", v1alpha1.PodLifetimeRule{Name: "max-age", Clock: "created", After: "7d"}), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			f.waitQueued(len(pods))
+			f.drain()
+			f.editCleanup(maxAgeRule, 2)
+			var h wave.Hold
+			if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+				var ok bool
+				h, _, ok = tenantsOf(f.c).Holds().Held("team-a")
+				return ok, nil
+			}); err != nil {
+				t.Fatal("the change to 1h is not held")
+			}
+			f.waitQueued(len(pods))
+			f.drain()
+			f.annotatePolicy("team-a", "cleanup", h.ID)
+			f.waitQueued(len(pods))
+			f.drain()
+			if n := len(f.podWrites()); n != 12 {
+				t.Fatalf("%d pods removed after the approval, want 12", n)
+			}
+			approval := func() string {
+				p, err := policies.Get(f.ctx, "cleanup", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p.Annotations[wave.AnnotationApprove]
+			}
+			patches := func() int {
+				mu.Lock()
+				defer mu.Unlock()
+				return tries
+			}
+			// The status writer's tries, an interval apart: until the
+			// approval is off (500s), or the API server refused it (403).
+			if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				f.clock.Step(tenantStatusInterval)
+				if tc.off {
+					return approval() == "", nil
+				}
+				return patches() > 0, nil
+			}); err != nil {
+				t.Fatalf("after %d JSON patches: approval %q on the policy", patches(), approval())
+			}
+			if !tc.off { // and not tried again
+				for range 5 {
+					f.clock.Step(tenantStatusInterval)
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			n := patches()
+			if off := approval() == ""; off != tc.off {
+				t.Errorf("approval taken off %v after %d JSON patches, want %v", off, n, tc.off)
+			}
+			if !tc.off && n != 1 {
+				t.Errorf("%d JSON patches refused with 403, want 1 (not retried)", n)
+			}
+		})
 	}
 }
