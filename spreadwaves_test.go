@@ -2,15 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	core "k8s.io/client-go/testing"
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/wave"
@@ -166,5 +171,46 @@ func TestSpreadLetsASmallChangeGo(t *testing.T) {
 	}
 	if n := f.deletes(); n != 10 {
 		t.Errorf("%d pods removed after spreadSettle, want 10", n)
+	}
+}
+
+// TestSpreadHoldUnderLeaseErrors: while the API server answers 500 to the
+// Lease's writes, the spread's hold still holds every pod (it lives in the
+// leader), and is recorded on the Lease once the writes pass; the approval
+// read through the same errors is taken then.
+func TestSpreadHoldUnderLeaseErrors(t *testing.T) {
+	f, namespaces := spreadFixture(t, 4)
+	var mu sync.Mutex
+	failing := true
+	f.client.PrependReactor("*", "leases", func(a core.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !failing {
+			return false, nil, nil
+		}
+		return true, nil, apierrors.NewInternalError(errors.New("injected"))
+	})
+	f.takeKeepOffAll(namespaces)
+	h, _, ok := f.c.spread.Held()
+	if !ok {
+		t.Fatal("not held")
+	}
+	for range 5 {
+		f.clock.Step(waveRecordInterval)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := f.deletes(); n != 0 {
+		t.Fatalf("%d pods removed while the Lease could not be written, want none", n)
+	}
+	mu.Lock()
+	failing = false
+	mu.Unlock()
+	waitLease(t, f, func(a map[string]string) bool { return a[wave.AnnotationHeldSpread] == h.ID })
+	approve(t, f, h.ID)
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		f.clock.Step(waveRecordInterval)
+		return f.c.queue.Len() >= 20, nil
+	}); err != nil {
+		t.Fatalf("the approval did not decide the held pods again: %d queued", f.c.queue.Len())
 	}
 }
