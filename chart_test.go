@@ -326,7 +326,7 @@ func TestChartDefaults(t *testing.T) {
 	if lease := leaseFlag(t, dep); lease != "podjanitor" {
 		t.Errorf("--leader-elect-resource-name=%s, want podjanitor (the release's fullname)", lease)
 	}
-	checkLeaseRole(t, role, deployNamespace, "podjanitor")
+	checkLeaseRole(t, role, deployNamespace, "podjanitor", true)
 	rb := one(t, "RoleBinding", r.roleBindings)
 	checkRoleBinding(t, "RoleBinding", rb.RoleRef, rb.Subjects, "Role", role.Name, sa)
 
@@ -482,7 +482,7 @@ func TestChartScopeNamespace(t *testing.T) {
 	if lease := roles[deployNamespace]; lease == nil {
 		t.Errorf("no leader-election Role in %s", deployNamespace)
 	} else {
-		checkLeaseRole(t, lease, deployNamespace, leaseFlag(t, one(t, "Deployment", r.deployments)))
+		checkLeaseRole(t, lease, deployNamespace, leaseFlag(t, one(t, "Deployment", r.deployments)), true)
 	}
 	for _, rb := range r.roleBindings {
 		role := roles[rb.Namespace]
@@ -577,7 +577,7 @@ func TestChartReleasesElectApart(t *testing.T) {
 		if leaseRole == nil {
 			t.Fatalf("release %s: no leader-election Role", tc.release)
 		}
-		checkLeaseRole(t, leaseRole, deployNamespace, lease)
+		checkLeaseRole(t, leaseRole, deployNamespace, lease, true)
 	}
 
 	// leaderElection.leaseName names the Lease instead (the upgrade of a
@@ -590,7 +590,7 @@ func TestChartReleasesElectApart(t *testing.T) {
 	if lease := leaseFlag(t, one(t, "Deployment", r.deployments)); lease != "podjanitor" {
 		t.Errorf("leaderElection.leaseName=podjanitor: --leader-elect-resource-name=%s", lease)
 	}
-	checkLeaseRole(t, one(t, "Role", r.roles), deployNamespace, "podjanitor")
+	checkLeaseRole(t, one(t, "Role", r.roles), deployNamespace, "podjanitor", true)
 
 	// Without leader election and held waves there is no Lease, no flag and no Role for it.
 	r = renderChart(t, "leaderElection.enabled=false", "holdWaves.enabled=false")
@@ -628,7 +628,8 @@ func TestChartValuesReachTheFlags(t *testing.T) {
 
 // TestChartHoldWaves: the holdWaves values reach the flags, and with leader
 // election off the Lease still has its name and Role (holds and approvals
-// live there).
+// live there); the Role grants the ConfigMap <Lease>-namespaces (the
+// namespaces acted on) with holdWaves on, and no ConfigMap with it off.
 func TestChartHoldWaves(t *testing.T) {
 	r := renderChart(t)
 	o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap())
@@ -649,11 +650,18 @@ func TestChartHoldWaves(t *testing.T) {
 		t.Errorf("holdWaves without a horizon: --wave-horizon %v, want 24h", o.waves.threshold.Horizon)
 	}
 	dep := one(t, "Deployment", r.deployments)
-	checkLeaseRole(t, one(t, "Role", r.roles), deployNamespace, leaseFlag(t, dep))
+	checkLeaseRole(t, one(t, "Role", r.roles), deployNamespace, leaseFlag(t, dep), true)
+	// Without held waves there is no record of the namespaces acted on: the
+	// Lease's Role (leader election) grants no ConfigMap.
 	r = renderChart(t, "holdWaves.enabled=false")
-	if o := checkDeployment(t, one(t, "Deployment", r.deployments), r.policyConfigMap()); o.waves.hold {
+	dep = one(t, "Deployment", r.deployments)
+	if o := checkDeployment(t, dep, r.policyConfigMap()); o.waves.hold {
 		t.Error("holdWaves.enabled=false: --hold-waves is on")
 	}
+	checkLeaseRole(t, one(t, "Role", r.roles), deployNamespace, leaseFlag(t, dep), false)
+	// The record is named after the Lease: leaderElection.leaseName too.
+	r = renderChart(t, "leaderElection.leaseName=janitor-lease", "leaderElection.enabled=false")
+	checkLeaseRole(t, one(t, "Role", r.roles), deployNamespace, "janitor-lease", true)
 }
 
 // TestChartSchemaRejectsBadValues: values.schema.json catches typos and
@@ -666,6 +674,8 @@ func TestChartSchemaRejectsBadValues(t *testing.T) {
 		// The Role names the chart's Lease: another name would leave podjanitor without one.
 		"extraArgs={--leader-elect-resource-name=other}", "extraArgs={--leader-elect-resource-namespace,kube-system}",
 		"leaderElection.leaseName=Not_A_Name",
+		// The record ConfigMap <leaseName>-namespaces must be a valid name too (253).
+		"leaderElection.leaseName=" + strings.Repeat("a", 243),
 		// cert-manager needs an issuer; a reader needs a kind and a name.
 		"metrics.certManager.enabled=true", "metrics.secure=yes", "metrics.readers[0].name=prometheus",
 		"holdWaves.pods=-1", "holdWaves.percent=101", "holdWaves.percent=100.5", "holdWaves.percent=-1", "holdWaves.percent=ten",

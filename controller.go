@@ -240,6 +240,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 		Waves: opts.Waves, OnHeld: opts.Metrics.SetPodsHeld,
 		Redecide: c.enqueueNamespace, Requeue: c.feed.Add,
 		Terminating: c.tenantNamespaceTerminating,
+		ConfigMaps:  client.CoreV1(),
 	})
 	if err != nil {
 		return nil, err

@@ -342,8 +342,10 @@ func clusterPermissions() []string {
 
 // checkLeaseRole: role grants create on Leases (which RBAC cannot restrict by
 // name) and get and update on the Lease lease alone (resourceNames), the
-// calls of client-go's LeaseLock, in namespace ns; nothing else.
-func checkLeaseRole(t *testing.T, role *rbacv1.Role, ns, lease string) {
+// calls of client-go's LeaseLock, in namespace ns; with holdWaves
+// (--hold-waves) the same on ConfigMaps, get and update on lease-namespaces
+// alone (the record of the namespaces acted on); nothing else.
+func checkLeaseRole(t *testing.T, role *rbacv1.Role, ns, lease string, holdWaves bool) {
 	t.Helper()
 	var got []string
 	for _, r := range role.Rules {
@@ -365,6 +367,10 @@ func checkLeaseRole(t *testing.T, role *rbacv1.Role, ns, lease string) {
 	}
 	slices.Sort(got)
 	want := []string{"coordination.k8s.io/leases create", "coordination.k8s.io/leases get " + lease, "coordination.k8s.io/leases update " + lease}
+	if holdWaves {
+		record := lease + "-namespaces"
+		want = append([]string{"/configmaps create", "/configmaps get " + record, "/configmaps update " + record}, want...)
+	}
 	if !slices.Equal(got, want) || role.Namespace != ns {
 		t.Errorf("Role %s/%s grants\n  %q\nwant exactly\n  %q in %s", role.Namespace, role.Name, got, want, ns)
 	}
@@ -386,6 +392,17 @@ func leaseFlag(t *testing.T, dep *appsv1.Deployment) string {
 	return o.lease.name
 }
 
+// holdWavesFlag is the Deployment's --hold-waves (default on).
+func holdWavesFlag(t *testing.T, dep *appsv1.Deployment) bool {
+	t.Helper()
+	args := dep.Spec.Template.Spec.Containers[0].Args
+	o, err := parseFlags(daemonCommand, args)
+	if err != nil {
+		t.Fatalf("args %q: %v", args, err)
+	}
+	return o.waves.hold
+}
+
 // TestDeployRBACIsLeastPrivilege pins the RBAC to exactly the calls podjanitor
 // makes (see rbac.yaml for why each is needed); a new API call needs a new
 // rule here and there, and the e2e test in test/e2e/rbac_test.go.
@@ -405,7 +422,11 @@ func TestDeployRBACIsLeastPrivilege(t *testing.T) {
 	if lease != deployName {
 		t.Errorf("--leader-elect-resource-name=%s, want %s", lease, deployName)
 	}
-	checkLeaseRole(t, role, deployNamespace, lease)
+	// --hold-waves is on (the default), so the Role grants its record too.
+	if !holdWavesFlag(t, one(t, "Deployment", d.deployments)) {
+		t.Error("the Deployment runs with --hold-waves=false; its Role grants the record of the namespaces acted on, which is then spare")
+	}
+	checkLeaseRole(t, role, deployNamespace, lease, true)
 
 	wantSubject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}
 	crb := one(t, "ClusterRoleBinding", d.clusterRoleBindings)

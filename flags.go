@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
+	"github.com/podjanitor/podjanitor/internal/namespacecontroller"
 	"github.com/podjanitor/podjanitor/internal/secureserving"
 	"github.com/podjanitor/podjanitor/internal/tenant"
 	"github.com/podjanitor/podjanitor/internal/wave"
@@ -305,6 +306,9 @@ func (o *flagValues) validate(cmd command) error {
 			o.lease.renewDeadline, leaderelection.JitterFactor, o.lease.retryPeriod)
 	case (o.leaderElect || o.waves.hold) && o.lease.name == "":
 		return bad("leader-elect-resource-name", "must not be empty")
+	case o.waves.hold && len(o.lease.name) > namespacecontroller.MaxLeaseName:
+		return bad("leader-elect-resource-name", "%d characters: with --hold-waves at most %d (the ConfigMap %s is named after it)",
+			len(o.lease.name), namespacecontroller.MaxLeaseName, namespacecontroller.RecordName("NAME"))
 	case o.waves.threshold.Pods < 0:
 		return bad("wave-hold-pods", "%d: must not be negative", o.waves.threshold.Pods)
 	case o.waves.threshold.Percent < 0 || o.waves.threshold.Percent > 100:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -26,12 +27,19 @@ import (
 // more than 10 pods held.
 func spreadFixture(t *testing.T, n int) (*fixture, []*corev1.Namespace) {
 	t.Helper()
+	return spreadFixtureWith(t, n, map[string]string{"podjanitor.io/keep": "true"})
+}
+
+// spreadFixtureWith is spreadFixture with each namespace annotated
+// annotations.
+func spreadFixtureWith(t *testing.T, n int, annotations map[string]string) (*fixture, []*corev1.Namespace) {
+	t.Helper()
 	var pods []*corev1.Pod
 	var namespaces []*corev1.Namespace
 	for i := range n {
 		name := fmt.Sprintf("team-%d", i)
 		namespaces = append(namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name),
-			Annotations: map[string]string{"podjanitor.io/keep": "true"}}})
+			Annotations: maps.Clone(annotations)}})
 		for j := range 5 {
 			p := apitest.Pod(fmt.Sprintf("p%d", j), t0.Add(-time.Hour), corev1.PodSucceeded, nil)
 			p.Namespace, p.UID = name, p.UID+types.UID("-"+name)

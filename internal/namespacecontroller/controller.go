@@ -13,18 +13,24 @@ package namespacecontroller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -57,6 +63,11 @@ type Config struct {
 	Requeue func(key cache.ObjectName)
 	// Terminating is told of a namespace whose deletion began.
 	Terminating func(namespace string)
+	// ConfigMaps keeps, with Waves, what the leader acted on of each
+	// namespace in a ConfigMap beside the record Lease (Record), for the
+	// next start to measure the changes made while no podjanitor ran; nil:
+	// none kept.
+	ConfigMaps corev1client.ConfigMapsGetter
 }
 
 // Controller follows the namespaces of the namespace informer. A change of a
@@ -84,6 +95,17 @@ type Controller struct {
 	// leading: this replica leads (Lead); it reports holds in Events,
 	// which every replica's informers hear of.
 	leading atomic.Bool
+
+	// record keeps what was acted on of each namespace (nil: not kept);
+	// acted is each namespace as its handler last took it (once measured),
+	// dirty says the record may differ from it, and recordWrite bounds its
+	// writes (actedInterval).
+	record      *Record
+	actedMu     sync.Mutex
+	acted       map[string]Acted
+	dirty       bool
+	recordWrite *rate.Limiter
+	recordErr   string
 }
 
 // New follows the namespaces of informer (podcache.NamespaceTransform's
@@ -100,6 +122,11 @@ func New(ctx context.Context, informer cache.SharedIndexInformer, cfg Config) (*
 		c.holds = wave.NewHolds(wave.SourceNamespace, w.Threshold, w.Window, cfg.OnHeld)
 		if w.Spread != nil {
 			c.holds.SetSpread(w.Spread)
+		}
+		if cfg.ConfigMaps != nil {
+			c.record = &Record{Client: cfg.ConfigMaps, Namespace: w.Record.Namespace, Name: RecordName(w.Record.Name)}
+			c.acted = map[string]Acted{}
+			c.recordWrite = rate.NewLimiter(rate.Every(actedInterval), 1)
 		}
 	}
 	handler, err := informer.AddEventHandlerWithOptions(c.eventHandler(), cache.HandlerOptions{Logger: &logger})
@@ -138,6 +165,9 @@ func (c *Controller) Holds() *wave.Holds { return c.holds }
 func (c *Controller) eventHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj interface{}, isInInitialList bool) {
+			if m, err := meta.Accessor(obj); err == nil {
+				c.took(m)
+			}
 			if !isInInitialList {
 				c.redecide(obj)
 			}
@@ -147,6 +177,7 @@ func (c *Controller) eventHandler() cache.ResourceEventHandler {
 			curMeta, err2 := meta.Accessor(cur)
 			if err1 == nil && err2 == nil {
 				c.Measure(oldMeta, curMeta)
+				c.took(curMeta)
 				if oldMeta.GetDeletionTimestamp() == nil && curMeta.GetDeletionTimestamp() != nil {
 					c.cfg.Terminating(curMeta.GetName())
 				}
@@ -161,6 +192,9 @@ func (c *Controller) eventHandler() cache.ResourceEventHandler {
 		DeleteFunc: func(obj interface{}) {
 			if m, err := meta.Accessor(obj); err == nil {
 				c.warnings.Forget(m)
+			}
+			if name, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				c.forgetActed(name)
 			}
 			// A deleted namespace's held change goes with it: a namespace
 			// made again under its name starts with nothing held.
@@ -265,14 +299,24 @@ func (c *Controller) decider(m metav1.Object) wave.Decide {
 	return c.cfg.Decide(&policy.Namespace{Labels: m.GetLabels(), Annotations: m.GetAnnotations()})
 }
 
-// Resume holds again, at the start, the namespace changes the last leader
-// held (recorded on the record Lease: runRecord): each namespace whose labels
-// or keep annotation are still not the ones acted on before its change is
-// measured from those, as the change was then, so that a restart or a new
-// leader does not act on a change nobody approved. A namespace put back
-// meanwhile, or deleted, is held no more; one approved meanwhile (its
-// annotation names the change) goes by the approval. A record that does not
-// parse fails the start, as a Lease that cannot be read does.
+// Resume measures, at the start, the namespaces against what the last
+// leader acted on, so that a restart or a new leader does not act on a
+// change nobody approved:
+//   - the namespace changes it held (recorded on the record Lease:
+//     runRecord) are held again: each namespace whose labels or keep
+//     annotation are still not the ones acted on before its change is
+//     measured from those, as the change was then; one put back meanwhile,
+//     or deleted, is held no more; one approved meanwhile (its annotation
+//     names the change) goes by the approval;
+//   - every other namespace that differs from what the record ConfigMap
+//     (Record) says was acted on of it, changed while no podjanitor ran, is
+//     measured from that, as a change made while one ran is. A namespace
+//     not in it, or made again under its name (another UID), is new: its
+//     pods are decided as they are, as a namespace's arrival is.
+//
+// A record that does not parse fails the start, as a Lease that cannot be
+// read does; a record podjanitor may not read (RBAC) or that was too large
+// to write measures nothing and says so.
 func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) error {
 	r := c.cfg.Waves.Record
 	recorded, err := wave.HeldScopesOn(lease)
@@ -282,12 +326,8 @@ func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) er
 	c.published = recorded
 	logger := klog.FromContext(ctx)
 	for name, rec := range recorded {
-		obj, exists, err := c.namespaces.GetByKey(name)
-		if err != nil || !exists {
-			continue
-		}
-		cur, err := meta.Accessor(obj)
-		if err != nil {
+		cur, ok := c.cached(name)
+		if !ok {
 			continue
 		}
 		old, err := NamespaceFromJSON(name, rec.Before)
@@ -298,7 +338,147 @@ func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) er
 		logger.Info("Measuring again a namespace change the last leader held", "namespace", name, "change", rec.Change, "pods", rec.Pods)
 		c.Measure(old, cur)
 	}
+	if c.record == nil {
+		return nil
+	}
+	acted, err := c.readRecord(ctx)
+	switch {
+	case errors.Is(err, ErrRecordTooLarge):
+		logger.Info("Warning: the last leader could not record the namespaces it acted on; changes of their labels or keep annotation made while no podjanitor ran are not measured", "err", err.Error())
+		return nil
+	case apierrors.IsForbidden(err):
+		logger.Error(err, "Cannot read the namespaces the last leader acted on (RBAC: get configmaps by name in podjanitor's namespace); changes of their labels or keep annotation made while no podjanitor ran are not measured")
+		return nil
+	case err != nil:
+		return fmt.Errorf("--hold-waves: the namespaces the last leader acted on: %w", err)
+	}
+	changed := 0
+	for _, name := range slices.Sorted(maps.Keys(acted)) {
+		if _, held := recorded[name]; held {
+			continue
+		}
+		cur, ok := c.cached(name)
+		if !ok || cur.GetUID() != acted[name].UID || string(acted[name].State) == string(namespaceJSON(cur)) {
+			continue
+		}
+		old, err := NamespaceFromJSON(name, acted[name].State)
+		if err != nil {
+			return fmt.Errorf("--hold-waves: configmap %s/%s: namespace %s: %w: %w", c.record.Namespace, c.record.Name, name, wave.ErrBadRecord, err)
+		}
+		old.UID = cur.GetUID()
+		changed++
+		logger.V(2).Info("Measuring a namespace change made while no podjanitor ran", "namespace", name)
+		c.Measure(old, cur)
+	}
+	if changed > 0 {
+		logger.Info("Measured the namespace changes made while no podjanitor ran", "namespaces", changed)
+	}
 	return nil
+}
+
+// cached is the namespace name as the namespace cache has it.
+func (c *Controller) cached(name string) (metav1.Object, bool) {
+	obj, exists, err := c.namespaces.GetByKey(name)
+	if err != nil || !exists {
+		return nil, false
+	}
+	m, err := meta.Accessor(obj)
+	return m, err == nil
+}
+
+// readRecord reads the record ConfigMap, trying again a few times on errors
+// that may pass.
+func (c *Controller) readRecord(ctx context.Context) (map[string]Acted, error) {
+	var acted map[string]Acted
+	err := retry.OnError(retry.DefaultBackoff, func(err error) bool {
+		return ctx.Err() == nil && !errors.Is(err, ErrRecordTooLarge) && !errors.Is(err, wave.ErrBadRecord) && !apierrors.IsForbidden(err)
+	}, func() error {
+		var err error
+		acted, err = c.record.Read(ctx)
+		return err
+	})
+	return acted, err
+}
+
+// took notes the namespace m as its handler took it: acted on, unless a
+// change of it waits (Holds.Before, at the record's write).
+func (c *Controller) took(m metav1.Object) {
+	if c.record == nil {
+		return
+	}
+	a := Acted{UID: m.GetUID(), State: namespaceJSON(m)}
+	c.actedMu.Lock()
+	defer c.actedMu.Unlock()
+	if old, ok := c.acted[m.GetName()]; !ok || old.UID != a.UID || string(old.State) != string(a.State) {
+		c.acted[m.GetName()] = a
+		c.dirty = true
+	}
+}
+
+// forgetActed drops a deleted namespace from the record.
+func (c *Controller) forgetActed(name string) {
+	if c.record == nil {
+		return
+	}
+	c.actedMu.Lock()
+	defer c.actedMu.Unlock()
+	if _, ok := c.acted[name]; ok {
+		delete(c.acted, name)
+		c.dirty = true
+	}
+}
+
+// actedInterval is the least time between two writes of the record
+// ConfigMap. A change acted on and not yet written is measured again at a
+// start, from what was written before: held again only when it was held
+// (and then approved, which its annotation still says) or is large.
+const actedInterval = 10 * time.Second
+
+// writeRecord writes the record ConfigMap when what was acted on may have
+// changed since the last write, at most once an actedInterval. A namespace
+// with a change that waits (held, or pending in the Spread) is recorded as
+// it was before the change: a start measures the change again; and the
+// record is written again at the next look, for the wait may end without
+// an event of the namespace.
+func (c *Controller) writeRecord(ctx context.Context) {
+	c.actedMu.Lock()
+	if !c.dirty || !c.recordWrite.AllowN(c.cfg.Clock.Now(), 1) {
+		c.actedMu.Unlock()
+		return
+	}
+	now := c.cfg.Now()
+	entries := make(map[string]Acted, len(c.acted))
+	waiting := false
+	for name, a := range c.acted {
+		if before, ok := c.holds.Before(name, now); ok && json.Valid(before) {
+			a.State, waiting = before, true
+		}
+		entries[name] = a
+	}
+	c.dirty = waiting
+	c.actedMu.Unlock()
+
+	logger := klog.FromContext(ctx)
+	encoded, err := encodeRecord(entries)
+	if err == nil {
+		err = c.record.Write(ctx, encoded, len(entries))
+	}
+	if err != nil {
+		if !errors.Is(err, ErrRecordTooLarge) {
+			c.actedMu.Lock()
+			c.dirty = true // try again at the next look
+			c.actedMu.Unlock()
+		}
+		if err.Error() != c.recordErr {
+			logger.Error(err, "Cannot record the namespaces acted on; a change of a namespace's labels or keep annotation made while no podjanitor runs will not be measured at the next start")
+		}
+		c.recordErr = err.Error()
+		return
+	}
+	if c.recordErr != "" {
+		logger.Info("Recorded the namespaces acted on again", "namespaces", len(entries))
+	}
+	c.recordErr = ""
 }
 
 // RecordInterval is how often the record Lease is looked at again.
@@ -315,6 +495,9 @@ func (c *Controller) RunRecord(ctx context.Context) {
 	defer t.Stop()
 	for {
 		c.Publish(ctx)
+		if c.record != nil {
+			c.writeRecord(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return

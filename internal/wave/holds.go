@@ -32,8 +32,10 @@ type Holds struct {
 	onHeld    func(source string, n int) // the held pods of all scopes
 
 	// spread measures the changes no scope holds together (SetSpread);
-	// nil: none.
-	spread *Spread
+	// nil: none. spreadBefore is, by scope, what the scope was before the
+	// first of its changes that wait there (Before).
+	spread       *Spread
+	spreadBefore map[string][]byte
 
 	mu     sync.Mutex
 	scopes map[string]*scopeHold
@@ -57,7 +59,7 @@ func NewHolds(source string, threshold Threshold, window time.Duration, onHeld f
 		onHeld = func(string, int) {}
 	}
 	return &Holds{source: source, threshold: threshold, window: window, onHeld: onHeld,
-		scopes: map[string]*scopeHold{}, counts: map[string]int{}}
+		scopes: map[string]*scopeHold{}, counts: map[string]int{}, spreadBefore: map[string][]byte{}}
 }
 
 // Change is a change of scope by object from the policy old (its bytes,
@@ -77,7 +79,14 @@ func (h *Holds) Change(scope, object string, old []byte, oldDecide Decide, new [
 	if !held {
 		delete(h.scopes, scope)
 		if h.spread != nil {
+			waiting := h.spread.Has(scope, now)
 			h.spread.Add(scope, ChangeID(old, new), w, now)
+			if !waiting {
+				delete(h.spreadBefore, scope)
+			}
+			if _, ok := h.spreadBefore[scope]; !ok && h.spread.Has(scope, now) {
+				h.spreadBefore[scope] = old
+			}
 		}
 		return Hold{}, false
 	}
@@ -104,6 +113,26 @@ func (h *Holds) Resume(scope, object string, hold Hold, old []byte, oldDecide De
 	hold.Source = h.source
 	g.resume(hold, new, newDecide)
 	h.scopes[scope] = &scopeHold{guard: g, object: object}
+}
+
+// Before is what scope was before the changes of it that are not acted on
+// yet at now: held by the scope's own hold (its baseline) or waiting in the
+// Spread (pending or held there); false when every change of it is acted
+// on.
+func (h *Holds) Before(scope string, now time.Time) ([]byte, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.scopes[scope]; s != nil {
+		if _, held := s.guard.Held(); held {
+			return s.guard.BaselinePolicy(), true
+		}
+	}
+	b, ok := h.spreadBefore[scope]
+	if ok && !h.spread.Has(scope, now) {
+		delete(h.spreadBefore, scope)
+		return nil, false
+	}
+	return b, ok
 }
 
 // Held returns the held change of scope and the object that made it (none

@@ -188,6 +188,16 @@ func (s *Spread) forgetLocked(key string) {
 	}
 }
 
+// Has says whether a change of scope waits in the Spread at now: pending
+// (its pods wait for settle) or held.
+func (s *Spread) Has(scope string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settleLocked(now)
+	_, ok := s.changes[scope]
+	return ok
+}
+
 // Held returns the hold, if any, and the scopes whose changes are in it.
 func (s *Spread) Held() (Hold, []string, bool) {
 	s.mu.Lock()

@@ -155,6 +155,7 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		{"events.k8s.io", "events", "", "create", ns},
 		{"events.k8s.io", "events", "", "patch", ns},
 		{"coordination.k8s.io", "leases", "", "create", rbacNS}, // RBAC cannot restrict create by name
+		{"", "configmaps", "", "create", rbacNS},                // its record of the namespaces (--hold-waves); unnamed, as create is
 		// --metrics-secure: the callers of /metrics, their token and their access.
 		{"authentication.k8s.io", "tokenreviews", "", "create", ""},
 		{"authorization.k8s.io", "subjectaccessreviews", "", "create", ""},
@@ -170,7 +171,9 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 		{"", "namespaces", "", "delete", ""},
 		{"", "secrets", "", "get", ns},
 		{"", "secrets", "", "list", ""},
-		{"", "configmaps", "", "get", rbacNS},
+		{"", "configmaps", "", "get", rbacNS}, // only its own record, by name (below)
+		{"", "configmaps", "", "list", rbacNS},
+		{"", "configmaps", "", "create", metav1.NamespaceSystem},
 		{"", "events", "", "create", ns}, // podjanitor writes events.k8s.io/v1 only
 		{"", "nodes", "", "list", ""},
 		{"", "serviceaccounts", "token", "create", rbacNS},
@@ -210,6 +213,28 @@ func TestRBACIsLeastPrivilege(t *testing.T) {
 	} {
 		if got := saCanName(t, ctx, sa, "coordination.k8s.io", "leases", "", c.verb, c.namespace, c.name); got != c.want {
 			t.Errorf("ServiceAccount can %s Lease %s/%s: %v, want %v", c.verb, c.namespace, c.name, got, c.want)
+		}
+	}
+	// ConfigMaps by name: get and update its record of the namespaces acted on
+	// (--hold-waves), named after the Lease, nothing more on it, and no other
+	// ConfigMap beside it, nor its record elsewhere.
+	record := lease + "-namespaces"
+	for _, c := range []struct {
+		verb, namespace, name string
+		want                  bool
+	}{
+		{"get", rbacNS, record, true},
+		{"update", rbacNS, record, true},
+		{"patch", rbacNS, record, false},
+		{"delete", rbacNS, record, false},
+		{"get", rbacNS, "kube-root-ca.crt", false},
+		{"update", rbacNS, "kube-root-ca.crt", false},
+		{"get", rbacNS, "podjanitor-policy", false},
+		{"get", metav1.NamespaceSystem, record, false},
+		{"update", metav1.NamespaceSystem, record, false},
+	} {
+		if got := saCanName(t, ctx, sa, "", "configmaps", "", c.verb, c.namespace, c.name); got != c.want {
+			t.Errorf("ServiceAccount can %s ConfigMap %s/%s: %v, want %v", c.verb, c.namespace, c.name, got, c.want)
 		}
 	}
 

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/podjanitor/podjanitor/internal/namespacecontroller"
+	"github.com/podjanitor/podjanitor/internal/wave"
+)
+
+// recordName is the record ConfigMap of the fixtures' Lease podjanitor/podjanitor.
+var recordName = namespacecontroller.RecordName("podjanitor")
+
+// recordedNamespaces has the leader record what it acted on of each
+// namespace (its record loop's first look), and returns the record
+// ConfigMap it wrote.
+func (f *fixture) recordedNamespaces() *corev1.ConfigMap {
+	f.t.Helper()
+	cms := f.client.CoreV1().ConfigMaps("podjanitor")
+	var before *corev1.ConfigMap
+	if cm, err := cms.Get(f.ctx, recordName, metav1.GetOptions{}); err == nil {
+		before = cm
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); namespacesOf(f.c).RunRecord(ctx) }()
+	defer func() { cancel(); <-done }()
+	var cm *corev1.ConfigMap
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		cm, err = cms.Get(ctx, recordName, metav1.GetOptions{})
+		return err == nil && (before == nil || !reflect.DeepEqual(cm.BinaryData, before.BinaryData)), nil
+	}); err != nil {
+		f.t.Fatalf("the namespaces acted on are not recorded in configmap podjanitor/%s", recordName)
+	}
+	return cm
+}
+
+// restore puts the record ConfigMap cm of an earlier podjanitor in place.
+func (f *fixture) restore(cm *corev1.ConfigMap) {
+	f.t.Helper()
+	cm = cm.DeepCopy()
+	cm.ResourceVersion = ""
+	if _, err := f.client.CoreV1().ConfigMaps("podjanitor").Create(f.ctx, cm, metav1.CreateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestNamespaceChangedWhileDownIsHeld: podjanitor acts on team-a kept
+// (podjanitor.io/keep) and records it; while no podjanitor runs, the keep
+// comes off, making its 12 pods due at once. The next start measures the
+// namespace against the record, as a change made while it ran: held, none
+// of the 12 removed, until approved on the Namespace. Without the record
+// the start took the namespace as it found it and removed all 12.
+func TestNamespaceChangedWhileDownIsHeld(t *testing.T) {
+	first, _, pods := namespaceWaveFixture(t)
+	first.start(pods)
+	record := first.recordedNamespaces()
+
+	f, ns, pods := namespaceWaveFixtureWith(t, nil, recordedLease(t, "1m"))
+	f.restore(record)
+	f.start(pods)
+	if n := f.deletes(); n != 0 {
+		t.Fatalf("%d pods removed at the start after the keep came off while down, want none", n)
+	}
+	h, _, ok := namespacesOf(f.c).Holds().Held("team-a")
+	if !ok || h.Pods != 12 {
+		t.Fatalf("held %+v, %v; want the change held with 12 pods", h, ok)
+	}
+	if !strings.Contains(f.publishedLease().Annotations[wave.AnnotationHeldNamespaces], h.ID) {
+		t.Error("the hold is not recorded on the Lease")
+	}
+	// Recorded as it was acted on: a second restart still holds it.
+	again := f.recordedNamespacesOrSame()
+	f2, _, pods2 := namespaceWaveFixtureWith(t, nil, recordedLease(t, "1m"))
+	f2.restore(again)
+	f2.start(pods2)
+	if n := f2.deletes(); n != 0 {
+		t.Fatalf("%d pods removed at a second start, want none", n)
+	}
+
+	f.setNamespaceAnnotations(ns, map[string]string{wave.AnnotationApprove: h.ID}, len(pods))
+	if n := f.deletes(); n != 12 {
+		t.Errorf("%d pods removed after the approval, want 12", n)
+	}
+}
+
+// recordedNamespacesOrSame is the record ConfigMap as the leader writes it
+// now (written at its first look, or the same as before).
+func (f *fixture) recordedNamespacesOrSame() *corev1.ConfigMap {
+	f.t.Helper()
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); namespacesOf(f.c).RunRecord(ctx) }()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	<-done
+	cm, err := f.client.CoreV1().ConfigMaps("podjanitor").Get(f.ctx, recordName, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return cm
+}
+
+// TestNamespaceUnchangedWhileDownHoldsNothing: a start over a namespace as
+// recorded holds nothing: its 12 due pods go.
+func TestNamespaceUnchangedWhileDownHoldsNothing(t *testing.T) {
+	first, _, pods := namespaceWaveFixtureWith(t, nil, nil)
+	first.start(pods)
+	record := first.recordedNamespaces()
+
+	f, _, pods := namespaceWaveFixtureWith(t, nil, recordedLease(t, "1m"))
+	f.restore(record)
+	f.start(pods)
+	if _, _, ok := namespacesOf(f.c).Holds().Held("team-a"); ok {
+		t.Error("a namespace as recorded is held")
+	}
+	if n := f.deletes(); n != 12 {
+		t.Errorf("%d pods removed, want 12", n)
+	}
+}
+
+// TestNamespaceMadeAgainWhileDownIsNew: team-a deleted and made again
+// (another UID) without the keep while no podjanitor ran is a new
+// namespace, not a change: its pods go as they are.
+func TestNamespaceMadeAgainWhileDownIsNew(t *testing.T) {
+	first, _, pods := namespaceWaveFixture(t)
+	first.start(pods)
+	record := first.recordedNamespaces()
+
+	f, ns, pods := namespaceWaveFixtureWith(t, nil, recordedLease(t, "1m"))
+	ns = ns.DeepCopy()
+	ns.UID = "uid-team-a-again"
+	ns.ResourceVersion = ""
+	if _, err := f.client.CoreV1().Namespaces().Update(f.ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		m, ok := namespaceCached(f, "team-a")
+		return ok && m.GetUID() == ns.UID, nil
+	}); err != nil {
+		t.Fatal("the namespace cache does not have the namespace made again")
+	}
+	f.restore(record)
+	f.start(pods)
+	if _, _, ok := namespacesOf(f.c).Holds().Held("team-a"); ok {
+		t.Error("a namespace made again is held as a change")
+	}
+	if n := f.deletes(); n != 12 {
+		t.Errorf("%d pods removed, want 12", n)
+	}
+}
+
+func namespaceCached(f *fixture, name string) (metav1.Object, bool) {
+	obj, ok, err := f.c.namespaceCache.GetByKey(name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	m, ok := obj.(metav1.Object)
+	return m, ok
+}
+
+// TestNamespaceRecordThatDoesNotParse: the start fails, naming the
+// ConfigMap, rather than act on changes it cannot measure.
+func TestNamespaceRecordThatDoesNotParse(t *testing.T) {
+	f, _, pods := namespaceWaveFixtureWith(t, nil, recordedLease(t, "1m"))
+	f.restore(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: recordName},
+		BinaryData: map[string][]byte{"namespaces.json.gz": []byte("not gzip")}})
+	err := f.c.startWave(f.ctx)
+	if err == nil || !strings.Contains(err.Error(), "configmap podjanitor/"+recordName) {
+		t.Fatalf("start: %v, want an error naming the ConfigMap", err)
+	}
+	if n := f.deletes(); n != 0 || len(pods) == 0 {
+		t.Errorf("%d pods removed", n)
+	}
+}
+
+// TestNamespaceRecordForbidden: a record podjanitor may not read (RBAC of
+// an older release) measures nothing and starts: the pods go as before.
+func TestNamespaceRecordForbidden(t *testing.T) {
+	f, _, pods := namespaceWaveFixtureWith(t, nil, recordedLease(t, "1m"))
+	f.client.PrependReactor("get", "configmaps", func(core.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(corev1.Resource("configmaps"), recordName, nil)
+	})
+	f.start(pods)
+	if n := f.deletes(); n != 12 {
+		t.Errorf("%d pods removed, want 12", n)
+	}
+}
+
+// TestSpreadChangeMadeBeforeARestartIsHeldAgain: the keep taken off 4
+// namespaces of 5 pods each is held as one change across them (the
+// Spread); podjanitor restarts. The Spread's hold lived in memory, but the
+// record says what was acted on of each namespace (kept, before the
+// change): the start measures each again and the Spread holds them again.
+// Without the record the restart removed all 20.
+func TestSpreadChangeMadeBeforeARestartIsHeldAgain(t *testing.T) {
+	first, namespaces := spreadFixture(t, 4)
+	first.takeKeepOffAll(namespaces)
+	if _, _, ok := first.c.spread.Held(); !ok {
+		t.Fatal("the change in 4 namespaces is not held")
+	}
+	record := first.recordedNamespaces()
+
+	f, _ := spreadFixtureWith(t, 4, nil)
+	if _, err := f.client.CoordinationV1().Leases("podjanitor").Create(f.ctx, recordedLease(t, "1m"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.restore(record)
+	if err := f.c.startWave(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range f.c.pods.ListKeys() {
+		key, err := cache.ParseObjectName(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.process(key)
+	}
+	if n := f.deletes(); n != 0 {
+		t.Fatalf("%d pods removed after the restart, want none", n)
+	}
+	if h, _, ok := f.c.spread.Held(); !ok || h.Pods != 20 {
+		t.Errorf("spread held %+v, %v after the restart; want 20 pods", h, ok)
+	}
+}
