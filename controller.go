@@ -411,12 +411,13 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, synced...) {
 		return errors.New("pod, namespace and tenant policy caches did not sync")
 	}
+	// The leader reports holds in Events, those its start measures too.
+	c.namespaces.Lead()
 	if c.waves != nil {
 		if err := c.startWave(ctx); err != nil {
 			return err
 		}
 	}
-	c.namespaces.Lead()
 	// The first pass decides every cached pod before a removal slot is
 	// handed out, so that a backlog goes most overdue first, not in the
 	// order the pods were listed; at most firstPassHold, so that a pass

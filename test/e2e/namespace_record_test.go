@@ -118,12 +118,12 @@ func recordedNamespaces(ctx context.Context, t *testing.T, ns string) map[string
 func namespaceRemovalsHeldEvent(t *testing.T, ns, command string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := client.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reason=RemovalsHeld,regarding.kind=Namespace,regarding.name=" + ns})
+		list, err := client.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reason=RemovalsHeld"})
 		if err != nil {
 			return false, nil
 		}
 		for _, e := range list.Items {
-			if strings.Contains(e.Note, command) {
+			if e.Regarding.Kind == "Namespace" && e.Regarding.Name == ns && strings.Contains(e.Note, command) {
 				return true, nil
 			}
 		}
