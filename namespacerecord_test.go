@@ -235,3 +235,46 @@ func TestSpreadChangeMadeBeforeARestartIsHeldAgain(t *testing.T) {
 		t.Errorf("spread held %+v, %v after the restart; want 20 pods", h, ok)
 	}
 }
+
+// TestNamespaceApprovalIsUsedOnce: the keep taken off team-a is held and
+// approved on the Namespace; the annotation stays there (podjanitor cannot
+// write Namespaces). The keep put back and taken off again is the same
+// change made again: held again, under another ID, which the old approval
+// does not match, in the same process and across a restart (the record
+// keeps the approval taken). Before, its ID was the same and the approval
+// left on the Namespace let it through at once.
+func TestNamespaceApprovalIsUsedOnce(t *testing.T) {
+	f, ns, pods := namespaceWaveFixture(t)
+	f.takeKeepOff(ns, pods)
+	first, _, ok := namespacesOf(f.c).Holds().Held("team-a")
+	if !ok {
+		t.Fatal("the keep taken off is not held")
+	}
+	approved := map[string]string{wave.AnnotationApprove: first.ID}
+	f.setNamespaceAnnotations(ns, approved, len(pods))
+	if n := f.deletes(); n != 12 {
+		t.Fatalf("%d pods removed after the approval, want 12", n)
+	}
+	f.setNamespaceAnnotations(ns, map[string]string{wave.AnnotationApprove: first.ID, "podjanitor.io/keep": "true"}, len(pods))
+	f.setNamespaceAnnotations(ns, approved, len(pods))
+	again, _, ok := namespacesOf(f.c).Holds().Held("team-a")
+	if !ok || again.ID == first.ID {
+		t.Fatalf("the change made again: held %+v, %v; want it held under an ID other than %s", again, ok, first.ID)
+	}
+	if n := f.deletes(); n != 12 {
+		t.Errorf("%d pods removed, want the 12 of the first approval alone", n)
+	}
+
+	// Put back, recorded, and taken off again while no podjanitor runs.
+	f.setNamespaceAnnotations(ns, map[string]string{wave.AnnotationApprove: first.ID, "podjanitor.io/keep": "true"}, len(pods))
+	record := f.recordedNamespaces()
+	f2, _, pods2 := namespaceWaveFixtureWith(t, approved, recordedLease(t, "1m"))
+	f2.restore(record)
+	f2.start(pods2)
+	if n := f2.deletes(); n != 0 {
+		t.Fatalf("%d pods removed at the start by the approval of an earlier occurrence, want none", n)
+	}
+	if h, _, ok := namespacesOf(f2.c).Holds().Held("team-a"); !ok || h.ID == first.ID {
+		t.Errorf("after the restart: held %+v, %v; want it held under an ID other than %s", h, ok, first.ID)
+	}
+}

@@ -2,7 +2,9 @@
 // decisions read of a namespace (its labels and keep annotation) as the
 // namespace cache has it (Info), the re-decision of a namespace's pods when
 // that changes, the hold of a change that makes too many of them due at once
-// (--hold-waves) with its approval and its record on the Lease, a fresh read
+// (--hold-waves) with its approval (used once) and its record on the Lease,
+// the record of what was acted on of each namespace for the next start
+// (Record, a ConfigMap), a fresh read
 // before a removal (Reader), one warning per invalid keep value (Warnings),
 // and the health of the namespace watch (WatchHealth).
 //
@@ -96,13 +98,16 @@ type Controller struct {
 	// which every replica's informers hear of.
 	leading atomic.Bool
 
+	// used is, by namespace, the last approval taken of it: a change's ID
+	// is salted with it (stateJSON), so that an approval is used once.
 	// record keeps what was acted on of each namespace (nil: not kept);
 	// acted is each namespace as its handler last took it (once measured),
 	// dirty says the record may differ from it, and recordWrite bounds its
-	// writes (actedInterval).
-	record      *Record
+	// writes (actedInterval). actedMu guards them.
 	actedMu     sync.Mutex
-	acted       map[string]Acted
+	used        map[string]string
+	record      *Record
+	acted       map[string]*metav1.ObjectMeta
 	dirty       bool
 	recordWrite *rate.Limiter
 	recordErr   string
@@ -115,6 +120,7 @@ func New(ctx context.Context, informer cache.SharedIndexInformer, cfg Config) (*
 	c := &Controller{
 		cfg:          cfg,
 		namespaces:   informer.GetIndexer(),
+		used:         map[string]string{},
 		changed:      make(chan struct{}, 1),
 		recordWrites: rate.NewLimiter(recordRate, RecordBurst),
 	}
@@ -125,7 +131,7 @@ func New(ctx context.Context, informer cache.SharedIndexInformer, cfg Config) (*
 		}
 		if cfg.ConfigMaps != nil {
 			c.record = &Record{Client: cfg.ConfigMaps, Namespace: w.Record.Namespace, Name: RecordName(w.Record.Name)}
-			c.acted = map[string]Acted{}
+			c.acted = map[string]*metav1.ObjectMeta{}
 			c.recordWrite = rate.NewLimiter(rate.Every(actedInterval), 1)
 		}
 	}
@@ -227,7 +233,7 @@ func (c *Controller) Measure(old, cur metav1.Object) {
 	}
 	name := cur.GetName()
 	object := "namespace/" + name
-	if before, after := namespaceJSON(old), namespaceJSON(cur); string(before) != string(after) {
+	if before, after := c.stateJSON(old), c.stateJSON(cur); string(before) != string(after) {
 		defer c.mayHaveChanged() // held, or a revert that ends a hold
 		if h, held := c.holds.Change(name, object, before, c.decider(old), after, c.decider(cur), podcache.PodsOf(c.cfg.Pods, name), c.cfg.Now()); held {
 			command := ApproveCommand(name, h.ID)
@@ -241,6 +247,7 @@ func (c *Controller) Measure(old, cur metav1.Object) {
 	}
 	if id := cur.GetAnnotations()[podcache.ApproveWaveAnnotation]; id != "" {
 		if keys, ok := c.holds.Approve(name, object, id); ok {
+			c.setUsed(name, id)
 			c.mayHaveChanged()
 			klog.Background().Info("Namespace's wave approved, removing its pods at the removal rate", "namespace", name, "change", id, "pods", len(keys))
 			if c.leading.Load() {
@@ -261,9 +268,32 @@ func ApproveCommand(namespace, id string) string {
 	return fmt.Sprintf("kubectl annotate namespace %s --overwrite %s=%s", namespace, wave.AnnotationApprove, id)
 }
 
+// stateJSON is namespaceJSON of m with the last approval taken of it.
+func (c *Controller) stateJSON(m metav1.Object) []byte {
+	c.actedMu.Lock()
+	used := c.used[m.GetName()]
+	c.actedMu.Unlock()
+	return namespaceJSON(m, used)
+}
+
+// setUsed records id as the last approval taken of the namespace: the
+// next change's ID differs from it, whatever the change (the same change
+// reverted and made again included), so that the approval, left on the
+// Namespace (podjanitor cannot write Namespaces), approves it no more.
+func (c *Controller) setUsed(namespace, id string) {
+	c.actedMu.Lock()
+	defer c.actedMu.Unlock()
+	if c.used[namespace] != id {
+		c.used[namespace] = id
+		c.dirty = true
+	}
+}
+
 // namespaceJSON names what decisions read of a namespace in a change ID: its
-// labels and the annotations the cache keeps, but the approval.
-func namespaceJSON(m metav1.Object) []byte {
+// labels and the annotations the cache keeps, but the approval; and used,
+// the last approval taken of it ("" for none), which tells one occurrence
+// of a change from the next.
+func namespaceJSON(m metav1.Object, used string) []byte {
 	annotations := maps.Clone(m.GetAnnotations())
 	delete(annotations, podcache.ApproveWaveAnnotation)
 	if len(annotations) == 0 {
@@ -273,7 +303,11 @@ func namespaceJSON(m metav1.Object) []byte {
 	if len(labels) == 0 {
 		labels = nil
 	}
-	b, err := json.Marshal(map[string]any{"namespace": m.GetName(), "labels": labels, "annotations": annotations})
+	state := map[string]any{"namespace": m.GetName(), "labels": labels, "annotations": annotations}
+	if used != "" {
+		state["approvalUsed"] = used
+	}
+	b, err := json.Marshal(state)
 	if err != nil {
 		return []byte(m.GetName())
 	}
@@ -283,14 +317,23 @@ func namespaceJSON(m metav1.Object) []byte {
 // NamespaceFromJSON is the namespace name as namespaceJSON wrote it: its
 // labels and the annotations the cache keeps.
 func NamespaceFromJSON(name string, b []byte) (*metav1.ObjectMeta, error) {
-	var m struct {
-		Labels      map[string]string `json:"labels"`
-		Annotations map[string]string `json:"annotations"`
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
+	m, err := stateFromJSON(b)
+	if err != nil {
 		return nil, err
 	}
 	return &metav1.ObjectMeta{Name: name, Labels: m.Labels, Annotations: m.Annotations}, nil
+}
+
+type state struct {
+	Labels       map[string]string `json:"labels"`
+	Annotations  map[string]string `json:"annotations"`
+	ApprovalUsed string            `json:"approvalUsed"`
+}
+
+func stateFromJSON(b []byte) (state, error) {
+	var m state
+	err := json.Unmarshal(b, &m)
+	return m, err
 }
 
 // decider decides pods as the running evaluator does, with m for their
@@ -325,6 +368,21 @@ func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) er
 	}
 	c.published = recorded
 	logger := klog.FromContext(ctx)
+	var acted map[string]Acted
+	if c.record != nil {
+		acted, err = c.readRecord(ctx)
+		switch {
+		case errors.Is(err, ErrRecordTooLarge):
+			logger.Info("Warning: the last leader could not record the namespaces it acted on; changes of their labels or keep annotation made while no podjanitor ran are not measured", "err", err.Error())
+		case apierrors.IsForbidden(err):
+			logger.Error(err, "Cannot read the namespaces the last leader acted on (RBAC: get configmaps by name in podjanitor's namespace); changes of their labels or keep annotation made while no podjanitor ran are not measured")
+		case err != nil:
+			return fmt.Errorf("--hold-waves: the namespaces the last leader acted on: %w", err)
+		}
+		if err := c.loadUsed(acted); err != nil {
+			return err
+		}
+	}
 	for name, rec := range recorded {
 		cur, ok := c.cached(name)
 		if !ok {
@@ -338,27 +396,13 @@ func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) er
 		logger.Info("Measuring again a namespace change the last leader held", "namespace", name, "change", rec.Change, "pods", rec.Pods)
 		c.Measure(old, cur)
 	}
-	if c.record == nil {
-		return nil
-	}
-	acted, err := c.readRecord(ctx)
-	switch {
-	case errors.Is(err, ErrRecordTooLarge):
-		logger.Info("Warning: the last leader could not record the namespaces it acted on; changes of their labels or keep annotation made while no podjanitor ran are not measured", "err", err.Error())
-		return nil
-	case apierrors.IsForbidden(err):
-		logger.Error(err, "Cannot read the namespaces the last leader acted on (RBAC: get configmaps by name in podjanitor's namespace); changes of their labels or keep annotation made while no podjanitor ran are not measured")
-		return nil
-	case err != nil:
-		return fmt.Errorf("--hold-waves: the namespaces the last leader acted on: %w", err)
-	}
 	changed := 0
 	for _, name := range slices.Sorted(maps.Keys(acted)) {
 		if _, held := recorded[name]; held {
 			continue
 		}
 		cur, ok := c.cached(name)
-		if !ok || cur.GetUID() != acted[name].UID || string(acted[name].State) == string(namespaceJSON(cur)) {
+		if !ok || cur.GetUID() != acted[name].UID || string(acted[name].State) == string(c.stateJSON(cur)) {
 			continue
 		}
 		old, err := NamespaceFromJSON(name, acted[name].State)
@@ -372,6 +416,28 @@ func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) er
 	}
 	if changed > 0 {
 		logger.Info("Measured the namespace changes made while no podjanitor ran", "namespaces", changed)
+	}
+	return nil
+}
+
+// loadUsed takes the last approval taken of each namespace from the record
+// (for the namespaces still there, under the same UID), unless one was
+// taken since (a standby's handler takes approvals too).
+func (c *Controller) loadUsed(acted map[string]Acted) error {
+	c.actedMu.Lock()
+	defer c.actedMu.Unlock()
+	for name, a := range acted {
+		cur, ok := c.cached(name)
+		if !ok || cur.GetUID() != a.UID {
+			continue
+		}
+		st, err := stateFromJSON(a.State)
+		if err != nil {
+			return fmt.Errorf("--hold-waves: configmap %s/%s: namespace %s: %w: %w", c.record.Namespace, c.record.Name, name, wave.ErrBadRecord, err)
+		}
+		if _, taken := c.used[name]; !taken && st.ApprovalUsed != "" {
+			c.used[name] = st.ApprovalUsed
+		}
 	}
 	return nil
 }
@@ -406,22 +472,19 @@ func (c *Controller) took(m metav1.Object) {
 	if c.record == nil {
 		return
 	}
-	a := Acted{UID: m.GetUID(), State: namespaceJSON(m)}
 	c.actedMu.Lock()
 	defer c.actedMu.Unlock()
-	if old, ok := c.acted[m.GetName()]; !ok || old.UID != a.UID || string(old.State) != string(a.State) {
-		c.acted[m.GetName()] = a
+	if old, ok := c.acted[m.GetName()]; !ok || old.UID != m.GetUID() || !maps.Equal(old.Labels, m.GetLabels()) || !maps.Equal(old.Annotations, m.GetAnnotations()) {
+		c.acted[m.GetName()] = &metav1.ObjectMeta{Name: m.GetName(), UID: m.GetUID(), Labels: m.GetLabels(), Annotations: m.GetAnnotations()}
 		c.dirty = true
 	}
 }
 
 // forgetActed drops a deleted namespace from the record.
 func (c *Controller) forgetActed(name string) {
-	if c.record == nil {
-		return
-	}
 	c.actedMu.Lock()
 	defer c.actedMu.Unlock()
+	delete(c.used, name)
 	if _, ok := c.acted[name]; ok {
 		delete(c.acted, name)
 		c.dirty = true
@@ -449,7 +512,8 @@ func (c *Controller) writeRecord(ctx context.Context) {
 	now := c.cfg.Now()
 	entries := make(map[string]Acted, len(c.acted))
 	waiting := false
-	for name, a := range c.acted {
+	for name, m := range c.acted {
+		a := Acted{UID: m.UID, State: namespaceJSON(m, c.used[name])}
 		if before, ok := c.holds.Before(name, now); ok && json.Valid(before) {
 			a.State, waiting = before, true
 		}

@@ -161,7 +161,7 @@ func encodeRecord(acted map[string]Acted) ([]byte, error) {
 
 // maxRecordJSON bounds what a record may inflate to (a gzip bomb in a
 // hand-made ConfigMap).
-const maxRecordJSON = 256 << 20
+const maxRecordJSON = 64 << 20
 
 func decodeRecord(b []byte) (map[string]Acted, error) {
 	z, err := gzip.NewReader(bytes.NewReader(b))

@@ -21,7 +21,7 @@ func actedOf(n int) map[string]Acted {
 	for i := range n {
 		name := fmt.Sprintf("team-%d", i)
 		m := &metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/metadata.name": name, "tier": "dev"}}
-		acted[name] = Acted{UID: types.UID(fmt.Sprintf("uid-%08d", i)), State: namespaceJSON(m)}
+		acted[name] = Acted{UID: types.UID(fmt.Sprintf("uid-%08d", i)), State: namespaceJSON(m, "")}
 	}
 	return acted
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -27,6 +28,8 @@ import (
 // of its 150 removed, until a cluster admin approves the change on the
 // Namespace; then all go. The small change goes without a hold. Before,
 // the start took the namespaces as it found them and removed all 160.
+// The approval is used once: the same change made again later over 150 new
+// pods is held again and needs an approval of its own.
 func TestNamespaceChangedWhileDownIsHeld(t *testing.T) {
 	t.Parallel()
 	big, small, home := newNamespace(t), newNamespace(t), newNamespace(t)
@@ -79,6 +82,31 @@ func TestNamespaceChangedWhileDownIsHeld(t *testing.T) {
 
 	patchNamespace(t, big, map[string]any{"annotations": map[string]any{approveWave: id}})
 	for _, p := range bigPods {
+		rb.waitRemoved(t, p, 2*time.Minute)
+	}
+
+	// The approval is used once: the keep put back over 150 new pods and
+	// taken off again (the same change, made again) is held again, under
+	// another ID, with the old approval still on the Namespace.
+	patchNamespace(t, big, map[string]any{"annotations": map[string]any{prefix + "keep": "true"}})
+	morePods := createPods(t, 150, func(i int) *corev1.Pod { return pod(big, fmt.Sprintf("again-%04d", i), label("wave", run)) })
+	time.Sleep(2 * time.Second) // past every pod's 1s: kept
+	patchNamespace(t, big, map[string]any{"annotations": map[string]any{prefix + "keep": nil}})
+	var again string
+	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		for _, m := range heldLine.FindAllStringSubmatch(second.log(), -1) {
+			if m[1] != id {
+				again = m[1]
+			}
+		}
+		return again != "", nil
+	}); err != nil {
+		t.Fatal("the same change made again is not held under a new ID")
+	}
+	time.Sleep(3 * time.Second)
+	noneRemoved(t, rb.removals, morePods)
+	patchNamespace(t, big, map[string]any{"annotations": map[string]any{approveWave: again}})
+	for _, p := range morePods {
 		rb.waitRemoved(t, p, 2*time.Minute)
 	}
 }
