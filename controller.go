@@ -136,6 +136,7 @@ type namespaces interface {
 type tenantPolicies interface {
 	Store() *tenant.Store
 	Observe(podKey string, d policy.Decision)
+	MarkNamespaces(namespaces []string)
 	Confirm(ctx context.Context, d policy.Decision) error
 	ApplyPending(namespace string)
 	HasSynced() bool
@@ -339,6 +340,11 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 	c.tenants = t
 	if h := t.Holds(); h != nil {
 		c.holders = append(c.holders, h)
+	}
+	if c.spread != nil {
+		// A tenant policy's change held with other namespaces' says so
+		// in its status, which a restart reads as not acted on.
+		c.spread.held = t.MarkNamespaces
 	}
 	e := *c.evaluator.Load()
 	e.Tenants = t.Store()

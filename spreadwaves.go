@@ -33,6 +33,9 @@ type spreadWaves struct {
 	reporter *events.Reporter
 	// requeue decides a pod again: the held change was approved.
 	requeue func(cache.ObjectName)
+	// held is told the namespaces of a hold as it starts and as it is
+	// approved (their tenant policies' status says so); nil: none.
+	held func(namespaces []string)
 }
 
 // newSpreadWaves measures the changes of w's namespaces against the
@@ -71,6 +74,15 @@ func (w *spreadWaves) run(ctx context.Context) {
 	ticker := w.clock.NewTicker(waveRecordInterval)
 	defer ticker.Stop()
 	published, used := wave.Hold{}, ""
+	// stale: the Lease records a hold of an earlier leader, which this
+	// one's replaces, or takes off if it holds none (the changes were
+	// reverted, or approved, while none ran).
+	stale := false
+	if record.Client != nil {
+		if l, err := record.Read(ctx); err == nil && l != nil {
+			_, stale = l.Annotations[wave.AnnotationHeldSpread]
+		}
+	}
 	for {
 		h, inHold, held := w.Held()
 		switch {
@@ -80,9 +92,12 @@ func (w *spreadWaves) run(ctx context.Context) {
 				break
 			}
 			first := h.ID != published.ID
-			published, used = h, ""
+			published, used, stale = h, "", false
 			if !first {
 				break
+			}
+			if w.held != nil {
+				w.held(inHold)
 			}
 			what := fmt.Sprintf("changes of %d namespaces' tenant policies or labels made together (%s)", len(inHold), wave.SpreadNamespaces(inHold))
 			logger.Info("Holding the removals of changes made in many namespaces together: too many pods due at once in all",
@@ -103,6 +118,9 @@ func (w *spreadWaves) run(ctx context.Context) {
 			}
 			logger.Info("Wave of many namespaces' changes approved, removing its pods at the removal rate", "change", id, "pods", len(keys))
 			w.reporter.RemovalsApproved(record.Ref(), id, len(keys))
+			if w.held != nil {
+				w.held(inHold)
+			}
 			for _, k := range keys {
 				if name, err := cache.ParseObjectName(k); err == nil {
 					w.requeue(name)
@@ -110,7 +128,7 @@ func (w *spreadWaves) run(ctx context.Context) {
 			}
 			used = id
 			fallthrough
-		case published.ID != "" || used != "":
+		case published.ID != "" || used != "" || stale:
 			if _, _, still := w.Held(); still {
 				break
 			}
@@ -118,7 +136,7 @@ func (w *spreadWaves) run(ctx context.Context) {
 				logger.Error(err, "Cannot record the end of the held wave of many namespaces' changes")
 				break
 			}
-			published, used = wave.Hold{}, ""
+			published, used, stale = wave.Hold{}, "", false
 		}
 		select {
 		case <-ctx.Done():

@@ -741,3 +741,63 @@ func TestUsedTenantApprovalUnderAPIErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestTenantChangeHeldAcrossNamespacesIsNotActedOn: one policy created in 4
+// namespaces of 5 pods each: no namespace holds its own (5 pods), the
+// Spread holds the 20 together. Each policy's status says so
+// (RemovalsHeldAcrossNamespaces, with the Lease's approval command), which
+// a restart reads as not acted on, and measures again; approved, it is
+// True. Before, the status said True while held, and a restart acted on
+// the policies at once.
+func TestTenantChangeHeldAcrossNamespacesIsNotActedOn(t *testing.T) {
+	var pods []*corev1.Pod
+	for i := range 4 {
+		for j := range 5 {
+			pods = append(pods, tenantPod(fmt.Sprintf("p%d", j), fmt.Sprintf("team-%d", i), t0.Add(-2*time.Hour), nil))
+		}
+	}
+	opts := Options{Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
+		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
+	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods)
+	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	for i := range 4 {
+		ns := fmt.Sprintf("team-%d", i)
+		if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies(ns).Create(f.ctx, lifetimePolicy(ns, "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.waitQueued(5)
+		f.drain()
+	}
+	if n := len(f.podWrites()); n != 0 {
+		t.Fatalf("%d pod removals, want none while the 4 namespaces' changes are held", n)
+	}
+	h, scopes, held := f.c.spread.Held()
+	if !held || len(scopes) != 4 {
+		t.Fatalf("spread held %+v over %v, %v; want the 4 namespaces' changes held", h, scopes, held)
+	}
+	tc := f.c.tenants.(*tenantcontroller.Controller)
+	status := func(ns string) (*v1alpha1.PodLifetimePolicy, *metav1.Condition) {
+		p, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies(ns).Get(f.ctx, "cleanup", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Status = tc.Status(p, tenantPolicy(f.c, ns+"/cleanup"))
+		return p, meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
+	}
+	for i := range 4 {
+		p, cond := status(fmt.Sprintf("team-%d", i))
+		if cond.Status != metav1.ConditionFalse || cond.Reason != wave.ReasonRemovalsHeldAcrossNamespaces ||
+			!strings.Contains(cond.Message, "kubectl annotate lease -n podjanitor podjanitor --overwrite podjanitor.io/approve-wave="+h.ID) {
+			t.Errorf("Ready %+v, want False, %s, with the Lease's approval command", cond, wave.ReasonRemovalsHeldAcrossNamespaces)
+		}
+		if tenantcontroller.ActedOn(p) {
+			t.Errorf("policy %s/%s: its status says acted on while its change is held", p.Namespace, p.Name)
+		}
+	}
+	if _, ok := f.c.spread.Approve(h.ID); !ok {
+		t.Fatal("approving the spread's hold")
+	}
+	if p, cond := status("team-0"); cond.Status != metav1.ConditionTrue || !tenantcontroller.ActedOn(p) {
+		t.Errorf("Ready %+v after the approval, want True", cond)
+	}
+}

@@ -13,6 +13,7 @@
 package namespacecontroller
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -111,6 +112,7 @@ type Controller struct {
 	dirty       bool
 	recordWrite *rate.Limiter
 	recordErr   string
+	written     []byte // the record as last written
 }
 
 // New follows the namespaces of informer (podcache.NamespaceTransform's
@@ -132,7 +134,7 @@ func New(ctx context.Context, informer cache.SharedIndexInformer, cfg Config) (*
 		if cfg.ConfigMaps != nil {
 			c.record = &Record{Client: cfg.ConfigMaps, Namespace: w.Record.Namespace, Name: RecordName(w.Record.Name)}
 			c.acted = map[string]*metav1.ObjectMeta{}
-			c.recordWrite = rate.NewLimiter(rate.Every(actedInterval), 1)
+			c.recordWrite = rate.NewLimiter(rate.Every(actedInterval), actedBurst)
 		}
 	}
 	handler, err := informer.AddEventHandlerWithOptions(c.eventHandler(), cache.HandlerOptions{Logger: &logger})
@@ -491,14 +493,21 @@ func (c *Controller) forgetActed(name string) {
 	}
 }
 
-// actedInterval is the least time between two writes of the record
-// ConfigMap. A change acted on and not yet written is measured again at a
-// start, from what was written before: held again only when it was held
-// (and then approved, which its annotation still says) or is large.
-const actedInterval = 10 * time.Second
+// actedInterval and actedBurst bound the writes of the record ConfigMap: a
+// namespace's change is written at the record's next look (RecordInterval,
+// or at once when a hold starts or ends), at most actedBurst writes in a
+// row and then one an actedInterval. A change acted on and not yet written
+// is measured again at a start, from what was written before: held again
+// only when it was held (and then approved, which the record of the approval
+// taken still says) or is large; a namespace made and not yet written is
+// new to a start, its changes not measured.
+const (
+	actedInterval = 10 * time.Second
+	actedBurst    = 5
+)
 
 // writeRecord writes the record ConfigMap when what was acted on may have
-// changed since the last write, at most once an actedInterval. A namespace
+// changed since the last write, within actedInterval and actedBurst. A namespace
 // with a change that waits (held, or pending in the Spread) is recorded as
 // it was before the change: a start measures the change again; and the
 // record is written again at the next look, for the wait may end without
@@ -524,6 +533,9 @@ func (c *Controller) writeRecord(ctx context.Context) {
 
 	logger := klog.FromContext(ctx)
 	encoded, err := encodeRecord(entries)
+	if err == nil && bytes.Equal(encoded, c.written) {
+		return
+	}
 	if err == nil {
 		err = c.record.Write(ctx, encoded, len(entries))
 	}
@@ -542,7 +554,7 @@ func (c *Controller) writeRecord(ctx context.Context) {
 	if c.recordErr != "" {
 		logger.Info("Recorded the namespaces acted on again", "namespaces", len(entries))
 	}
-	c.recordErr = ""
+	c.recordErr, c.written = "", encoded
 }
 
 // RecordInterval is how often the record Lease is looked at again.

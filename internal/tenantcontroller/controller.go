@@ -319,7 +319,7 @@ func (c *Controller) PolicyChanged(obj interface{}, enqueue bool) {
 	// before the last leader stopped, its status not written yet). Nothing
 	// says what was acted on before it: measured against the namespace
 	// without it, as a creation, at the namespace's pass.
-	unseen := !enqueue && c.holds != nil && p.DeletionTimestamp == nil && !actedOn(p)
+	unseen := !enqueue && c.holds != nil && p.DeletionTimestamp == nil && !ActedOn(p)
 	c.reader.Forget(p.Namespace, p.Name)
 	c.mu.Lock()
 	if c.converted[p.Namespace] == nil {
@@ -371,13 +371,13 @@ func (c *Controller) setPendingLocked(p *v1alpha1.PodLifetimePolicy, ops []tenan
 	c.pendingBy[p.Namespace] = p
 }
 
-// actedOn reports whether p's status says a podjanitor acted on its
+// ActedOn reports whether p's status says a podjanitor acted on its
 // current generation: its Ready condition observed it, and it was used
 // (True) or its change held (RemovalsHeld, resumed by resumeTenantWave).
 // A policy its status says was not used (over the namespace's limits,
 // refused by a restriction) that a start with other limits or restrictions
 // uses is so measured as a creation, like one never seen.
-func actedOn(p *v1alpha1.PodLifetimePolicy) bool {
+func ActedOn(p *v1alpha1.PodLifetimePolicy) bool {
 	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
 	return c != nil && c.ObservedGeneration == p.Generation && (c.Status == metav1.ConditionTrue || c.Reason == wave.ReasonRemovalsHeld)
 }
@@ -823,6 +823,12 @@ func (c *Controller) Status(p *v1alpha1.PodLifetimePolicy, seen Seen) v1alpha1.P
 		if h, held := c.tenantHeld(p); held {
 			cond.Status, cond.Reason = metav1.ConditionFalse, wave.ReasonRemovalsHeld
 			cond.Message = HeldMessage(p, h)
+		} else if h, object, held := c.holds.SpreadHeld(p.Namespace, c.cfg.Now()); held && object == p.Namespace+"/"+p.Name {
+			// Not acted on yet: a restart measures the policy again, and
+			// holds it with the other namespaces' changes again.
+			cond.Status, cond.Reason = metav1.ConditionFalse, wave.ReasonRemovalsHeldAcrossNamespaces
+			cond.Message = fmt.Sprintf("change %s holds %d pod removal(s) in all: this change, made with the changes of other namespaces, makes them due at once; podjanitor removes none of them until a cluster admin approves it on its Lease (%s) or the changes are reverted",
+				h.ID, h.Pods, c.cfg.Waves.Record.ApproveCommand(h.ID))
 		}
 		n, next := c.tracker.Summary(p.Namespace + "/" + p.Name)
 		status.PodsWithDeadline, status.NextDeadline = int32(n), nil
@@ -1087,6 +1093,27 @@ func (c *Controller) tenantHeld(p *v1alpha1.PodLifetimePolicy) (wave.Hold, bool)
 	}
 	h, object, ok := c.holds.Held(p.Namespace)
 	return h, ok && object == p.Namespace+"/"+p.Name
+}
+
+// MarkNamespaces has the status of every policy of namespaces written again,
+// if it changed: a hold of many namespaces' changes together started or
+// ended.
+func (c *Controller) MarkNamespaces(namespaces []string) {
+	in := map[string]bool{}
+	for _, ns := range namespaces {
+		in[ns] = true
+	}
+	var keys []string
+	c.mu.Lock()
+	for key := range c.seen {
+		if ns, _, _ := strings.Cut(key, "/"); in[ns] {
+			keys = append(keys, key)
+		}
+	}
+	c.mu.Unlock()
+	for _, key := range keys {
+		c.status.Mark(key)
+	}
 }
 
 // HeldMessage is the Ready condition's message of a policy whose

@@ -2,6 +2,7 @@ package wave
 
 import (
 	"iter"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +21,11 @@ const SourceNamespace = "namespace"
 // whose change is held.
 const ReasonRemovalsHeld = "RemovalsHeld"
 
+// ReasonRemovalsHeldAcrossNamespaces is the Ready condition's reason of a
+// PodLifetimePolicy whose change is held with other namespaces' changes
+// (Spread), on the Lease.
+const ReasonRemovalsHeldAcrossNamespaces = "RemovalsHeldAcrossNamespaces"
+
 // Holds are the held changes of many scopes (a namespace's tenant policies),
 // each measured on its own: its wave against the pods of its scope, its
 // approval by its own ID. A scope has a Guard only while a change of it is
@@ -33,9 +39,10 @@ type Holds struct {
 
 	// spread measures the changes no scope holds together (SetSpread);
 	// nil: none. spreadBefore is, by scope, what the scope was before the
-	// first of its changes that wait there (Before).
+	// first of its changes that wait there (Before), and the object that
+	// made the latest of them (SpreadHeld).
 	spread       *Spread
-	spreadBefore map[string][]byte
+	spreadBefore map[string]spreadChange
 
 	mu     sync.Mutex
 	scopes map[string]*scopeHold
@@ -43,6 +50,12 @@ type Holds struct {
 	countMu sync.Mutex
 	counts  map[string]int
 	total   int
+}
+
+// spreadChange is a scope's changes that wait in the Spread.
+type spreadChange struct {
+	before []byte
+	object string
 }
 
 // scopeHold is a scope's held change: its Guard and the object that changed
@@ -59,7 +72,7 @@ func NewHolds(source string, threshold Threshold, window time.Duration, onHeld f
 		onHeld = func(string, int) {}
 	}
 	return &Holds{source: source, threshold: threshold, window: window, onHeld: onHeld,
-		scopes: map[string]*scopeHold{}, counts: map[string]int{}, spreadBefore: map[string][]byte{}}
+		scopes: map[string]*scopeHold{}, counts: map[string]int{}, spreadBefore: map[string]spreadChange{}}
 }
 
 // Change is a change of scope by object from the policy old (its bytes,
@@ -84,8 +97,13 @@ func (h *Holds) Change(scope, object string, old []byte, oldDecide Decide, new [
 			if !waiting {
 				delete(h.spreadBefore, scope)
 			}
-			if _, ok := h.spreadBefore[scope]; !ok && h.spread.Has(scope, now) {
-				h.spreadBefore[scope] = old
+			if h.spread.Has(scope, now) {
+				c, ok := h.spreadBefore[scope]
+				if !ok {
+					c.before = old
+				}
+				c.object = object
+				h.spreadBefore[scope] = c
 			}
 		}
 		return Hold{}, false
@@ -127,12 +145,31 @@ func (h *Holds) Before(scope string, now time.Time) ([]byte, bool) {
 			return s.guard.BaselinePolicy(), true
 		}
 	}
-	b, ok := h.spreadBefore[scope]
+	c, ok := h.spreadBefore[scope]
 	if ok && !h.spread.Has(scope, now) {
 		delete(h.spreadBefore, scope)
 		return nil, false
 	}
-	return b, ok
+	return c.before, ok
+}
+
+// SpreadHeld returns the Spread's hold when a change of scope is in it,
+// and the object that made the scope's latest change there.
+func (h *Holds) SpreadHeld(scope string, now time.Time) (Hold, string, bool) {
+	if h == nil || h.spread == nil {
+		return Hold{}, "", false
+	}
+	h.mu.Lock()
+	c, ok := h.spreadBefore[scope]
+	h.mu.Unlock()
+	if !ok {
+		return Hold{}, "", false
+	}
+	held, scopes, isHeld := h.spread.Held()
+	if !isHeld || !slices.Contains(scopes, scope) {
+		return Hold{}, "", false
+	}
+	return held, c.object, true
 }
 
 // Held returns the held change of scope and the object that made it (none

@@ -6,10 +6,13 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -42,7 +45,8 @@ func heldSpreadOnLease(t *testing.T, ns, not, want string) (id string) {
 // or fewer never are): first the same PodLifetimePolicy created in each (a
 // platform pushing it), then the keep annotation taken off each (`kubectl
 // annotate ns --all podjanitor.io/keep-`). None is removed before the
-// approval on the Lease; approved, all go. Not parallel: its podjanitor
+// approval on the Lease, across a restart of podjanitor too; approved, all
+// go. Not parallel: its podjanitor
 // writes the status of every PodLifetimePolicy in the cluster.
 func TestOneChangeInManyNamespacesIsHeld(t *testing.T) {
 	installCRD(t)
@@ -58,12 +62,13 @@ func TestOneChangeInManyNamespacesIsHeld(t *testing.T) {
     clock: created
     after: 1s
 `)
-	startDaemon(t, "--tenant-policies", "--config", cfg, "--label-selector", "wave="+run, "--leader-elect-resource-namespace", home)
+	args := []string{"--tenant-policies", "--config", cfg, "--label-selector", "wave=" + run, "--leader-elect-resource-namespace", home}
+	d := startDaemon(t, args...)
 
 	// phase makes n namespaces of 10 pods each (kept when keep), then
 	// change in each, in turn, and checks the hold and its approval.
 	previous := ""
-	phase := func(name string, keep bool, change func(ns string)) {
+	phase := func(name string, keep bool, change func(ns string), held func(namespaces []string)) {
 		t.Helper()
 		var namespaces []string
 		var pods []*corev1.Pod
@@ -94,6 +99,25 @@ func TestOneChangeInManyNamespacesIsHeld(t *testing.T) {
 		t.Logf("%s: changed 20 namespaces in %v", name, time.Since(start).Round(time.Millisecond))
 		id := heldSpreadOnLease(t, home, previous, "200")
 		previous = id
+		held(namespaces)
+		time.Sleep(5 * time.Second)
+		for _, ns := range namespaces {
+			noneRemoved(t, watches[ns].removals, podsOf(pods, ns))
+		}
+		// The hold outlasts a restart: the changes are measured again
+		// (the namespaces' record, the policies' status), held again.
+		d.kill()
+		d = startDaemon(t, args...)
+		heldLine := regexp.MustCompile(`Holding the removals of changes made in many namespaces together.* change="([^"]+)"`)
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			if m := heldLine.FindStringSubmatch(d.log()); m != nil {
+				id = m[1]
+				return true, nil
+			}
+			return false, nil
+		}); err != nil {
+			t.Fatalf("%s: the changes are not held again after a restart", name)
+		}
 		time.Sleep(5 * time.Second)
 		for _, ns := range namespaces {
 			noneRemoved(t, watches[ns].removals, podsOf(pods, ns))
@@ -108,11 +132,35 @@ func TestOneChangeInManyNamespacesIsHeld(t *testing.T) {
 		if _, err := admin.PodjanitorV1alpha1().PodLifetimePolicies(ns).Create(ctx, lifetimePolicy("all", all), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}, func(namespaces []string) {
+		// Each policy says its change is held with the others', on the
+		// Lease: not acted on, for a restart to measure again.
+		for _, ns := range namespaces {
+			p := waitReady(t, admin, ns, "all", metav1.ConditionFalse, time.Minute)
+			if cond := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady); cond.Reason != "RemovalsHeldAcrossNamespaces" ||
+				!strings.Contains(cond.Message, "kubectl annotate lease -n "+home) {
+				t.Errorf("policy %s/all: Ready %+v, want RemovalsHeldAcrossNamespaces with the Lease's approval command", ns, cond)
+			}
+		}
 	})
 	phase("keep taken off 20 namespaces", true, func(ns string) {
 		patch := `{"metadata":{"annotations":{"podjanitor.io/keep":null}}}`
 		if _, err := client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
+		}
+	}, func(namespaces []string) {
+		// Recorded as kept, as acted on (within seconds of the hold): a
+		// restart measures the keep taken off again.
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			acted := recordedNamespaces(ctx, t, home)
+			for _, ns := range namespaces {
+				if !strings.Contains(acted[ns], "podjanitor.io/keep") {
+					return false, nil
+				}
+			}
+			return true, nil
+		}); err != nil {
+			t.Fatal("the namespaces whose changes are held are not recorded as they were before them")
 		}
 	})
 }

@@ -45,8 +45,17 @@ func NewNamespace(t *testing.T, client kubernetes.Interface, prefix string) stri
 	if len(base) > 40 {
 		base = base[:40]
 	}
-	name := fmt.Sprintf("%s-%s-%04d", prefix, base, rand.IntN(10000))
-	_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	// A test that makes many namespaces draws the same suffix now and
+	// then (41 of 10,000: one run in twelve): another is drawn.
+	var name string
+	var err error
+	for range 20 {
+		name = fmt.Sprintf("%s-%s-%04d", prefix, base, rand.IntN(10000))
+		_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
