@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -276,5 +278,60 @@ func TestNamespaceApprovalIsUsedOnce(t *testing.T) {
 	}
 	if h, _, ok := namespacesOf(f2.c).Holds().Held("team-a"); !ok || h.ID == first.ID {
 		t.Errorf("after the restart: held %+v, %v; want it held under an ID other than %s", h, ok, first.ID)
+	}
+}
+
+// TestNamespaceRecordWriteFailing: the API server refuses the record's
+// writes (500, 503, 429): nothing is recorded meanwhile and nothing is lost,
+// the write is made again at each look, and the record is there once the
+// API server takes it; a restart then holds the keep taken off while down.
+func TestNamespaceRecordWriteFailing(t *testing.T) {
+	first, _, pods := namespaceWaveFixture(t)
+	first.start(pods)
+	faults := []error{
+		apierrors.NewInternalError(fmt.Errorf("etcd leader changed")),
+		apierrors.NewServiceUnavailable("unavailable"),
+		apierrors.NewTooManyRequests("slow down", 1),
+	}
+	var mu sync.Mutex
+	refused := 0
+	first.client.PrependReactor("create", "configmaps", func(core.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if refused < len(faults) {
+			refused++
+			return true, nil, faults[refused-1]
+		}
+		return false, nil, nil
+	})
+	ctx, cancel := context.WithCancel(first.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); namespacesOf(first.c).RunRecord(ctx) }()
+	defer func() { cancel(); <-done }()
+	cms := first.client.CoreV1().ConfigMaps("podjanitor")
+	var record *corev1.ConfigMap
+	if err := wait.PollUntilContextTimeout(first.ctx, 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		mu.Lock()
+		n := refused
+		mu.Unlock()
+		cm, err := cms.Get(ctx, recordName, metav1.GetOptions{})
+		if err == nil {
+			if n < len(faults) {
+				return false, fmt.Errorf("recorded after %d of %d refusals", n, len(faults))
+			}
+			record = cm
+			return true, nil
+		}
+		first.clock.Step(namespacecontroller.RecordInterval) // the next look
+		return false, nil
+	}); err != nil {
+		t.Fatalf("the record once the API server takes it: %v", err)
+	}
+
+	f, _, pods := namespaceWaveFixtureWith(t, nil, recordedLease(t, "1m"))
+	f.restore(record)
+	f.start(pods)
+	if n := f.deletes(); n != 0 {
+		t.Errorf("%d pods removed at the start after the keep came off while down, want none", n)
 	}
 }
