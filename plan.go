@@ -96,6 +96,9 @@ type planTenant struct {
 	HeldDeletion bool `json:"heldDeletion,omitempty"`
 	// rules are a policy's being deleted, whose deletion is held.
 	rules *policy.TenantPolicy
+	// changed: the held change is of the policy's rules (a generation
+	// after its first), whose earlier rules are not known.
+	changed bool
 }
 
 type planReport struct {
@@ -381,7 +384,8 @@ func markTenantHeld(r *planReport, e *policy.Evaluator, pods []*corev1.Pod, name
 		if t.Held == nil {
 			continue
 		}
-		// A held change: the pods due with the policy and not without it.
+		// A held change: the pods due with the policy and not without it
+		// (for a change of its rules: not by the pods' own annotations).
 		// A held deletion (the policy is not used): those due without it
 		// and not with it.
 		other := *e
@@ -391,6 +395,11 @@ func markTenantHeld(r *planReport, e *policy.Evaluator, pods []*corev1.Pod, name
 			slices.SortFunc(list, func(a, b *policy.TenantPolicy) int { return strings.Compare(a.Name, b.Name) })
 		}
 		other.Tenants = tenantcontroller.Overlay(t.Namespace, list, e.Tenants)
+		if t.changed {
+			// As the daemon holds it after a restart: its earlier rules
+			// are not known, so a pod goes by its own annotations only.
+			other.Policy, other.Tenants = nil, nil
+		}
 		for i := range r.Pods {
 			entry := &r.Pods[i]
 			if !entry.Overdue || entry.Held || entry.Namespace != t.Namespace {
@@ -437,6 +446,7 @@ func listTenantPolicies(ctx context.Context, client versioned.Interface, scope s
 			if h, held := tenantcontroller.HeldInStatus(p); held && p.Annotations[wave.AnnotationApprove] != h.ID {
 				entry.Held = &planHold{Change: h.ID, Pods: h.Pods, Approve: tenantcontroller.ApproveCommand(p.Namespace, p.Name, h.ID),
 					Approved: p.Annotations[wave.AnnotationApprove]}
+				entry.changed = p.Generation > 1
 			}
 		}
 		all = append(all, entry)

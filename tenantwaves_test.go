@@ -801,3 +801,98 @@ func TestTenantChangeHeldAcrossNamespacesIsNotActedOn(t *testing.T) {
 		t.Errorf("Ready %+v after the approval, want True", cond)
 	}
 }
+
+// TestChangedTenantWaveHeldAcrossARestartHoldsRuleDuePods: a policy's
+// second generation (a change of its rules, `after: 1h`) is held when
+// podjanitor restarts; the cluster's rule (`after: 1m`) makes the 12 pods
+// due too. Their earlier rules (a 30-day keep, say) are not known after
+// the restart: none of the 12 goes until the change is approved. Before,
+// the hold was against the namespace without the policy, under which the
+// 12 were due, and all 12 went at the restart.
+func TestChangedTenantWaveHeldAcrossARestartHoldsRuleDuePods(t *testing.T) {
+	p := heldPolicy("0123456789ab")
+	p.Generation = 2
+	p.Status.Conditions[0].ObservedGeneration = 2
+	var pods []*corev1.Pod
+	for i := range 12 {
+		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil))
+	}
+	opts := Options{Evaluator: evaluatorWithAfter(t, "1m"), Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
+		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
+	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods, func(pj *pjfake.Clientset) {
+		if err := pj.Tracker().Add(p); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	if n := len(f.podWrites()); n != 0 {
+		t.Fatalf("%d pods removed after a restart of a held change of a policy's rules, want none", n)
+	}
+	f.annotatePolicy("team-a", "cleanup", "0123456789ab")
+	f.waitQueued(len(pods))
+	f.drain()
+	if n := len(f.podWrites()); n != 12 {
+		t.Errorf("%d pods removed after the approval, want 12", n)
+	}
+}
+
+// TestCreatedTenantWaveHeldAcrossARestartLetsRuleDuePodsGo: the same for
+// the policy's first generation (its creation): before it, the namespace
+// had no policy, and the cluster's rule made the 12 due; they go.
+func TestCreatedTenantWaveHeldAcrossARestartLetsRuleDuePodsGo(t *testing.T) {
+	p := heldPolicy("0123456789ab")
+	var pods []*corev1.Pod
+	for i := range 12 {
+		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil))
+	}
+	opts := Options{Evaluator: evaluatorWithAfter(t, "1m"), Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
+		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
+	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods, func(pj *pjfake.Clientset) {
+		if err := pj.Tracker().Add(p); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	if _, _, ok := tenantsOf(f.c).Holds().Held("team-a"); !ok {
+		t.Fatal("the creation is not held after the restart")
+	}
+	if n := len(f.podWrites()); n != 12 {
+		t.Errorf("%d pods removed, want the 12 the cluster's rule made due before the creation", n)
+	}
+}
+
+// TestPlanMarksAChangedTenantPolicysRuleDuePods: for a held change of a
+// policy's rules (its second generation), plan marks HELD what the daemon
+// holds after a restart: the pods of its namespace that a rule makes due,
+// the cluster's included; not a pod due by its own ttl, nor another
+// namespace's pod.
+func TestPlanMarksAChangedTenantPolicysRuleDuePods(t *testing.T) {
+	held := heldPolicy("0123456789ab")
+	held.Generation = 2
+	held.Status.Conditions[0].ObservedGeneration = 2
+	pj := pjfake.NewSimpleClientset(held)
+	tenants, listed, err := listTenantPolicies(context.Background(), pj, scopeFlags{}, policy.Restrictions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := tenantPod("own", "team-a", t0.Add(-2*time.Hour), nil)
+	own.Annotations = map[string]string{"podjanitor.io/ttl": "1m"}
+	pods := []*corev1.Pod{tenantPod("old", "team-a", t0.Add(-2*time.Hour), nil), own, tenantPod("old", "team-b", t0.Add(-2*time.Hour), nil)}
+	namespaces := map[string]*policy.Namespace{"team-a": {}, "team-b": {}}
+	e := evaluatorWithAfter(t, "1m")
+	e.Tenants = tenants
+	r := buildPlan(e, pods, namespaces, t0)
+	r.TenantPolicies = listed
+	markTenantHeld(&r, e, pods, namespaces, t0)
+	got := map[string]string{}
+	for _, p := range r.Pods {
+		got[p.Namespace+"/"+p.Pod] = p.HeldChange
+	}
+	if got["team-a/old"] != "0123456789ab" || got["team-a/own"] != "" || got["team-b/old"] != "" {
+		t.Errorf("held changes %v; want team-a/old held, team-a/own (its own ttl) and team-b/old not", got)
+	}
+}

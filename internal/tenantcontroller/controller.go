@@ -504,10 +504,14 @@ func (c *Controller) holdTenantWave(p *v1alpha1.PodLifetimePolicy, ops []tenantO
 // resumeTenantWave holds p's change again after a restart (or in a replica
 // that starts): its status, written by the leader, says that this
 // generation's change is held (RemovalsHeld, with the change's ID) and p
-// carries no approval of it. The rules acted on before it are not known
-// any more: the hold is against the namespace's policies without p, so a
-// pod goes only when due both with and without p's rules, until the change
-// is approved (its recorded ID), changed again or deleted. c.mu is held.
+// carries no approval of it, until the change is approved (its recorded
+// ID), changed again or deleted. What was acted on before it: for p's
+// first generation (its creation), the namespace's policies without p;
+// for a later one, p's earlier rules, which are not known any more, so
+// nothing but the pods' own annotations: a pod of the namespace that a
+// rule (p's, another policy's, the cluster's) makes due is held, as p's
+// earlier rules may have kept it, and goes by its own deadline only.
+// c.mu is held.
 func (c *Controller) resumeTenantWave(p *v1alpha1.PodLifetimePolicy) {
 	h, ok := HeldInStatus(p)
 	if !ok || p.Annotations[wave.AnnotationApprove] == h.ID {
@@ -515,8 +519,12 @@ func (c *Controller) resumeTenantWave(p *v1alpha1.PodLifetimePolicy) {
 	}
 	cur := c.store.For(p.Namespace)
 	without := slices.DeleteFunc(slices.Clone(cur), func(q *policy.TenantPolicy) bool { return q.Name == p.Name })
+	before := c.tenantDecider(p.Namespace, without)
+	if p.Generation > 1 {
+		before = c.annotationsDecider(p.Namespace)
+	}
 	c.holds.Resume(p.Namespace, p.Namespace+"/"+p.Name, h,
-		tenantsJSON(p.Namespace, without), c.tenantDecider(p.Namespace, without),
+		tenantsJSON(p.Namespace, without), before,
 		tenantsJSON(p.Namespace, cur), c.tenantDecider(p.Namespace, cur))
 	klog.Background().Info("Holding the removals of a tenant policy's change again: its status says it is held and not approved",
 		"policy", klog.KObj(p), "change", h.ID, "pods", h.Pods, "approve", ApproveCommand(p.Namespace, p.Name, h.ID))
@@ -579,6 +587,17 @@ func (c *Controller) tenantDecider(namespace string, list []*policy.TenantPolicy
 		e := *c.cfg.Evaluator()
 		e.Tenants = over
 		return e.Decide(pod, podcache.NamespaceInfo(c.cfg.Namespaces, pod.Namespace), now)
+	}
+}
+
+// annotationsDecider decides the pods of namespace by their own
+// annotations alone: no rule, the cluster's or a tenant policy's, gives a
+// deadline.
+func (c *Controller) annotationsDecider(namespace string) wave.Decide {
+	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) {
+		e := *c.cfg.Evaluator()
+		e.Policy, e.Tenants = nil, nil
+		return e.Decide(pod, podcache.NamespaceInfo(c.cfg.Namespaces, namespace), now)
 	}
 }
 
