@@ -335,3 +335,46 @@ func TestNamespaceRecordWriteFailing(t *testing.T) {
 		t.Errorf("%d pods removed at the start after the keep came off while down, want none", n)
 	}
 }
+
+// TestNamespaceRecordReadFailing: the record cannot be read at the start
+// (500s): a few answers refused, the start reads it again and holds the
+// keep taken off while down; refused throughout, the start fails, rather
+// than act on changes it cannot measure, and removes nothing.
+func TestNamespaceRecordReadFailing(t *testing.T) {
+	first, _, pods := namespaceWaveFixture(t)
+	first.start(pods)
+	record := first.recordedNamespaces()
+	for _, c := range []struct {
+		name    string
+		refuse  int
+		started bool
+	}{{"two refusals", 2, true}, {"refused throughout", 1000, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			f, _, pods := namespaceWaveFixtureWith(t, nil, recordedLease(t, "1m"))
+			f.restore(record)
+			refused := 0
+			f.client.PrependReactor("get", "configmaps", func(core.Action) (bool, runtime.Object, error) {
+				if refused < c.refuse {
+					refused++
+					return true, nil, apierrors.NewInternalError(fmt.Errorf("etcd leader changed"))
+				}
+				return false, nil, nil
+			})
+			err := f.c.startWave(f.ctx)
+			if (err == nil) != c.started {
+				t.Fatalf("start: %v, want started %v", err, c.started)
+			}
+			if err == nil {
+				for _, p := range pods {
+					f.process(keyOf(p))
+				}
+				if _, _, ok := namespacesOf(f.c).Holds().Held("team-a"); !ok {
+					t.Error("the keep taken off while down is not held")
+				}
+			}
+			if n := f.deletes(); n != 0 {
+				t.Errorf("%d pods removed, want none", n)
+			}
+		})
+	}
+}

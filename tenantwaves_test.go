@@ -266,11 +266,18 @@ func heldPolicy(id string) *v1alpha1.PodLifetimePolicy {
 // server: the restart of a replica.
 func restartedTenantFixture(t *testing.T, p *v1alpha1.PodLifetimePolicy) (*tenantFixture, []*corev1.Pod) {
 	t.Helper()
+	return restartedTenantFixtureWith(t, p, nil)
+}
+
+// restartedTenantFixtureWith is restartedTenantFixture with the cluster's
+// rules of e (nil: none).
+func restartedTenantFixtureWith(t *testing.T, p *v1alpha1.PodLifetimePolicy, e *policy.Evaluator) (*tenantFixture, []*corev1.Pod) {
+	t.Helper()
 	var pods []*corev1.Pod
 	for i := range 12 {
 		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil))
 	}
-	opts := Options{Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
+	opts := Options{Evaluator: e, Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
 		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
 	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods, func(pj *pjfake.Clientset) {
 		if err := pj.Tracker().Add(p); err != nil {
@@ -813,20 +820,7 @@ func TestChangedTenantWaveHeldAcrossARestartHoldsRuleDuePods(t *testing.T) {
 	p := heldPolicy("0123456789ab")
 	p.Generation = 2
 	p.Status.Conditions[0].ObservedGeneration = 2
-	var pods []*corev1.Pod
-	for i := range 12 {
-		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil))
-	}
-	opts := Options{Evaluator: evaluatorWithAfter(t, "1m"), Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
-		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
-	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods, func(pj *pjfake.Clientset) {
-		if err := pj.Tracker().Add(p); err != nil {
-			t.Fatal(err)
-		}
-	})
-	for _, p := range pods {
-		f.process(keyOf(p))
-	}
+	f, pods := restartedTenantFixtureWith(t, p, evaluatorWithAfter(t, "1m"))
 	if n := len(f.podWrites()); n != 0 {
 		t.Fatalf("%d pods removed after a restart of a held change of a policy's rules, want none", n)
 	}
@@ -843,20 +837,7 @@ func TestChangedTenantWaveHeldAcrossARestartHoldsRuleDuePods(t *testing.T) {
 // had no policy, and the cluster's rule made the 12 due; they go.
 func TestCreatedTenantWaveHeldAcrossARestartLetsRuleDuePodsGo(t *testing.T) {
 	p := heldPolicy("0123456789ab")
-	var pods []*corev1.Pod
-	for i := range 12 {
-		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil))
-	}
-	opts := Options{Evaluator: evaluatorWithAfter(t, "1m"), Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
-		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
-	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods, func(pj *pjfake.Clientset) {
-		if err := pj.Tracker().Add(p); err != nil {
-			t.Fatal(err)
-		}
-	})
-	for _, p := range pods {
-		f.process(keyOf(p))
-	}
+	f, _ := restartedTenantFixtureWith(t, p, evaluatorWithAfter(t, "1m"))
 	if _, _, ok := tenantsOf(f.c).Holds().Held("team-a"); !ok {
 		t.Fatal("the creation is not held after the restart")
 	}

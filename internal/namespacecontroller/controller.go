@@ -370,9 +370,9 @@ func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) er
 	}
 	c.published = recorded
 	logger := klog.FromContext(ctx)
-	var acted map[string]Acted
+	var changed []*metav1.ObjectMeta
 	if c.record != nil {
-		acted, err = c.readRecord(ctx)
+		acted, err := c.readRecord(ctx)
 		switch {
 		case errors.Is(err, ErrRecordTooLarge):
 			logger.Info("Warning: the last leader could not record the namespaces it acted on; changes of their labels or keep annotation made while no podjanitor ran are not measured", "err", err.Error())
@@ -381,7 +381,7 @@ func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) er
 		case err != nil:
 			return fmt.Errorf("--hold-waves: the namespaces the last leader acted on: %w", err)
 		}
-		if err := c.loadUsed(acted); err != nil {
+		if changed, err = c.takeRecord(acted, recorded); err != nil {
 			return err
 		}
 	}
@@ -398,50 +398,46 @@ func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) er
 		logger.Info("Measuring again a namespace change the last leader held", "namespace", name, "change", rec.Change, "pods", rec.Pods)
 		c.Measure(old, cur)
 	}
-	changed := 0
-	for _, name := range slices.Sorted(maps.Keys(acted)) {
-		if _, held := recorded[name]; held {
-			continue
+	for _, old := range changed {
+		if cur, ok := c.cached(old.Name); ok && cur.GetUID() == old.UID {
+			logger.V(2).Info("Measuring a namespace change made while no podjanitor ran", "namespace", old.Name)
+			c.Measure(old, cur)
 		}
-		cur, ok := c.cached(name)
-		if !ok || cur.GetUID() != acted[name].UID || string(acted[name].State) == string(c.stateJSON(cur)) {
-			continue
-		}
-		old, err := NamespaceFromJSON(name, acted[name].State)
-		if err != nil {
-			return fmt.Errorf("--hold-waves: configmap %s/%s: namespace %s: %w: %w", c.record.Namespace, c.record.Name, name, wave.ErrBadRecord, err)
-		}
-		old.UID = cur.GetUID()
-		changed++
-		logger.V(2).Info("Measuring a namespace change made while no podjanitor ran", "namespace", name)
-		c.Measure(old, cur)
 	}
-	if changed > 0 {
-		logger.Info("Measured the namespace changes made while no podjanitor ran", "namespaces", changed)
+	if len(changed) > 0 {
+		logger.Info("Measured the namespace changes made while no podjanitor ran", "namespaces", len(changed))
 	}
 	return nil
 }
 
-// loadUsed takes the last approval taken of each namespace from the record
-// (for the namespaces still there, under the same UID), unless one was
-// taken since (a standby's handler takes approvals too).
-func (c *Controller) loadUsed(acted map[string]Acted) error {
-	c.actedMu.Lock()
-	defer c.actedMu.Unlock()
-	for name, a := range acted {
+// takeRecord reads what the record says was acted on of each namespace
+// still there under the same UID: the last approval taken of it, unless
+// one was taken since (a standby's handler takes approvals too); and,
+// unless held is the namespace's record of a held change, the namespace as
+// it was acted on when it differs from the cache now (changed while no
+// podjanitor ran), by name.
+func (c *Controller) takeRecord(acted map[string]Acted, held map[string]wave.ScopeHold) ([]*metav1.ObjectMeta, error) {
+	var changed []*metav1.ObjectMeta
+	for _, name := range slices.Sorted(maps.Keys(acted)) {
+		a := acted[name]
 		cur, ok := c.cached(name)
 		if !ok || cur.GetUID() != a.UID {
 			continue
 		}
 		st, err := stateFromJSON(a.State)
 		if err != nil {
-			return fmt.Errorf("--hold-waves: configmap %s/%s: namespace %s: %w: %w", c.record.Namespace, c.record.Name, name, wave.ErrBadRecord, err)
+			return nil, fmt.Errorf("--hold-waves: configmap %s/%s: namespace %s: %w: %w", c.record.Namespace, c.record.Name, name, wave.ErrBadRecord, err)
 		}
+		c.actedMu.Lock()
 		if _, taken := c.used[name]; !taken && st.ApprovalUsed != "" {
 			c.used[name] = st.ApprovalUsed
 		}
+		c.actedMu.Unlock()
+		if _, isHeld := held[name]; !isHeld && string(a.State) != string(c.stateJSON(cur)) {
+			changed = append(changed, &metav1.ObjectMeta{Name: name, UID: a.UID, Labels: st.Labels, Annotations: st.Annotations})
+		}
 	}
-	return nil
+	return changed, nil
 }
 
 // cached is the namespace name as the namespace cache has it.

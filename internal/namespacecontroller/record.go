@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -125,8 +126,7 @@ func (r Record) Write(ctx context.Context, encoded []byte, count int) error {
 		}
 		before := cm.DeepCopy()
 		want(cm)
-		if bytes.Equal(before.BinaryData[recordKey], cm.BinaryData[recordKey]) && before.Data[recordLeftOut] == cm.Data[recordLeftOut] &&
-			len(before.Data) == len(cm.Data) && len(before.BinaryData) == len(cm.BinaryData) {
+		if reflect.DeepEqual(before.Data, cm.Data) && reflect.DeepEqual(before.BinaryData, cm.BinaryData) {
 			return nil
 		}
 		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})

@@ -1,15 +1,21 @@
 package namespacecontroller
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/podjanitor/podjanitor/internal/wave"
 )
 
 func testRecord() Record {
@@ -105,4 +111,34 @@ func BenchmarkRecordEncode(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestRecordInflateBound: a hand-made record that inflates past
+// maxRecordJSON (a gzip bomb from whoever may write podjanitor's namespace)
+// is refused as one that does not parse, reading no more than the bound.
+func TestRecordInflateBound(t *testing.T) {
+	var b bytes.Buffer
+	z := gzip.NewWriter(&b)
+	if _, err := io.CopyN(z, zeros{}, maxRecordJSON+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := testRecord()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name},
+		BinaryData: map[string][]byte{recordKey: b.Bytes()}}
+	if _, err := r.Client.ConfigMaps(r.Namespace).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Read(context.Background()); !errors.Is(err, wave.ErrBadRecord) {
+		t.Fatalf("read of %d gzipped bytes inflating past %d: %v, want ErrBadRecord", b.Len(), maxRecordJSON, err)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
