@@ -378,3 +378,66 @@ func TestNamespaceRecordReadFailing(t *testing.T) {
 		})
 	}
 }
+
+// TestNamespaceRecordWritesAreBounded: a namespace whose labels flap 50
+// times, one flap per look of the record (RecordInterval, 100 s in all),
+// costs at most actedBurst (5) writes and then one every 10 s: at most 16,
+// not 50; and the last labels are recorded once the flapping stops.
+func TestNamespaceRecordWritesAreBounded(t *testing.T) {
+	f, ns, pods := namespaceWaveFixtureWith(t, nil, nil)
+	f.start(pods)
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); namespacesOf(f.c).RunRecord(ctx) }()
+	defer func() { cancel(); <-done }()
+	writes := func() int {
+		n := 0
+		for _, a := range f.client.Actions() {
+			if r := a.GetResource().Resource; r == "configmaps" && (a.GetVerb() == "create" || a.GetVerb() == "update") {
+				n++
+			}
+		}
+		return n
+	}
+	ns = ns.DeepCopy()
+	for i := range 50 {
+		ns.ResourceVersion, ns.Labels = "", map[string]string{"flap": fmt.Sprint(i)}
+		if _, err := f.client.CoreV1().Namespaces().Update(f.ctx, ns, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			m, ok := namespaceCached(f, "team-a")
+			return ok && m.GetLabels()["flap"] == fmt.Sprint(i), nil
+		}); err != nil {
+			t.Fatal("the namespace cache does not follow the flaps")
+		}
+		time.Sleep(5 * time.Millisecond) // the handler took it
+		f.clock.Step(namespacecontroller.RecordInterval)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := writes(); n > 16 {
+		t.Errorf("%d writes of the record for 50 flaps over 100 s, want at most 16", n)
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		f.clock.Step(namespacecontroller.RecordInterval)
+		acted := recordedStates(t, f)
+		return strings.Contains(acted["team-a"], `"flap":"49"`), nil
+	}); err != nil {
+		t.Error("the last labels are not recorded once the flapping stops")
+	}
+}
+
+// recordedStates is each namespace's state as the record ConfigMap has it.
+func recordedStates(t *testing.T, f *fixture) map[string]string {
+	t.Helper()
+	r := namespacecontroller.Record{Client: f.client.CoreV1(), Namespace: "podjanitor", Name: recordName}
+	acted, err := r.Read(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for name, a := range acted {
+		out[name] = string(a.State)
+	}
+	return out
+}
