@@ -138,9 +138,12 @@ func parseRecord(b []byte, current decisionScope) (*policy.Policy, decisionScope
 	if err := json.Unmarshal(b, &r); err != nil {
 		return nil, current, false
 	}
-	p, err := policy.NewPolicy(r.Rules...)
-	if err != nil {
-		return nil, current, false
+	var p *policy.Policy // no rules: pods' own annotations and tenant policies only
+	if len(r.Rules) > 0 {
+		var err error
+		if p, err = policy.NewPolicy(r.Rules...); err != nil {
+			return nil, current, false
+		}
 	}
 	if r.Scope == nil {
 		return p, current, true
@@ -152,15 +155,15 @@ func parseRecord(b []byte, current decisionScope) (*policy.Policy, decisionScope
 // recorded, by a process whose running evaluator is running and whose
 // scope is current: what recorded had otherwise (its annotation prefix,
 // tenant policies off) replaces the running evaluator's (a pod outside its
-// namespace or label selector was not decided at all: inScopeOf). Having run with
-// --dry-run, the recorded process removed nothing: as at a first install,
-// the rules are none (the pods' own annotations and the tenant policies,
-// whose waves are their own, stay out of the wave).
+// namespace or label selector was decided by its own annotations alone:
+// annotationsOnly). Having run with --dry-run, the recorded process removed
+// nothing: as at a first install, neither the rules nor the tenant policies
+// decided (the pods' own annotations stay out of the wave).
 func scopedEvaluator(running policy.Evaluator, rules *policy.Policy, recorded, current decisionScope) policy.Evaluator {
 	e := running
 	e.Policy = rules
 	if recorded.DryRun && !current.DryRun {
-		e.Policy = nil
+		e.Policy, e.Tenants = nil, nil
 	}
 	if recorded.AnnotationPrefix != current.AnnotationPrefix {
 		e.Prefix = recorded.AnnotationPrefix
@@ -235,6 +238,7 @@ func (w *policyWaves) start(ctx context.Context, lease *coordinationv1.Lease) {
 	e := w.evaluator()
 	current := recordJSON(e, w.scope)
 	if hash != "" && hash == wave.BaselineHash(current) {
+		w.guard.Rebase(current, w.decider(e))
 		return
 	}
 	var oldDecide wave.Decide
@@ -269,12 +273,20 @@ func (w *policyWaves) start(ctx context.Context, lease *coordinationv1.Lease) {
 func (w *policyWaves) scopedDecider(rules *policy.Policy, s decisionScope) wave.Decide {
 	inScope := inScopeOf(s)
 	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) {
-		if !inScope(pod) {
-			return policy.Decision{}, nil
-		}
 		e := scopedEvaluator(*w.evaluator(), rules, s, w.scope)
+		if !inScope(pod) {
+			e = annotationsOnly(e)
+		}
 		return w.decideWith(&e, pod, now)
 	}
+}
+
+// annotationsOnly is e without rules: it decides pods by their own
+// annotations, which a change of podjanitor's rules or scope never brings
+// forward (a pod's own deadline is never held).
+func annotationsOnly(e policy.Evaluator) policy.Evaluator {
+	e.Policy, e.Tenants = nil, nil
+	return e
 }
 
 // waveRecordInterval is how often the record Lease is read for an approval.

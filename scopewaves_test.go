@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -150,5 +151,44 @@ func TestRestartInTheSameScopeHoldsNothing(t *testing.T) {
 	}
 	if n := f.deletes(); n != 12 {
 		t.Errorf("%d pods removed, want 12", n)
+	}
+}
+
+// TestStartInAWiderScopeNeverHoldsPodsOwnDeadlines: the last leader acted
+// on team=a's pods; this one on every pod. The 12 pods outside team=a that
+// its rules make due are a wave and held; the 12 whose own expires-at or
+// ttl is past are not (a pod's own deadline is never held), nor is one
+// created after the start with its own expires-at.
+func TestStartInAWiderScopeNeverHoldsPodsOwnDeadlines(t *testing.T) {
+	f, pods := startFixture(t, "1m", time.Hour, 12, leaseRecording(t, "1m", decisionScope{LabelSelector: "team=a"}))
+	var own []*corev1.Pod
+	for i := range 12 {
+		a := map[string]string{"podjanitor.io/expires-at": t0.Add(-time.Minute).Format(time.RFC3339)}
+		if i%2 == 1 {
+			a = map[string]string{"podjanitor.io/ttl": "1m"}
+		}
+		p := apitest.Pod(fmt.Sprintf("own-%02d", i), t0.Add(-time.Hour), corev1.PodSucceeded, a)
+		own = append(own, addPod(t, f, p))
+	}
+	f.start(append(pods, own...))
+	if h, held := f.c.waves.Held(); !held || h.Pods != 12 {
+		t.Fatalf("held %+v, %v; want the 12 pods of the rules", h, held)
+	}
+	later := addPod(t, f, apitest.Pod("later", t0, corev1.PodSucceeded,
+		map[string]string{"podjanitor.io/expires-at": t0.Format(time.RFC3339)}))
+	f.process(keyOf(later))
+	removed := map[string]bool{}
+	for _, name := range f.deletedNames() {
+		removed[name] = true
+	}
+	for _, p := range append(own, later) {
+		if !removed[p.Name] {
+			t.Errorf("pod %s, due by its own annotation, was not removed", p.Name)
+		}
+	}
+	for _, p := range pods {
+		if removed[p.Name] {
+			t.Errorf("pod %s of the held wave was removed", p.Name)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -360,11 +361,11 @@ func TestPlanMarksATenantPolicysHeldPods(t *testing.T) {
 	}
 }
 
-// TestSecondTenantChangeTakesOverTheHold: while p's change is held, q's in
+// TestSecondTenantChangeJoinsTheHold: while p's change is held, q's in
 // the same namespace is measured against the policies acted on (with p's
-// wave in it): held by q, approved on q with its own ID; p's status is
-// written again and no longer says it holds anything.
-func TestSecondTenantChangeTakesOverTheHold(t *testing.T) {
+// wave in it): one held change of both, under an ID of its own, which both
+// policies' status shows; an approval of it on q releases the pods.
+func TestSecondTenantChangeJoinsTheHold(t *testing.T) {
 	f, pods := tenantWaveFixture(t, 12)
 	policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a")
 	if _, err := policies.Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
@@ -396,16 +397,19 @@ func TestSecondTenantChangeTakesOverTheHold(t *testing.T) {
 		var cleanup, later *metav1.Condition
 		for _, w := range f.statusWrites() {
 			c := meta.FindStatusCondition(w.Status.Conditions, v1alpha1.ConditionReady)
-			if c != nil && strings.Contains(c.Message, "rule(s) for the pods of namespace") && c.Status == metav1.ConditionTrue {
+			if c == nil || c.Reason != wave.ReasonRemovalsHeld {
+				continue
+			}
+			if strings.Contains(c.Message, "team-a cleanup --overwrite podjanitor.io/approve-wave="+second.ID) {
 				cleanup = c
 			}
-			if c != nil && c.Reason == wave.ReasonRemovalsHeld && strings.Contains(c.Message, second.ID) {
+			if strings.Contains(c.Message, "team-a later --overwrite podjanitor.io/approve-wave="+second.ID) {
 				later = c
 			}
 		}
 		return cleanup != nil && later != nil, nil
 	}); err != nil {
-		t.Error("no status writes of cleanup Ready again and later RemovalsHeld with the second ID")
+		t.Error("no status writes of cleanup and later RemovalsHeld with the second ID")
 	}
 	f.annotatePolicy("team-a", "later", second.ID)
 	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
@@ -875,5 +879,106 @@ func TestPlanMarksAChangedTenantPolicysRuleDuePods(t *testing.T) {
 	}
 	if got["team-a/old"] != "0123456789ab" || got["team-a/own"] != "" || got["team-b/old"] != "" {
 		t.Errorf("held changes %v; want team-a/old held, team-a/own (its own ttl) and team-b/old not", got)
+	}
+}
+
+// TestDeletingAnotherPolicyOfAHeldChangeKeepsItHeld: cleanup's creation
+// (12 pods due) is held; a second policy created after it, matching no pod,
+// joins the namespace's held change. Deleting that second policy brings
+// nothing forward: the namespace is measured again against what was acted
+// on before both, and cleanup's 12 pods stay held. cleanup's status says
+// so, and an approval on cleanup of the hold as it stands releases them.
+func TestDeletingAnotherPolicyOfAHeldChangeKeepsItHeld(t *testing.T) {
+	f, pods := tenantWaveFixture(t, 12)
+	policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a")
+	if _, err := policies.Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitQueued(len(pods))
+	f.drain()
+	q := lifetimePolicy("team-a", "extra", v1alpha1.PodLifetimeRule{Name: "none", Match: v1alpha1.PodLifetimeMatch{LabelSelector: "app=none"}, Clock: "created", After: "30d"})
+	q.UID = "uid-policy-extra"
+	if _, err := policies.Create(f.ctx, q, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return tenantsOf(f.c).Pending("team-a") == 0 && len(tenantsOf(f.c).Store().For("team-a")) == 2, nil
+	}); err != nil {
+		t.Fatal("the second policy was not measured")
+	}
+	f.waitQueued(len(pods))
+	f.drain()
+	if err := policies.Delete(f.ctx, "extra", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return len(tenantsOf(f.c).Store().For("team-a")) == 1, nil
+	}); err != nil {
+		t.Fatal("the deletion of the second policy was not seen")
+	}
+	f.waitQueued(len(pods))
+	f.drain()
+	if n := len(f.podWrites()); n != 0 {
+		t.Fatalf("%d pods removed after a policy that brought nothing forward was deleted, want 0", n)
+	}
+	h, _, ok := tenantsOf(f.c).Holds().Held("team-a")
+	if !ok || h.Pods != 12 {
+		t.Fatalf("held %+v, %v; want cleanup's 12 pods held", h, ok)
+	}
+	f.clock.Step(tenantStatusInterval)
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		for _, w := range f.statusWrites() {
+			c := meta.FindStatusCondition(w.Status.Conditions, v1alpha1.ConditionReady)
+			if c != nil && c.Reason == wave.ReasonRemovalsHeld && strings.Contains(c.Message, "team-a cleanup --overwrite podjanitor.io/approve-wave="+h.ID) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Error("no status write of cleanup RemovalsHeld with the hold's ID")
+	}
+	f.annotatePolicy("team-a", "cleanup", h.ID)
+	f.waitQueued(len(pods))
+	f.drain()
+	if n := len(f.podWrites()); n != 12 {
+		t.Errorf("%d pods removed after the approval on cleanup, want 12", n)
+	}
+}
+
+// TestLeavingDryRunHoldsTenantDuePods: the last leader ran with --dry-run
+// and removed nothing; its tenant policy's 12 due pods were never removed.
+// A start without --dry-run is measured as a first install: the pods the
+// tenant policy makes due are held with the rules', on the Lease.
+func TestLeavingDryRunHoldsTenantDuePods(t *testing.T) {
+	p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
+	p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", ObservedGeneration: p.Generation}}
+	var pods []*corev1.Pod
+	for i := range 12 {
+		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil))
+	}
+	scope := decisionScope{TenantPolicies: true}
+	opts := Options{Scope: scope, Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
+		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
+	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods, func(pj *pjfake.Clientset) {
+		if err := pj.Tracker().Add(p); err != nil {
+			t.Fatal(err)
+		}
+	})
+	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	recorded := scope
+	recorded.DryRun = true
+	b := recordJSON(f.c.evaluator.Load(), recorded)
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor",
+		Annotations: map[string]string{wave.AnnotationBaseline: string(b), wave.AnnotationBaselineHash: wave.BaselineHash(b)}}}
+	if _, err := f.client.CoordinationV1().Leases("podjanitor").Create(f.ctx, lease, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.start(pods)
+	f.drain()
+	if h, held := f.c.waves.Held(); !held || h.Pods != 12 {
+		t.Fatalf("held %+v, %v; want the 12 pods the tenant policy makes due", h, held)
+	}
+	if n := len(f.podWrites()); n != 0 {
+		t.Errorf("%d pods removed on leaving --dry-run, want none before an approval", n)
 	}
 }

@@ -729,3 +729,70 @@ func TestApprovalIsUsedOnce(t *testing.T) {
 		t.Fatalf("a stale approval released the change: held %v, %d removed", still, f.deletes())
 	}
 }
+
+// TestTakeoverAfterAnApprovalHoldsNothing: a standby reloaded the policy
+// while the leader held it; the leader's approval made `after: 1m` the
+// policy acted on, recorded on the Lease, and the leader died while its
+// wave drained. The standby takes over: its own measure of the reload
+// (in its memory) is replaced by the record, and the pods go.
+func TestTakeoverAfterAnApprovalHoldsNothing(t *testing.T) {
+	f, pods := startFixture(t, "7d", time.Hour, 12, recordedLease(t, "1m"))
+	if err := f.c.SetEvaluator(evaluatorWithAfter(t, "1m")); err != nil {
+		t.Fatal(err)
+	}
+	if _, held := f.c.waves.Held(); !held {
+		t.Fatal("the standby's reload is not held before it leads")
+	}
+	f.start(pods)
+	if h, held := f.c.waves.Held(); held {
+		t.Fatalf("the approved change is held again after a takeover: %+v", h)
+	}
+	if n := f.deletes(); n != 12 {
+		t.Errorf("%d pods removed, want 12", n)
+	}
+}
+
+// TestStaleApprovalOnTheLeaseApprovesNoStart: an approval on the Lease of
+// a change that no leader held there (left from an earlier occurrence of
+// the same change) does not approve the start that makes it again: it
+// comes off unused and the pods stay held. One written for the hold the
+// last leader recorded on the Lease approves it.
+func TestStaleApprovalOnTheLeaseApprovesNoStart(t *testing.T) {
+	id := wave.ChangeID(policyJSON(evaluatorWithAfter(t, "7d")), policyJSON(evaluatorWithAfter(t, "1m")))
+	for _, tc := range []struct {
+		name     string
+		recorded string // the hold the last leader recorded
+		wantHeld bool
+		wantGone int
+	}{
+		{name: "stale", recorded: "", wantHeld: true, wantGone: 0},
+		{name: "for the recorded hold", recorded: id, wantHeld: false, wantGone: 12},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lease := recordedLease(t, "7d")
+			lease.Annotations[wave.AnnotationApprove] = id
+			if tc.recorded != "" {
+				lease.Annotations[wave.AnnotationHeld] = tc.recorded
+			}
+			f, pods := startFixture(t, "1m", time.Hour, 12, lease)
+			f.start(pods)
+			ctx, cancel := context.WithCancel(f.ctx)
+			done := make(chan struct{})
+			go func() { defer close(done); f.c.waves.run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+			waitLease(t, f, func(a map[string]string) bool {
+				_, approval := a[wave.AnnotationApprove]
+				return !approval
+			})
+			for f.c.queue.Len() > 0 {
+				f.next()
+			}
+			if _, held := f.c.waves.Held(); held != tc.wantHeld {
+				t.Errorf("held %v, want %v", held, tc.wantHeld)
+			}
+			if n := f.deletes(); n != tc.wantGone {
+				t.Errorf("%d pods removed, want %d", n, tc.wantGone)
+			}
+		})
+	}
+}

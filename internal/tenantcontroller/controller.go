@@ -5,6 +5,7 @@
 package tenantcontroller
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -487,14 +488,10 @@ func (c *Controller) holdTenantWave(p *v1alpha1.PodLifetimePolicy, ops []tenantO
 		return nil
 	}
 	key := p.Namespace + "/" + p.Name
-	_, before, wasHeld := c.holds.Held(p.Namespace)
 	h, held := c.holds.Change(p.Namespace, key,
 		tenantsJSON(p.Namespace, old), c.tenantDecider(p.Namespace, old),
 		tenantsJSON(p.Namespace, cur), c.tenantDecider(p.Namespace, cur),
 		podcache.PodsOf(c.cfg.Pods, p.Namespace), c.cfg.Now())
-	if wasHeld && before != key {
-		c.status.Mark(before) // another policy's change was held: it is not, or no more by that one
-	}
 	if !held {
 		return nil
 	}
@@ -519,12 +516,15 @@ func (c *Controller) resumeTenantWave(p *v1alpha1.PodLifetimePolicy) {
 	}
 	cur := c.store.For(p.Namespace)
 	without := slices.DeleteFunc(slices.Clone(cur), func(q *policy.TenantPolicy) bool { return q.Name == p.Name })
-	before := c.tenantDecider(p.Namespace, without)
-	if p.Generation > 1 {
-		before = c.annotationsDecider(p.Namespace)
+	beforeJSON, before := tenantsJSON(p.Namespace, without), c.tenantDecider(p.Namespace, without)
+	if held, _, ok := c.holds.Held(p.Namespace); p.Generation > 1 || ok && held.ID == h.ID {
+		// Its earlier rules are not known, or another policy of the same
+		// held change was taken up first: what was acted on before the
+		// change is not known, so nothing but the pods' own annotations.
+		beforeJSON, before = nil, c.annotationsDecider(p.Namespace)
 	}
 	c.holds.Resume(p.Namespace, p.Namespace+"/"+p.Name, h,
-		tenantsJSON(p.Namespace, without), before,
+		beforeJSON, before,
 		tenantsJSON(p.Namespace, cur), c.tenantDecider(p.Namespace, cur))
 	klog.Background().Info("Holding the removals of a tenant policy's change again: its status says it is held and not approved",
 		"policy", klog.KObj(p), "change", h.ID, "pods", h.Pods, "approve", ApproveCommand(p.Namespace, p.Name, h.ID))
@@ -553,7 +553,11 @@ func (c *Controller) tenantWaveApproved(p *v1alpha1.PodLifetimePolicy) {
 	}
 	key := p.Namespace + "/" + p.Name
 	id := p.Annotations[wave.AnnotationApprove]
-	keys, ok := c.holds.Approve(p.Namespace, key, id)
+	_, object, held := c.holds.Held(p.Namespace)
+	if !held || !c.inHeldChange(p) {
+		return
+	}
+	keys, ok := c.holds.Approve(p.Namespace, object, id)
 	if !ok {
 		return
 	}
@@ -678,10 +682,39 @@ func (c *Controller) PolicyDeleted(obj interface{}) {
 		c.status.Mark(k)
 	}
 	klog.Background().V(2).Info("Tenant policy deleted", "policy", key)
-	if c.holds != nil && c.holds.End(m.GetNamespace(), key) {
-		klog.Background().Info("The tenant policy of a held wave is deleted: its hold ends", "policy", key)
-	}
+	c.measureHeld(m.GetNamespace(), key)
 	c.cfg.Redecide(m.GetNamespace())
+}
+
+// measureHeld measures a held namespace again after a change that was not
+// measured on its way in (a policy deleted with no finalizer): against what
+// was acted on before the held change, so that the namespace's policies as
+// they are now are held, or go when they are back to it.
+func (c *Controller) measureHeld(namespace, object string) {
+	if c.holds == nil {
+		return
+	}
+	if _, _, held := c.holds.Held(namespace); !held {
+		return
+	}
+	c.mu.Lock()
+	cur := c.store.For(namespace)
+	b, decide := tenantsJSON(namespace, cur), c.tenantDecider(namespace, cur)
+	h, held := c.holds.Change(namespace, object, b, decide, b, decide, podcache.PodsOf(c.cfg.Pods, namespace), c.cfg.Now())
+	keys := make([]string, 0, len(c.converted[namespace]))
+	for name := range c.converted[namespace] {
+		keys = append(keys, namespace+"/"+name)
+	}
+	c.mu.Unlock()
+	for _, k := range keys {
+		c.status.Mark(k)
+	}
+	if held {
+		klog.Background().Info("Holding the removals of a namespace's tenant policies as they are after a deletion: they still make too many pods due at once",
+			"namespace", namespace, "change", h.ID, "pods", h.Pods)
+	} else {
+		klog.Background().Info("A namespace's tenant policies are back to what was acted on: the hold ends", "namespace", namespace)
+	}
 }
 
 // unlockedBy returns the first policy that ops (a re-admission after a
@@ -1105,13 +1138,48 @@ func (c *Controller) setTenantFinalizer(ctx context.Context, p *v1alpha1.PodLife
 	return nil
 }
 
-// tenantHeld returns the held change of p's namespace, if p made it.
+// tenantHeld returns the held change of p's namespace, if p is part of it.
 func (c *Controller) tenantHeld(p *v1alpha1.PodLifetimePolicy) (wave.Hold, bool) {
 	if c.holds == nil {
 		return wave.Hold{}, false
 	}
-	h, object, ok := c.holds.Held(p.Namespace)
-	return h, ok && object == p.Namespace+"/"+p.Name
+	h, _, ok := c.holds.Held(p.Namespace)
+	return h, ok && c.inHeldChange(p)
+}
+
+// inHeldChange reports whether p is part of the held change of its
+// namespace: its rules as used now differ from those acted on before the
+// change (created, changed or being deleted since). Every policy of the
+// change shows the hold, and an approval on any of them approves it.
+func (c *Controller) inHeldChange(p *v1alpha1.PodLifetimePolicy) bool {
+	before, ok := c.holds.Before(p.Namespace, c.cfg.Now())
+	if !ok {
+		return false
+	}
+	c.mu.Lock()
+	now := tenantsJSON(p.Namespace, c.store.For(p.Namespace))
+	c.mu.Unlock()
+	return !bytes.Equal(tenantRules(before, p.Name), tenantRules(now, p.Name))
+}
+
+// tenantRules is the rules of the policy name in b (tenantsJSON), as JSON;
+// nil when b has no such policy.
+func tenantRules(b []byte, name string) []byte {
+	var list struct {
+		Policies []struct {
+			Name  string          `json:"name"`
+			Rules json.RawMessage `json:"rules"`
+		} `json:"policies"`
+	}
+	if json.Unmarshal(b, &list) != nil {
+		return nil
+	}
+	for _, p := range list.Policies {
+		if p.Name == name {
+			return p.Rules
+		}
+	}
+	return nil
 }
 
 // MarkNamespaces has the status of every policy of namespaces written again,

@@ -96,13 +96,12 @@ func (g *Guard) change(source string, newPolicy []byte, decide Decide, pods iter
 
 // Rebase makes policy, decided by decide, the baseline (nil: no decision
 // acted on yet, a first install), for a start measured against the policy
-// the last leader acted on. It does nothing while a change is held.
+// the last leader acted on: the record is what was acted on, so a hold this
+// process measured before it led (a standby's reload) ends.
 func (g *Guard) Rebase(policy []byte, decide Decide) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.held != nil {
-		return
-	}
+	g.endHoldLocked()
 	g.baseline, g.baselinePolicy = decide, policy
 }
 

@@ -1,6 +1,7 @@
 package wave
 
 import (
+	"bytes"
 	"iter"
 	"slices"
 	"sync"
@@ -91,6 +92,13 @@ func (h *Holds) Change(scope, object string, old []byte, oldDecide Decide, new [
 	hold, held, w := s.guard.change(h.source, new, newDecide, pods, now)
 	if !held {
 		delete(h.scopes, scope)
+		if c, ok := h.spreadBefore[scope]; ok && bytes.Equal(c.before, new) {
+			// Back to what it was before its changes that wait in the
+			// Spread: they leave it.
+			h.spread.Revert(scope)
+			delete(h.spreadBefore, scope)
+			return Hold{}, false
+		}
 		if h.spread != nil {
 			waiting := h.spread.Has(scope, now)
 			h.spread.Add(scope, ChangeID(old, new), w, now)
@@ -120,12 +128,17 @@ func (h *Holds) SetSpread(spread *Spread) { h.spread = spread }
 
 // Resume holds the change h of scope by object from old to new again, as it
 // was held before a restart (recorded in the API server): without measuring
-// its wave, which was measured then. A scope held already keeps its hold.
+// its wave, which was measured then. A scope held already keeps its hold,
+// unless it is the same change taken up again (by another of its objects),
+// which is held back to old from then on.
 func (h *Holds) Resume(scope, object string, hold Hold, old []byte, oldDecide Decide, new []byte, newDecide Decide) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.scopes[scope] != nil {
-		return
+	if s := h.scopes[scope]; s != nil {
+		if held, ok := s.guard.Held(); !ok || held.ID != hold.ID {
+			return
+		}
+		s.guard.endHold()
 	}
 	g := NewGuard(h.threshold, h.window, old, oldDecide, func(_ string, n int) { h.setCount(scope, n) })
 	hold.Source = h.source

@@ -104,3 +104,36 @@ func TestHoldsApproveOnTheObjectThatChanged(t *testing.T) {
 		t.Error("held after End")
 	}
 }
+
+// TestHoldsRevertLeavesTheSpread: changes of three scopes, each small
+// enough on its own, are held together by the Spread; each scope changed
+// back to what it was before leaves the hold, and the last one ends it.
+func TestHoldsRevertLeavesTheSpread(t *testing.T) {
+	var spreadHeld int
+	s := NewSpread(Threshold{Pods: 4}, time.Minute, 2*time.Second, func() int { return 1000 }, func(_ string, n int) { spreadHeld = n })
+	h := NewHolds(SourceTenant, Threshold{Pods: 10}, time.Minute, nil)
+	h.SetSpread(s)
+	scopes := []string{"a", "b", "c"}
+	for _, ns := range scopes {
+		ps := pods(nsPod(ns, "1", time.Hour), nsPod(ns, "2", time.Hour))
+		if _, ok := h.Change(ns, ns+"/p", week, after(7*24*time.Hour), minute, after(time.Minute), ps, t0); ok {
+			t.Fatalf("scope %s's 2 pods held on their own", ns)
+		}
+	}
+	if _, _, ok := s.Held(); !ok || spreadHeld != 6 {
+		t.Fatalf("the Spread holds %d pods (held %v), want 6", spreadHeld, ok)
+	}
+	for i, ns := range scopes {
+		ps := pods(nsPod(ns, "1", time.Hour), nsPod(ns, "2", time.Hour))
+		h.Change(ns, ns+"/p", minute, after(time.Minute), week, after(7*24*time.Hour), ps, t0)
+		if _, ok := h.Before(ns, t0); ok {
+			t.Errorf("scope %s reverted still waits", ns)
+		}
+		if want := 2 * (len(scopes) - i - 1); spreadHeld != want {
+			t.Errorf("after %s's revert the Spread holds %d pods, want %d", ns, spreadHeld, want)
+		}
+	}
+	if hold, _, ok := s.Held(); ok {
+		t.Errorf("a Spread of reverted changes still holds: %+v", hold)
+	}
+}

@@ -237,7 +237,8 @@ type Options struct {
 // lives in the API server, so it outlasts a restart and a leader change.
 // It is used once: taken off the Lease once its change is carried out,
 // reverted or held no more (another change held instead), and one found
-// there for a change made while this leader runs (not its start's) is an
+// there for a hold not yet published on the Lease (a change made while this
+// leader runs, or a start's that the last leader did not record) is an
 // earlier occurrence's and comes off unused, so that the same change made
 // again later is held again and needs an approval of its own.
 func (r Record) Keep(ctx context.Context, g *Guard, clk clock.WithTicker, interval time.Duration, held func(Hold), approved func(Hold, []string)) {
@@ -246,14 +247,21 @@ func (r Record) Keep(ctx context.Context, g *Guard, clk clock.WithTicker, interv
 	var publishedBaseline string
 	// used are changes whose approval, if any, comes off the Lease.
 	var used []string
+	// recorded is the hold the last leader published: an approval on the
+	// Lease of it is a person's answer to it, which a start that holds
+	// the same change takes.
+	var recorded string
+	if l, err := r.Read(ctx); err == nil {
+		recorded, _, _ = HeldOn(l)
+	}
 	ticker := clk.NewTicker(interval)
 	defer ticker.Stop()
 	for {
 		h, holding := g.Held()
-		if holding && h.Source != SourceStartup && !sameHold(&h, published) {
-			// A change made while this leader runs: an approval of it on
-			// the Lease already is one of an earlier occurrence, left
-			// there; it comes off as the hold is published.
+		if holding && !sameHold(&h, published) && (h.Source != SourceStartup || h.ID != recorded) {
+			// A hold not published yet: an approval of it on the Lease
+			// already is one of an earlier occurrence, left there; it
+			// comes off as the hold is published.
 			used = append(used, h.ID)
 		} else if holding {
 			id, err := r.Approved(ctx)

@@ -93,6 +93,9 @@ func (s *Spread) Add(scope, change string, w Wave, now time.Time) (Hold, bool) {
 	s.changes[scope] = change
 	s.last = now
 	if s.held != nil {
+		// The hold is of the changes in it now: one joining it needs
+		// the approval of the hold as it stands with it.
+		s.held.ID = spreadID(s.changes)
 		s.held.Pods = max(s.held.Pods, len(s.pending))
 		s.onHeld(SourceSpread, len(s.pending))
 		return Hold{}, false
@@ -109,6 +112,30 @@ func (s *Spread) Add(scope, change string, w Wave, now time.Time) (Hold, bool) {
 	s.held = &Hold{ID: spreadID(s.changes), Source: SourceSpread, Pods: len(s.pending)}
 	s.onHeld(SourceSpread, len(s.pending))
 	return *s.held, true
+}
+
+// Revert takes the changes of scope out (the scope is back to what it was
+// before them): its pods wait no more. A hold left with no change in it
+// ends; one left with others is of those, and named by them.
+func (s *Spread) Revert(scope string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.changes[scope]; !ok {
+		return
+	}
+	delete(s.changes, scope)
+	maps.DeleteFunc(s.pending, func(key string, _ time.Time) bool { return strings.HasPrefix(key, scope+"/") })
+	if s.held == nil {
+		return
+	}
+	if len(s.changes) == 0 {
+		clear(s.pending)
+		s.held = nil
+		s.onHeld(SourceSpread, 0)
+		return
+	}
+	s.held.ID = spreadID(s.changes)
+	s.onHeld(SourceSpread, len(s.pending))
 }
 
 // spreadID names a spread's hold by the changes in it.

@@ -139,3 +139,52 @@ func TestSpreadCountsANamespaceOnce(t *testing.T) {
 		t.Error("b's one pod held: a's repeated changes counted more than once (6 + 1 is under 10)")
 	}
 }
+
+// A hold whose changes are all reverted ends: later changes are measured
+// as if it never was. One left with other changes is named by them, and so
+// is one a change joins: an approval covers the hold as it stood.
+func TestSpreadHoldOfRevertedChangesEnds(t *testing.T) {
+	var held int
+	s := newTestSpread(&held)
+	for _, ns := range []string{"a", "b", "c"} {
+		s.Add(ns, "change", spreadWave(ns, 5), spreadT0)
+	}
+	h, _, ok := s.Held()
+	if !ok {
+		t.Fatal("15 pods of 3 namespaces not held")
+	}
+	s.Add("d", "change", spreadWave("d", 5), spreadT0)
+	joined, _, _ := s.Held()
+	if joined.ID == h.ID {
+		t.Error("a change joining the hold left its ID as approved before it joined")
+	}
+	if _, ok := s.Approve(h.ID); ok {
+		t.Error("the approval of the hold before d joined approved d's change")
+	}
+	s.Revert("a")
+	s.Revert("b")
+	if ok, _ := s.CheckPod(spreadKey("a", 0), nil, spreadT0); ok {
+		t.Error("a reverted namespace's pod still held")
+	}
+	if ok, _ := s.CheckPod(spreadKey("c", 0), nil, spreadT0); !ok {
+		t.Error("c's pod, its change not reverted, is not held")
+	}
+	if held != 10 {
+		t.Errorf("onHeld told %d, want 10", held)
+	}
+	s.Revert("c")
+	s.Revert("d")
+	if h, _, ok := s.Held(); ok {
+		t.Fatalf("a hold of reverted changes lasts: %+v", h)
+	}
+	if held != 0 {
+		t.Errorf("onHeld told %d, want 0", held)
+	}
+	later := spreadT0.Add(time.Hour)
+	if _, ok := s.Add("e", "change", spreadWave("e", 5), later); ok {
+		t.Error("a lone change of 5 pods held after the reverted hold")
+	}
+	if ok, _ := s.CheckPod(spreadKey("e", 0), nil, later.Add(3*time.Second)); ok {
+		t.Error("a lone change's pod held past settle")
+	}
+}

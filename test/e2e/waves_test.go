@@ -459,7 +459,9 @@ func TestTenantPolicyDeletionIsHeld(t *testing.T) {
 // label selector dropped), or out of --dry-run, the 200 pods that are due
 // only in the new start's eyes are held, not removed, until the change is
 // approved; then they go at the cap. The pods due in the old scope go at
-// once (TestRestartWithTheSamePolicyHoldsNothing: nothing changed, nothing held).
+// once (TestRestartWithTheSamePolicyHoldsNothing: nothing changed, nothing held),
+// and so do the pods due by their own expires-at, there at the start or
+// created after it: a pod's own deadline is never held.
 func TestRestartInAWiderScopeIsHeld(t *testing.T) {
 	t.Parallel()
 	const n = 200
@@ -490,6 +492,11 @@ func TestRestartInAWiderScopeIsHeld(t *testing.T) {
 			teamA := createPods(t, 5, func(i int) *corev1.Pod {
 				return pod(ns, fmt.Sprintf("team-a-%d", i), label("wave", "yes"), label("team", "a"))
 			})
+			// Pods due by their own expires-at are never held, whatever
+			// changed: those there at the start, and one created after it.
+			own := createPods(t, 20, func(i int) *corev1.Pod {
+				return pod(ns, fmt.Sprintf("own-%d", i), label("wave", "yes"), label("team", "b"), expiresAt(time.Now()))
+			})
 			time.Sleep(2 * time.Second) // due while podjanitor is down
 			d := startDaemon(t, append(args, c.then...)...)
 			d.waitLog("Holding the removals of the start", 30*time.Second)
@@ -499,6 +506,12 @@ func TestRestartInAWiderScopeIsHeld(t *testing.T) {
 				for _, p := range teamA {
 					r.waitRemoved(t, p, 30*time.Second)
 				}
+			}
+			later := createPods(t, 1, func(int) *corev1.Pod {
+				return pod(ns, "own-later", label("wave", "yes"), label("team", "b"), expiresAt(time.Now().Add(2*time.Second)))
+			})
+			for _, p := range append(own, later...) {
+				r.waitRemoved(t, p, 30*time.Second)
 			}
 			time.Sleep(10 * time.Second)
 			noneRemoved(t, r.removals, pods)

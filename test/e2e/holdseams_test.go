@@ -1,0 +1,143 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	v1alpha1 "github.com/podjanitor/podjanitor/pkg/apis/podjanitor/v1alpha1"
+)
+
+// TestTwoPoliciesOfOneHeldChange: two PodLifetimePolicies applied
+// together in a namespace of 150 pods, a-short (every pod, `after: 1s`)
+// and z-extra (no pod): one held change of the namespace, shown on both.
+// Deleting z-extra, which brought nothing forward, leaves a-short's 150
+// held; an approval on a-short of the hold as it stands releases them.
+func TestTwoPoliciesOfOneHeldChange(t *testing.T) {
+	t.Parallel()
+	installCRD(t)
+	ctx := ctxFor(t)
+	ns := newNamespace(t)
+	_, tenant := editorOf(t, ns)
+	r := watchRemovalsDurably(t, ns)
+	pods := wavePods(t, ns, "yes", 150)
+	startDaemon(t, "--tenant-policies", "--namespace", ns)
+	policies := tenant.PodjanitorV1alpha1().PodLifetimePolicies(ns)
+	short := lifetimePolicy("a-short", v1alpha1.PodLifetimeRule{Name: "all", Clock: "created", After: "1s"})
+	extra := lifetimePolicy("z-extra", v1alpha1.PodLifetimeRule{Name: "none", Match: v1alpha1.PodLifetimeMatch{LabelSelector: "app=none"}, Clock: "created", After: "1s"})
+	for _, p := range []*v1alpha1.PodLifetimePolicy{short, extra} {
+		if _, err := policies.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// heldID waits for the policy name to show a hold of 150 pods other
+	// than not, and returns its ID.
+	heldID := func(name, not string) string {
+		t.Helper()
+		var cond *metav1.Condition
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := policies.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			cond = meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
+			return cond != nil && cond.Reason == "RemovalsHeld" && strings.Contains(cond.Message, "holds 150 pod removal(s)") &&
+				!strings.HasPrefix(cond.Message, "change "+not+" "), nil
+		}); err != nil {
+			t.Fatalf("%s: Ready %+v, want RemovalsHeld with 150 pods, not by change %q", name, cond, not)
+		}
+		id, _, _ := strings.Cut(strings.TrimPrefix(cond.Message, "change "), " ")
+		return id
+	}
+	both := heldID("z-extra", "")
+	heldID("a-short", "")
+	time.Sleep(3 * time.Second)
+	noneRemoved(t, r.removals, pods)
+
+	if err := policies.Delete(ctx, "z-extra", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := policies.Get(ctx, "z-extra", metav1.GetOptions{})
+		return err != nil, nil
+	}); err != nil {
+		t.Fatal("z-extra is not deleted")
+	}
+	time.Sleep(10 * time.Second)
+	noneRemoved(t, r.removals, pods)
+	id := heldID("a-short", both)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, approveWave, id)
+	if _, err := policies.Patch(ctx, "a-short", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		r.waitRemoved(t, p, 2*time.Minute)
+	}
+}
+
+// TestRevertedChangeInManyNamespacesEndsItsHold: a policy pushed into 12
+// namespaces of 10 pods is held as one wave on the Lease; deleted again
+// from all 12 (reverted), the hold ends and none of the 120 goes; a later
+// change of 5 pods in another namespace goes as it comes, as if the hold
+// had never been. Not parallel: its podjanitor writes the status of every
+// PodLifetimePolicy in the cluster.
+func TestRevertedChangeInManyNamespacesEndsItsHold(t *testing.T) {
+	installCRD(t)
+	ctx := ctxFor(t)
+	home := newNamespace(t)
+	run := fmt.Sprintf("r%06d", rand.IntN(1000000))
+	admin := tenantClient(t, "")
+	startDaemon(t, "--tenant-policies", "--label-selector", "wave="+run, "--leader-elect-resource-namespace", home)
+	all := v1alpha1.PodLifetimeRule{Name: "all", Clock: "created", After: "1s"}
+	var namespaces []string
+	var pods []*corev1.Pod
+	watches := map[string]*durableWatch{}
+	for range 12 {
+		ns := newNamespace(t)
+		watches[ns] = watchRemovalsDurably(t, ns)
+		namespaces = append(namespaces, ns)
+		pods = append(pods, wavePods(t, ns, run, 10)...)
+	}
+	time.Sleep(2 * time.Second) // created long enough ago for `after: 1s`
+	for _, ns := range namespaces {
+		if _, err := admin.PodjanitorV1alpha1().PodLifetimePolicies(ns).Create(ctx, lifetimePolicy("all", all), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heldSpreadOnLease(t, home, "", "120")
+	for _, ns := range namespaces {
+		if err := admin.PodjanitorV1alpha1().PodLifetimePolicies(ns).Delete(ctx, "all", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := client.CoordinationV1().Leases(home).Get(ctx, "podjanitor", metav1.GetOptions{})
+		return err == nil && l.Annotations["podjanitor.io/held-spread"] == "", nil
+	}); err != nil {
+		t.Fatal("the hold of reverted changes is still recorded on the Lease")
+	}
+	later := newNamespace(t)
+	rl := watchRemovalsDurably(t, later)
+	laterPods := wavePods(t, later, run, 5)
+	time.Sleep(2 * time.Second)
+	if _, err := admin.PodjanitorV1alpha1().PodLifetimePolicies(later).Create(ctx, lifetimePolicy("all", all), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range laterPods {
+		rl.waitRemoved(t, p, 30*time.Second)
+	}
+	for _, ns := range namespaces {
+		noneRemoved(t, watches[ns].removals, podsOf(pods, ns))
+	}
+}
