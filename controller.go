@@ -705,15 +705,20 @@ func (c *Controller) namespaceDecider(ns *policy.Namespace) wave.Decide {
 // startWave measures the start against what the last leader acted on, as
 // the record Lease holds it, before any worker decides: the namespace
 // changes it held are held again, and the cluster's policy is measured
-// against the one recorded (policyWaves.start). The Lease cannot be read,
-// or its records do not parse: the start fails, rather than act on a change
-// it cannot measure.
+// against the one recorded (policyWaves.start). The Lease cannot be read:
+// the start fails, rather than act on a change it cannot measure. A record
+// that does not parse is taken as nothing acted on: the start is measured
+// as a first install's, its rules' wave held until approved, and the next
+// write of the record replaces it (never a start that fails again and again).
 func (c *Controller) startWave(ctx context.Context) error {
 	lease, err := c.waves.readRecord(ctx)
 	if err != nil {
 		return err
 	}
-	if err := c.namespaces.Resume(ctx, lease); err != nil {
+	if err := c.namespaces.Resume(ctx, lease); errors.Is(err, wave.ErrBadRecord) {
+		klog.FromContext(ctx).Error(err, "The record of what the last leader acted on does not parse: starting as if nothing was acted on (a first install): the pods the rules make due are held until approved on the Lease")
+		lease = nil
+	} else if err != nil {
 		return err
 	}
 	c.waves.start(ctx, lease)

@@ -359,13 +359,16 @@ func (c *Controller) decider(m metav1.Object) wave.Decide {
 //     not in it, or made again under its name (another UID), is new: its
 //     pods are decided as they are, as a namespace's arrival is.
 //
-// A record that does not parse fails the start, as a Lease that cannot be
-// read does; a record podjanitor may not read (RBAC) or that was too large
-// to write measures nothing and says so.
+// A record that does not parse is an error wrapping wave.ErrBadRecord (the
+// start is then measured as a first install's, and the record written anew);
+// a record podjanitor may not read (RBAC) or that was too large to write
+// measures nothing and says so.
 func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) error {
 	r := c.cfg.Waves.Record
 	recorded, err := wave.HeldScopesOn(lease)
 	if err != nil {
+		// Written anew at the first look, whatever is held then.
+		c.published = map[string]wave.ScopeHold{"": {}}
 		return fmt.Errorf("--hold-waves: the namespace changes the last leader held: %w", err)
 	}
 	c.published = recorded
@@ -392,7 +395,7 @@ func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) er
 		}
 		old, err := NamespaceFromJSON(name, rec.Before)
 		if err != nil {
-			return fmt.Errorf("--hold-waves: lease %s/%s: annotation %s: the held change of namespace %s: %w", r.Namespace, r.Name, wave.AnnotationHeldNamespaces, name, err)
+			return fmt.Errorf("--hold-waves: lease %s/%s: annotation %s: the held change of namespace %s: %w: %w", r.Namespace, r.Name, wave.AnnotationHeldNamespaces, name, wave.ErrBadRecord, err)
 		}
 		old.UID = cur.GetUID()
 		logger.Info("Measuring again a namespace change the last leader held", "namespace", name, "change", rec.Change, "pods", rec.Pods)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -139,5 +140,48 @@ func TestRevertedChangeInManyNamespacesEndsItsHold(t *testing.T) {
 	}
 	for _, ns := range namespaces {
 		noneRemoved(t, watches[ns].removals, podsOf(pods, ns))
+	}
+}
+
+// TestRecordThatDoesNotParseStartsAsAFirstInstall: the record Lease carries
+// a held-namespaces record that does not parse (a hand edit, a bad
+// restore), over 150 pods that the rules make due. podjanitor starts as if
+// nothing was acted on: it keeps running, holds the 150 on the Lease as a
+// first install (visible there, approved there), removes a pod due by its
+// own expires-at, and writes the record anew. Before, every start exited 1
+// on it: a crash loop.
+func TestRecordThatDoesNotParseStartsAsAFirstInstall(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	r := watchRemovalsDurably(t, ns)
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "podjanitor", Namespace: ns,
+		Annotations: map[string]string{heldNamespacesAnnotation: "{not json"}}}
+	if _, err := client.CoordinationV1().Leases(ns).Create(ctxFor(t), lease, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pods := wavePods(t, ns, "yes", 150)
+	own := createPod(t, ns, "own", unscheduled, expiresAt(time.Now()))
+	time.Sleep(2 * time.Second)
+	cfg := writePolicy(t, "", fmt.Sprintf(waveRule, "1s"))
+	d := startDaemon(t, "--namespace", ns, "--config", cfg, "--leader-elect", "--leader-elect-resource-namespace", ns)
+	d.waitLog("does not parse: starting as if nothing was acted on", 30*time.Second)
+	id := heldOnLease(t, ns, "podjanitor")
+	r.waitRemoved(t, own, 30*time.Second)
+	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := client.CoordinationV1().Leases(ns).Get(ctx, "podjanitor", metav1.GetOptions{})
+		return err == nil && l.Annotations[heldNamespacesAnnotation] != "{not json", nil
+	}); err != nil {
+		t.Error("the record that does not parse is still on the Lease")
+	}
+	time.Sleep(3 * time.Second)
+	noneRemoved(t, r.removals, pods)
+	select {
+	case <-d.exited:
+		t.Fatal("podjanitor exited")
+	default:
+	}
+	approveOnLease(t, ns, id)
+	for _, p := range pods {
+		r.waitRemoved(t, p, time.Minute)
 	}
 }
