@@ -982,3 +982,29 @@ func TestLeavingDryRunHoldsTenantDuePods(t *testing.T) {
 		t.Errorf("%d pods removed on leaving --dry-run, want none before an approval", n)
 	}
 }
+
+// TestTenantPolicyChangedWhileDownIsMeasuredAgainstOwnAnnotations: a policy
+// acted on at generation 1 (its status says so) was changed while no
+// podjanitor ran; generation 2 makes the namespace's 12 pods due at 1h, as
+// the cluster's rule does. Its earlier rules are not known (they may have
+// kept the pods for 30 days): the change is measured against the pods' own
+// annotations alone, and held. Measured against the namespace without the
+// policy (the cluster's rule), it was nothing, and the 12 went at once.
+func TestTenantPolicyChangedWhileDownIsMeasuredAgainstOwnAnnotations(t *testing.T) {
+	p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
+	p.Generation = 2
+	p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", ObservedGeneration: 1}}
+	var pods []*corev1.Pod
+	for i := range 12 {
+		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil))
+	}
+	opts := Options{Evaluator: evaluatorWithAfter(t, "1h"), Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
+		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
+	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods, func(pj *pjfake.Clientset) {
+		if err := pj.Tracker().Add(p); err != nil {
+			t.Fatal(err)
+		}
+	})
+	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	f.heldAtStart(pods, "a policy changed while podjanitor was down")
+}

@@ -140,6 +140,11 @@ type Controller struct {
 	// one per write.
 	pending   map[string]map[string]tenantOp
 	pendingBy map[string]*v1alpha1.PodLifetimePolicy
+	// unknownBefore are the namespaces whose pending changes include a
+	// policy changed while no podjanitor ran (acted on at an earlier
+	// generation, whose rules are not known): measured against the pods'
+	// own annotations alone.
+	unknownBefore map[string]bool
 }
 
 // tenantConverted is the conversion of one generation of a policy: the
@@ -335,6 +340,12 @@ func (c *Controller) PolicyChanged(obj interface{}, enqueue bool) {
 	changed, ops := c.admit(p.Namespace, key)
 	if (enqueue || resume || unseen) && c.holds != nil {
 		c.setPendingLocked(p, ops)
+		if unseen && actedOnEarlier(p) {
+			if c.unknownBefore == nil {
+				c.unknownBefore = map[string]bool{}
+			}
+			c.unknownBefore[p.Namespace] = true
+		}
 	} else {
 		c.apply(c.store, ops)
 	}
@@ -381,6 +392,14 @@ func (c *Controller) setPendingLocked(p *v1alpha1.PodLifetimePolicy, ops []tenan
 func ActedOn(p *v1alpha1.PodLifetimePolicy) bool {
 	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
 	return c != nil && c.ObservedGeneration == p.Generation && (c.Status == metav1.ConditionTrue || c.Reason == wave.ReasonRemovalsHeld)
+}
+
+// actedOnEarlier reports whether p's status says a podjanitor acted on an
+// earlier generation of it than its current one (changed since, while none
+// ran): its rules then are not known.
+func actedOnEarlier(p *v1alpha1.PodLifetimePolicy) bool {
+	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
+	return c != nil && c.ObservedGeneration < p.Generation && (c.Status == metav1.ConditionTrue || c.Reason == wave.ReasonRemovalsHeld)
 }
 
 // convert converts one generation of a policy: deleting, it gives no
@@ -437,13 +456,14 @@ func (c *Controller) ApplyPending(namespace string) {
 // and returns the policy that made the last of them and the hold, if any;
 // c.mu is held.
 func (c *Controller) applyPendingLocked(namespace string) (*v1alpha1.PodLifetimePolicy, *wave.Hold) {
-	ops, p := slices.Collect(maps.Values(c.pending[namespace])), c.pendingBy[namespace]
+	ops, p, unknown := slices.Collect(maps.Values(c.pending[namespace])), c.pendingBy[namespace], c.unknownBefore[namespace]
 	delete(c.pending, namespace)
 	delete(c.pendingBy, namespace)
+	delete(c.unknownBefore, namespace)
 	if p == nil {
 		return nil, nil
 	}
-	hold := c.holdTenantWave(p, ops)
+	hold := c.holdTenantWave(p, ops, unknown)
 	c.apply(c.store, ops)
 	return p, hold
 }
@@ -472,8 +492,10 @@ func (c *Controller) reportTenantWave(p *v1alpha1.PodLifetimePolicy, hold *wave.
 // holdTenantWave measures the change that ops make to the tenant policies
 // of p's namespace (before they are applied: no worker decides by them
 // yet) against the pods of the namespace, and holds it when its wave is too
-// large; c.mu is held.
-func (c *Controller) holdTenantWave(p *v1alpha1.PodLifetimePolicy, ops []tenantOp) *wave.Hold {
+// large; c.mu is held. unknown: what was acted on before is not known (a
+// policy changed while no podjanitor ran), so the change is measured
+// against the pods' own annotations alone.
+func (c *Controller) holdTenantWave(p *v1alpha1.PodLifetimePolicy, ops []tenantOp, unknown bool) *wave.Hold {
 	old := c.store.For(p.Namespace)
 	next := tenant.NewStore()
 	for _, q := range old {
@@ -488,8 +510,11 @@ func (c *Controller) holdTenantWave(p *v1alpha1.PodLifetimePolicy, ops []tenantO
 		return nil
 	}
 	key := p.Namespace + "/" + p.Name
-	h, held := c.holds.Change(p.Namespace, key,
-		tenantsJSON(p.Namespace, old), c.tenantDecider(p.Namespace, old),
+	oldJSON, oldDecide := tenantsJSON(p.Namespace, old), c.tenantDecider(p.Namespace, old)
+	if unknown {
+		oldJSON, oldDecide = nil, c.annotationsDecider(p.Namespace)
+	}
+	h, held := c.holds.Change(p.Namespace, key, oldJSON, oldDecide,
 		tenantsJSON(p.Namespace, cur), c.tenantDecider(p.Namespace, cur),
 		podcache.PodsOf(c.cfg.Pods, p.Namespace), c.cfg.Now())
 	if !held {
