@@ -274,7 +274,9 @@ func (w *policyWaves) scopedDecider(rules *policy.Policy, s decisionScope) wave.
 	inScope := inScopeOf(s)
 	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) {
 		e := scopedEvaluator(*w.evaluator(), rules, s, w.scope)
-		if !inScope(pod) {
+		if !inScope(pod) || s.TenantPolicies && !w.scope.TenantPolicies {
+			// Not decided by the rules then; or by tenant policies that
+			// this start does not read, so cannot tell what they kept.
 			e = annotationsOnly(e)
 		}
 		return w.decideWith(&e, pod, now)

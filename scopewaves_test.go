@@ -192,3 +192,18 @@ func TestStartInAWiderScopeNeverHoldsPodsOwnDeadlines(t *testing.T) {
 		}
 	}
 }
+
+// TestStartWithTenantPoliciesTurnedOffIsHeld: the last leader read the
+// namespaces' PodLifetimePolicies, which may have kept pods longer than the
+// cluster's rules; this start does not read them, so cannot tell: the 12
+// pods the rules make due are held, not taken as a narrowing.
+func TestStartWithTenantPoliciesTurnedOffIsHeld(t *testing.T) {
+	f, pods := startFixture(t, "1m", time.Hour, 12, leaseRecording(t, "1m", decisionScope{TenantPolicies: true}))
+	f.start(pods)
+	if h, held := f.c.waves.Held(); !held || h.Pods != 12 {
+		t.Fatalf("held %+v, %v; want the 12 pods of the rules", h, held)
+	}
+	if n := f.deletes(); n != 0 {
+		t.Errorf("%d pods removed, want 0", n)
+	}
+}
