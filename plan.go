@@ -294,15 +294,15 @@ func markHeld(r *planReport, record wave.Record, lease *coordinationv1.Lease, e 
 	if !firstInstall && (id == "" || baselineJSON == nil || wave.ChangeID(baselineJSON, current) != id) {
 		return nil
 	}
-	baseline := *e
-	baseline.Policy = nil
-	inScope := func(*corev1.Pod) bool { return true }
+	noRules := *e
+	noRules.Policy = nil
+	baseline := func(*corev1.Pod) policy.Evaluator { return noRules }
 	if !firstInstall {
 		rules, recorded, ok := parseRecord(baselineJSON, scope)
 		if !ok {
 			return fmt.Errorf("lease %s/%s: the held wave's baseline does not parse", record.Namespace, record.Name)
 		}
-		baseline, inScope = scopedEvaluator(*e, rules, recorded, scope), inScopeOf(recorded)
+		baseline = recordedEvaluator(*e, rules, recorded, scope)
 	}
 	byKey := map[string]*corev1.Pod{}
 	for _, p := range pods {
@@ -314,7 +314,8 @@ func markHeld(r *planReport, record wave.Record, lease *coordinationv1.Lease, e 
 			continue
 		}
 		pod := byKey[entry.Namespace+"/"+entry.Pod]
-		if d, err := baseline.Decide(pod, namespaces[entry.Namespace], now); err == nil && inScope(pod) && d.HasDeadline() && !d.Deadline.After(now) {
+		old := baseline(pod)
+		if d, err := old.Decide(pod, namespaces[entry.Namespace], now); err == nil && d.HasDeadline() && !d.Deadline.After(now) {
 			continue
 		}
 		entry.Held = true

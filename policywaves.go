@@ -151,27 +151,35 @@ func parseRecord(b []byte, current decisionScope) (*policy.Policy, decisionScope
 	return p, *r.Scope, true
 }
 
-// scopedEvaluator is how the pods were decided with rules in scope
-// recorded, by a process whose running evaluator is running and whose
-// scope is current: what recorded had otherwise (its annotation prefix,
-// tenant policies off) replaces the running evaluator's (a pod outside its
-// namespace or label selector was decided by its own annotations alone:
-// annotationsOnly). Having run with --dry-run, the recorded process removed
-// nothing: as at a first install, neither the rules nor the tenant policies
-// decided (the pods' own annotations stay out of the wave).
-func scopedEvaluator(running policy.Evaluator, rules *policy.Policy, recorded, current decisionScope) policy.Evaluator {
+// recordedEvaluator returns, for a pod, the evaluator that decides it as
+// the leader that recorded rules in scope recorded decided it, by a process
+// whose running evaluator is running and whose scope is current. Having run
+// with --dry-run, the recorded process removed nothing: as at a first
+// install, neither the rules nor the tenant policies decided. Without tenant
+// policies then, they did not decide. What this start cannot tell — a pod
+// outside the recorded namespace or label selector, keep annotations under
+// another prefix (the cache keeps the current one's alone), tenant policies
+// this start does not read — is decided by the pod's own annotations alone,
+// so that a pod's own deadline is never in a wave.
+func recordedEvaluator(running policy.Evaluator, rules *policy.Policy, recorded, current decisionScope) func(*corev1.Pod) policy.Evaluator {
 	e := running
 	e.Policy = rules
 	if recorded.DryRun && !current.DryRun {
 		e.Policy, e.Tenants = nil, nil
 	}
-	if recorded.AnnotationPrefix != current.AnnotationPrefix {
-		e.Prefix = recorded.AnnotationPrefix
-	}
 	if !recorded.TenantPolicies && current.TenantPolicies {
 		e.Tenants = nil
 	}
-	return e
+	annotationsOnly := e
+	annotationsOnly.Policy, annotationsOnly.Tenants = nil, nil
+	unknown := recorded.AnnotationPrefix != current.AnnotationPrefix || recorded.TenantPolicies && !current.TenantPolicies
+	inScope := inScopeOf(recorded)
+	return func(pod *corev1.Pod) policy.Evaluator {
+		if unknown || !inScope(pod) {
+			return annotationsOnly
+		}
+		return e
+	}
 }
 
 // inScopeOf reports whether a pod was in scope s: its namespace and label
@@ -268,27 +276,13 @@ func (w *policyWaves) start(ctx context.Context, lease *coordinationv1.Lease) {
 }
 
 // scopedDecider decides pods as the recorded policy did: by its rules, in
-// its scope (scopedEvaluator), with the running evaluator's other parts
+// its scope (recordedEvaluator), with the running evaluator's other parts
 // read at each call.
 func (w *policyWaves) scopedDecider(rules *policy.Policy, s decisionScope) wave.Decide {
-	inScope := inScopeOf(s)
 	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) {
-		e := scopedEvaluator(*w.evaluator(), rules, s, w.scope)
-		if !inScope(pod) || s.TenantPolicies && !w.scope.TenantPolicies {
-			// Not decided by the rules then; or by tenant policies that
-			// this start does not read, so cannot tell what they kept.
-			e = annotationsOnly(e)
-		}
+		e := recordedEvaluator(*w.evaluator(), rules, s, w.scope)(pod)
 		return w.decideWith(&e, pod, now)
 	}
-}
-
-// annotationsOnly is e without rules: it decides pods by their own
-// annotations, which a change of podjanitor's rules or scope never brings
-// forward (a pod's own deadline is never held).
-func annotationsOnly(e policy.Evaluator) policy.Evaluator {
-	e.Policy, e.Tenants = nil, nil
-	return e
 }
 
 // waveRecordInterval is how often the record Lease is read for an approval.
