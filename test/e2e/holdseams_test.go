@@ -185,3 +185,59 @@ func TestRecordThatDoesNotParseStartsAsAFirstInstall(t *testing.T) {
 		r.waitRemoved(t, p, time.Minute)
 	}
 }
+
+// TestApprovedWaveDrainsAcrossATakeover: two replicas; the policy file
+// changed from `after: 168h` to `after: 1s` over 150 pods is held on the
+// Lease (the standby measures the reload too, in its memory) and approved
+// there; the wave drains at 2 removals a second. The leader is SIGKILLed
+// after 20 removals: the standby takes over and goes on removing the
+// approved wave, without holding it again.
+func TestApprovedWaveDrainsAcrossATakeover(t *testing.T) {
+	t.Parallel()
+	const n = 150
+	ns := newNamespace(t)
+	r := watchRemovalsDurably(t, ns)
+	wavePods(t, ns, "yes", n)
+	cfg := writePolicy(t, "", fmt.Sprintf(waveRule, "168h"))
+	args := []string{"--namespace", ns, "--config", cfg, "--leader-elect", "--leader-elect-resource-namespace", ns,
+		"--leader-elect-lease-duration", "6s", "--leader-elect-renew-deadline", "4s", "--leader-elect-retry-period", "500ms",
+		"--max-deletions-per-second", "2", "--deletion-burst", "2"}
+	a := startDaemonWaiting(t, "Waiting to become the leader", args...)
+	b := startDaemonWaiting(t, "Waiting to become the leader", args...)
+	var leader, standby *daemon
+	if err := wait.PollUntilContextTimeout(ctxFor(t), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		switch {
+		case a.logContains("Started workers"):
+			leader, standby = a, b
+		case b.logContains("Started workers"):
+			leader, standby = b, a
+		}
+		return leader != nil, nil
+	}); err != nil {
+		t.Fatal("no replica became the leader")
+	}
+	writePolicy(t, cfg, fmt.Sprintf(waveRule, "1s"))
+	id := heldOnLease(t, ns, "podjanitor")
+	standby.waitLog("Holding the removals of the reloaded policy", 30*time.Second)
+	approveOnLease(t, ns, id)
+	if err := wait.PollUntilContextTimeout(ctxFor(t), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return r.removals.count() >= 20, nil
+	}); err != nil {
+		t.Fatalf("%d pods removed after the approval, want 20", r.removals.count())
+	}
+	leader.kill()
+	killed, before := time.Now(), r.removals.count()
+	standby.waitLog("Became the leader", 30*time.Second)
+	// At 2 a second, 40 more within 20 s of the takeover, and none held.
+	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, 45*time.Second, true, func(context.Context) (bool, error) {
+		return r.removals.count() >= before+40, nil
+	}); err != nil {
+		t.Fatalf("%d pods removed in %v after the leader was killed, want 40 more: the approved wave is held again after the takeover",
+			r.removals.count()-before, time.Since(killed).Round(time.Second))
+	}
+	if l, err := client.CoordinationV1().Leases(ns).Get(ctxFor(t), "podjanitor", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if held := l.Annotations[heldWave]; held != "" {
+		t.Errorf("the Lease records a held change %q after the takeover, want none", held)
+	}
+}
