@@ -1008,3 +1008,59 @@ func TestTenantPolicyChangedWhileDownIsMeasuredAgainstOwnAnnotations(t *testing.
 	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
 	f.heldAtStart(pods, "a policy changed while podjanitor was down")
 }
+
+// TestStaleTenantApprovalApprovesNoRepeat: an approval left on a policy
+// (a podjanitor stopped before it took it off) names a change that is made
+// again later, under the same ID: it approves nothing, comes off the policy,
+// and the pods stay held until an approval of the hold as published.
+func TestStaleTenantApprovalApprovesNoRepeat(t *testing.T) {
+	f, pods := tenantWaveFixture(t, 12)
+	policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a")
+	if _, err := policies.Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitQueued(len(pods))
+	f.drain()
+	h, _, ok := tenantsOf(f.c).Holds().Held("team-a")
+	if !ok {
+		t.Fatal("the creation is not held")
+	}
+	if err := policies.Delete(f.ctx, "cleanup", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		_, _, held := tenantsOf(f.c).Holds().Held("team-a")
+		return !held, nil
+	}); err != nil {
+		t.Fatal("the deleted policy's creation is still held")
+	}
+	again := lifetimePolicy("team-a", "cleanup", maxAgeRule)
+	again.Annotations = map[string]string{wave.AnnotationApprove: h.ID}
+	if _, err := policies.Create(f.ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		f.drain()
+		got, _, held := tenantsOf(f.c).Holds().Held("team-a")
+		return held && got.ID == h.ID, nil
+	}); err != nil {
+		t.Fatal("the same creation made again is not held")
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		f.clock.Step(tenantStatusInterval)
+		p, err := policies.Get(f.ctx, "cleanup", metav1.GetOptions{})
+		return err == nil && p.Annotations[wave.AnnotationApprove] == "", err
+	}); err != nil {
+		t.Error("the stale approval is still on the policy")
+	}
+	f.drain()
+	if n := len(f.podWrites()); n != 0 {
+		t.Fatalf("%d pods removed by a stale approval, want 0", n)
+	}
+	f.annotatePolicy("team-a", "cleanup", h.ID)
+	f.waitQueued(len(pods))
+	f.drain()
+	if n := len(f.podWrites()); n != 12 {
+		t.Errorf("%d pods removed after the approval, want 12", n)
+	}
+}

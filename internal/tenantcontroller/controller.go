@@ -468,8 +468,9 @@ func (c *Controller) applyPendingLocked(namespace string) (*v1alpha1.PodLifetime
 	return p, hold
 }
 
-// reportTenantWave logs a hold p's change made, marks p's status for a
-// write, and takes an approval p carries already.
+// reportTenantWave logs a hold p's change made and marks p's status for a
+// write; an approval of it that p carries already is an earlier
+// occurrence's, taken off unused.
 func (c *Controller) reportTenantWave(p *v1alpha1.PodLifetimePolicy, hold *wave.Hold) {
 	if p == nil {
 		return
@@ -485,7 +486,14 @@ func (c *Controller) reportTenantWave(p *v1alpha1.PodLifetimePolicy, hold *wave.
 	}
 	klog.Background().Info(what, "policy", key, "change", hold.ID, "pods", hold.Pods, "approve", ApproveCommand(p.Namespace, p.Name, hold.ID))
 	if p.Annotations[wave.AnnotationApprove] == hold.ID {
-		c.tenantWaveApproved(p) // approved before: the approval is in the API server
+		// There before the hold: an earlier occurrence's (the same change
+		// made before, its approval left on), which approves nothing.
+		c.mu.Lock()
+		if c.usedApprovals == nil {
+			c.usedApprovals = map[string]usedApproval{}
+		}
+		c.usedApprovals[key] = usedApproval{id: hold.ID, stale: true}
+		c.mu.Unlock()
 	}
 }
 
@@ -971,6 +979,9 @@ func (c *Controller) WriteStatus(ctx context.Context, key string) error {
 type usedApproval struct {
 	id   string
 	pods int
+	// stale: on the policy before its change was held (an earlier
+	// occurrence's), taken off unused.
+	stale bool
 }
 
 // takeOffUsedApproval takes an approval that was used (tenantWaveApproved)
@@ -1017,7 +1028,7 @@ func (c *Controller) takeOffUsedApproval(ctx context.Context, p *v1alpha1.PodLif
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.WriteTimeout)
 	defer cancel()
 	_, err = c.client.PodjanitorV1alpha1().PodLifetimePolicies(p.Namespace).Patch(ctx, p.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
-	if err == nil {
+	if err == nil && !used.stale {
 		// The leader's Event (the status writer's), not every replica's.
 		c.cfg.Reporter.RemovalsApproved(PolicyRef(p), id, used.pods)
 	}
