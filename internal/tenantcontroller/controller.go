@@ -734,14 +734,8 @@ func (c *Controller) measureHeld(namespace, object string) {
 	cur := c.store.For(namespace)
 	b, decide := tenantsJSON(namespace, cur), c.tenantDecider(namespace, cur)
 	h, held := c.holds.Change(namespace, object, b, decide, b, decide, podcache.PodsOf(c.cfg.Pods, namespace), c.cfg.Now())
-	keys := make([]string, 0, len(c.converted[namespace]))
-	for name := range c.converted[namespace] {
-		keys = append(keys, namespace+"/"+name)
-	}
 	c.mu.Unlock()
-	for _, k := range keys {
-		c.status.Mark(k)
-	}
+	c.MarkNamespaces([]string{namespace})
 	if held {
 		klog.Background().Info("Holding the removals of a namespace's tenant policies as they are after a deletion: they still make too many pods due at once",
 			"namespace", namespace, "change", h.ID, "pods", h.Pods)
@@ -785,15 +779,7 @@ func (c *Controller) NamespaceTerminating(namespace string) {
 	if _, object, held := c.holds.Held(namespace); held && c.holds.End(namespace, object) {
 		klog.Background().Info("The namespace of a held tenant policy change is being deleted: its hold ends", "namespace", namespace, "policy", object)
 	}
-	c.mu.Lock()
-	keys := make([]string, 0, len(c.converted[namespace]))
-	for name := range c.converted[namespace] {
-		keys = append(keys, namespace+"/"+name)
-	}
-	c.mu.Unlock()
-	for _, key := range keys {
-		c.status.Mark(key)
-	}
+	c.MarkNamespaces([]string{namespace})
 }
 
 // tenantOp is a change of the store: set a policy, or delete one (set nil).
