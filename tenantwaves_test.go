@@ -1064,3 +1064,46 @@ func TestStaleTenantApprovalApprovesNoRepeat(t *testing.T) {
 		t.Errorf("%d pods removed after the approval, want 12", n)
 	}
 }
+
+// TestTenantChangesHeldAcrossNamespacesRevertedEndTheHold: the policy
+// created in 4 namespaces of 5 pods is held across them (the Spread); the
+// 4 policies deleted again (with no finalizer: too few pods) are a revert,
+// and the hold ends with none of the 20 removed.
+func TestTenantChangesHeldAcrossNamespacesRevertedEndTheHold(t *testing.T) {
+	var pods []*corev1.Pod
+	for i := range 4 {
+		for j := range 5 {
+			pods = append(pods, tenantPod(fmt.Sprintf("p%d", j), fmt.Sprintf("team-%d", i), t0.Add(-2*time.Hour), nil))
+		}
+	}
+	opts := Options{Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
+		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
+	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods)
+	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	for i := range 4 {
+		ns := fmt.Sprintf("team-%d", i)
+		if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies(ns).Create(f.ctx, lifetimePolicy(ns, "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.waitQueued(5)
+		f.drain()
+	}
+	if _, _, held := f.c.spread.Held(); !held {
+		t.Fatal("the 4 namespaces' changes are not held")
+	}
+	for i := range 4 {
+		if err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies(fmt.Sprintf("team-%d", i)).Delete(f.ctx, "cleanup", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		_, _, held := f.c.spread.Held()
+		return !held, nil
+	}); err != nil {
+		t.Fatal("the hold of the 4 reverted changes lasts")
+	}
+	f.drain()
+	if n := len(f.podWrites()); n != 0 {
+		t.Errorf("%d pods removed, want none", n)
+	}
+}

@@ -719,27 +719,30 @@ func (c *Controller) PolicyDeleted(obj interface{}) {
 	c.cfg.Redecide(m.GetNamespace())
 }
 
-// measureHeld measures a held namespace again after a change that was not
+// measureHeld measures a namespace whose change waits (held on its own,
+// or with other namespaces' changes) again after a change that was not
 // measured on its way in (a policy deleted with no finalizer): against what
-// was acted on before the held change, so that the namespace's policies as
-// they are now are held, or go when they are back to it.
+// was acted on before the waiting change, so that the namespace's policies
+// as they are now are held, or go when they are back to it.
 func (c *Controller) measureHeld(namespace, object string) {
 	if c.holds == nil {
 		return
 	}
-	if _, _, held := c.holds.Held(namespace); !held {
+	if _, waits := c.holds.Before(namespace, c.cfg.Now()); !waits {
 		return
 	}
+	_, _, wasHeld := c.holds.Held(namespace)
 	c.mu.Lock()
 	cur := c.store.For(namespace)
 	b, decide := tenantsJSON(namespace, cur), c.tenantDecider(namespace, cur)
 	h, held := c.holds.Change(namespace, object, b, decide, b, decide, podcache.PodsOf(c.cfg.Pods, namespace), c.cfg.Now())
 	c.mu.Unlock()
 	c.MarkNamespaces([]string{namespace})
-	if held {
+	switch {
+	case held:
 		klog.Background().Info("Holding the removals of a namespace's tenant policies as they are after a deletion: they still make too many pods due at once",
 			"namespace", namespace, "change", h.ID, "pods", h.Pods)
-	} else {
+	case wasHeld:
 		klog.Background().Info("A namespace's tenant policies are back to what was acted on: the hold ends", "namespace", namespace)
 	}
 }
