@@ -576,9 +576,9 @@ func (s *podStates) dequeue(st *podState) {
 }
 
 // grantLocked hands the free removal tokens to the waiting pods, one to
-// each namespace with waiting pods in turn, the most overdue pod of the
-// namespace first, and returns their keys and, while pods still wait, how long until
-// the next token is free. Callers hold s.mu.
+// each namespace with waiting pods in turn (the most overdue pod of the
+// namespace), and returns their keys and, while pods still wait, how long
+// until the next token is free. Callers hold s.mu.
 func (s *podStates) grantLocked() (keys []cache.ObjectName, wait time.Duration, waiting bool) {
 	if s.backlog.len() == 0 || s.backlogHeld.Load() {
 		return nil, 0, false
