@@ -205,7 +205,9 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	c.state = newPodStates(clk, c.now, opts.Metrics.SetPodsParked)
 	c.state.sleepFine = opts.SleepFine
 	c.state.limiter = c.limiter
-	c.state.onWaiting = func(n int) { opts.Metrics.SetRemovalsWaiting(n, opts.MaxRemovalsPerSecond) }
+	c.state.onWaiting = func(pods, namespaces int) {
+		opts.Metrics.SetRemovalsWaiting(pods, namespaces, opts.MaxRemovalsPerSecond)
+	}
 	c.room.Store(math.MaxInt64) // until Run: as many as there are
 	c.redecide = redecide.New(clk, opts.RedecisionInterval, func(namespace string) []string {
 		if c.tenants != nil {

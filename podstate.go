@@ -39,8 +39,9 @@ type podStates struct {
 	// untilDeadline (podjanitor_pods_scheduled), whenever it changes.
 	onParkedUntilDeadline func(int)
 	// onWaiting, when set, is called with the number of pods waiting for
-	// a removal slot (the backlog, backlog.go), whenever it changes.
-	onWaiting func(int)
+	// a removal slot (the backlog, backlog.go) and the number of namespaces
+	// whose pods wait for their turn, whenever they change.
+	onWaiting func(pods, namespaces int)
 	// limiter caps the removals (--max-deletions-per-second).
 	limiter *rate.Limiter
 	// backlogHeld holds the backlog's slots during the first pass.
@@ -55,7 +56,7 @@ type podStates struct {
 	parked        parkedHeap
 	untilDeadline int           // parked entries whose parking is untilDeadline
 	tokens        int           // removal tokens handed out (grantLocked) and not yet used or given back
-	backlog       backlog       // due pods waiting for a removal slot, most overdue first (backlog.go)
+	backlog       backlog       // due pods waiting for a removal slot, namespaces in turn (backlog.go)
 	wake          chan struct{} // the earliest wake-up time changed
 	// waiting is set while run is blocked with its timer armed for the
 	// earliest entry, so tests with a fake clock know when to step it.
@@ -509,7 +510,8 @@ const (
 // reserve finds a removal slot for a due pod whose deadline is deadline,
 // under the limiter's cap. It returns slotNow when the pod may go now;
 // slotQueued when it waits in the backlog (its key comes back, with a token
-// reserved for it, once it is the most overdue pod and a token is free); or
+// reserved for it, once it is its namespace's turn, it is the most overdue
+// pod of its namespace and a token is free); or
 // slotLater with how long to wait.
 //
 // A pod whose last removal was refused (a PodDisruptionBudget, an admission
@@ -573,9 +575,10 @@ func (s *podStates) dequeue(st *podState) {
 	s.reportWaiting()
 }
 
-// grantLocked hands the free removal tokens to the most overdue waiting
-// pods, and returns their keys and, while pods still wait, how long until
-// the next token is free. Callers hold s.mu.
+// grantLocked hands the free removal tokens to the waiting pods, one to
+// each namespace with waiting pods in turn (the most overdue pod of the
+// namespace), and returns their keys and, while pods still wait, how long
+// until the next token is free. Callers hold s.mu.
 func (s *podStates) grantLocked() (keys []cache.ObjectName, wait time.Duration, waiting bool) {
 	if s.backlog.len() == 0 || s.backlogHeld.Load() {
 		return nil, 0, false
@@ -600,11 +603,12 @@ func (s *podStates) grantLocked() (keys []cache.ObjectName, wait time.Duration, 
 	return keys, 0, false
 }
 
-// reportWaiting reports the pods waiting for a removal slot: those in the
-// backlog and those handed a token not yet used. Callers hold s.mu.
+// reportWaiting reports the pods waiting for a removal slot (those in the
+// backlog and those handed a token not yet used) and the namespaces with
+// pods in the backlog. Callers hold s.mu.
 func (s *podStates) reportWaiting() {
 	if s.onWaiting != nil {
-		s.onWaiting(s.backlog.len() + s.tokens)
+		s.onWaiting(s.backlog.len()+s.tokens, s.backlog.namespaceCount())
 	}
 }
 
@@ -613,7 +617,7 @@ func (s *podStates) reportWaiting() {
 // cached pods.
 func (s *podStates) holdBacklog() { s.backlogHeld.Store(true) }
 
-// openBacklog hands out the slots again, most overdue first.
+// openBacklog hands out the slots again.
 func (s *podStates) openBacklog() {
 	if !s.backlogHeld.Swap(false) {
 		return
@@ -631,4 +635,12 @@ func (s *podStates) waitingForSlot() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.backlog.len()
+}
+
+// namespacesWaiting is the number of namespaces with pods in the backlog
+// (for tests).
+func (s *podStates) namespacesWaiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.backlog.namespaceCount()
 }

@@ -10,6 +10,10 @@
 #                                   beside a raw remover making the same requests under the same cap:
 #                                   Running pods on kwok nodes (a third under a PodDisruptionBudget) evicted,
 #                                   Pending pods over many namespaces deleted (default 600 pods, 200 namespaces)
+#   make bench BENCH_SCENARIOS=fair-backlog BENCH_ARGS='-fair-pods 1500 -fair-quiet 4 -fair-quiet-pods 20 -fair-cap 10'
+#                                   the cap shared between namespaces: one namespace's pods an hour overdue,
+#                                   then quiet namespaces' pods due while they drain; the quiet pods' lateness
+#                                   beside the busy ones' wait (-podjanitor-alt: the same with another build)
 #   make bench BENCH_PODS=50000 BENCH_SCENARIOS=idle
 #                                   (the local kube-apiserver needs ~7 GB of RAM per 50,000 stored
 #                                   pods: BENCH_PODS=150000 filled a 24 GB machine; see BENCHMARKS.md)

@@ -57,6 +57,7 @@ type Metrics struct {
 	podsScheduled      prometheus.Gauge
 	podsWaiting        prometheus.Gauge
 	backlogSeconds     prometheus.Gauge
+	backlogNamespaces  prometheus.Gauge
 	namespaceWatch     prometheus.Gauge
 	clockOffset        prometheus.Gauge
 	removalLateness    prometheus.Histogram
@@ -138,6 +139,10 @@ func New(controller, version, commit string) *Metrics {
 			Name: "podjanitor_removal_backlog_seconds",
 			Help: "How long the pods waiting for a removal slot take to go at the removal cap: their number over --max-deletions-per-second (0 without a cap).",
 		}),
+		backlogNamespaces: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "podjanitor_removal_backlog_namespaces",
+			Help: "Namespaces with pods in the backlog: they take turns for the removal slots, a slot each.",
+		}),
 		namespaceWatch: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "podjanitor_namespace_watch_healthy",
 			Help: "1 while the namespace informer's list and watch requests succeed, 0 from one that fails until one succeeds; while 0, /readyz fails and namespace changes reach podjanitor late (removals read the namespace from the API server first regardless).",
@@ -207,7 +212,7 @@ func New(controller, version, commit string) *Metrics {
 	buildInfo.Set(1)
 	reg.MustRegister(m.reconcileTotal, m.reconcileErrors, m.terminalErrors, m.reconcilePanics,
 		m.reconcileTime, m.activeWorkers, m.maxConcurrent, m.podsRemoved, m.removalErrors,
-		m.podsScheduled, m.podsWaiting, m.backlogSeconds, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.workersRunning, m.policyReloads, m.tenantPolicies, m.tenantAPI, m.warningsDropped, m.tenantOverLimit, m.podsHeld, buildInfo, m.restRequestResults, m.restLatency,
+		m.podsScheduled, m.podsWaiting, m.backlogSeconds, m.backlogNamespaces, m.namespaceWatch, m.clockOffset, m.removalLateness, m.leader, m.workersRunning, m.policyReloads, m.tenantPolicies, m.tenantAPI, m.warningsDropped, m.tenantOverLimit, m.podsHeld, buildInfo, m.restRequestResults, m.restLatency,
 		m.leaderStatus, m.leaderSlowpath,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
@@ -376,14 +381,16 @@ func (m *Metrics) SetPodsParked(n int) {
 	}
 }
 
-// SetRemovalsWaiting sets podjanitor_pods_waiting_for_removal to n and
+// SetRemovalsWaiting sets podjanitor_pods_waiting_for_removal to n,
 // podjanitor_removal_backlog_seconds to the time n removals take at
-// perSecond (0: no cap, none).
-func (m *Metrics) SetRemovalsWaiting(n int, perSecond float64) {
+// perSecond (0: no cap, none) and podjanitor_removal_backlog_namespaces to
+// namespaces.
+func (m *Metrics) SetRemovalsWaiting(n, namespaces int, perSecond float64) {
 	if m == nil {
 		return
 	}
 	m.podsWaiting.Set(float64(n))
+	m.backlogNamespaces.Set(float64(namespaces))
 	if perSecond > 0 {
 		m.backlogSeconds.Set(float64(n) / perSecond)
 	} else {

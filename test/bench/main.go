@@ -37,6 +37,11 @@
 //	clock    the lateness the API-server clock estimate alone adds: its
 //	         lower end sampled for -clock-duration while it is measured as
 //	         when a removal is near (clock.go)
+//	fair-backlog
+//	         the cap shared between namespaces: one namespace's -fair-pods
+//	         pods overdue, then -fair-quiet namespaces of -fair-quiet-pods
+//	         pods due while they drain at -fair-cap: the quiet pods'
+//	         lateness beside the busy ones' wait (fairness.go)
 //	takeover two podjanitors with --leader-elect on -takeover-pods pods, the
 //	         leader SIGKILLed once the other is a synced standby, with
 //	         -takeover-due pods due over -takeover-spread from the kill: the
@@ -83,6 +88,9 @@ type config struct {
 	podjanitorEnv                  []string
 	pods, backlogPods, runs        int
 	capPods, capNamespaces         int // evict-backlog, ns-backlog (capbacklog.go)
+	fairPods, fairQuiet            int // fair-backlog (fairness.go)
+	fairQuietPods                  int
+	fairCap                        float64
 	workers, burst, createConc     int
 	qps, maxDeletions              float64
 	scenarios                      []string
@@ -123,8 +131,12 @@ func main() {
 	flag.IntVar(&cfg.backlogPods, "backlog-pods", 0, "pods per backlog run (each for podjanitor and for the raw deleter); 0 = -pods")
 	flag.IntVar(&cfg.capPods, "cap-pods", 600, "evict-backlog, ns-backlog: overdue pods for podjanitor at its default flags, and as many for the raw remover")
 	flag.IntVar(&cfg.capNamespaces, "cap-namespaces", 200, "ns-backlog: namespaces the -cap-pods pods are spread over (each side)")
+	flag.IntVar(&cfg.fairPods, "fair-pods", 1500, "fair-backlog: overdue pods in the busy namespace")
+	flag.IntVar(&cfg.fairQuiet, "fair-quiet", 4, "fair-backlog: quiet namespaces whose pods come due while the busy one drains")
+	flag.IntVar(&cfg.fairQuietPods, "fair-quiet-pods", 20, "fair-backlog: pods in each quiet namespace")
+	flag.Float64Var(&cfg.fairCap, "fair-cap", 10, "fair-backlog: podjanitor --max-deletions-per-second (burst: as many)")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs of the short measurements (backlog; idle cache sync/heap restarts); the median is reported")
-	flag.StringVar(&scen, "scenarios", "idle,backlog,evict-backlog,ns-backlog,steady", "scenarios to run: idle, idle-standin, backlog, evict-backlog, ns-backlog, steady, churn, recovery, peer, kyverno, clock, takeover")
+	flag.StringVar(&scen, "scenarios", "idle,backlog,evict-backlog,ns-backlog,steady", "scenarios to run: idle, idle-standin, backlog, evict-backlog, ns-backlog, fair-backlog, steady, churn, recovery, peer, kyverno, clock, takeover")
 	flag.StringVar(&wins, "windows", "5m,1m", "steady scenario: windows over which the N deadlines are spread, one run each")
 	flag.IntVar(&cfg.workers, "workers", 16, "podjanitor --workers, and the raw deleter's goroutines")
 	flag.Float64Var(&cfg.qps, "qps", 1000, "podjanitor --kube-api-qps, and the raw deleter's client QPS")
@@ -135,7 +147,7 @@ func main() {
 	flag.DurationVar(&cfg.lead, "lead", 0, "steady scenario: time from the start of creation to the first deadline; 0 = auto: creation (at the rate measured so far) ends before the first deadline")
 	flag.IntVar(&cfg.metricsPort, "metrics-port", 29490, "podjanitor's metrics port on 127.0.0.1 (health probes on the next port)")
 	flag.BoolVar(&cfg.idleBound, "idle-bound", true, "idle scenario: bind pods to fake (unmanaged) nodes and give them a Running status, as a kubelet would")
-	flag.StringVar(&cfg.podjanitorAlt, "podjanitor-alt", "", "backlog: also drain a backlog with this second podjanitor binary, optionally followed by extra flags (\"_output/bin/podjanitor --removal-events=false\"), to compare a change")
+	flag.StringVar(&cfg.podjanitorAlt, "podjanitor-alt", "", "backlog, fair-backlog: also drain a backlog with this second podjanitor binary, optionally followed by extra flags (\"_output/bin/podjanitor --removal-events=false\"), to compare a change")
 	flag.BoolVar(&cfg.rawEvents, "backlog-raw-events", false, "backlog: also run the raw deleter with an Event per deleted pod, as podjanitor records")
 	flag.IntVar(&cfg.nodes, "nodes", 4, "fake nodes for -idle-bound")
 	flag.StringVar(&cfg.podManifests, "pod-manifests", "", "run podjanitor as a pod of the Deployment in this file (artifacts/deploy rendered for the local cluster's real node; hack/bench.sh with BENCH_PODJANITOR=pod), with the driver's flags; -podjanitor still gives its version and extra flags")
@@ -246,6 +258,7 @@ type results struct {
 	Backlog  *backlogResult `json:"backlog,omitempty"`
 	// AtCap are evict-backlog and ns-backlog, podjanitor at its default flags.
 	AtCap    []*capBacklogResult `json:"backlogs_at_cap,omitempty"`
+	Fair     []*fairResult       `json:"fair_backlog,omitempty"` // fair-backlog, podjanitor and -podjanitor-alt
 	Steady   []*steadyResult     `json:"steady,omitempty"`
 	Churn    *churnResult        `json:"churn,omitempty"`
 	Recovery *recoveryResult     `json:"recovery,omitempty"`
@@ -298,7 +311,8 @@ func requestsFrom(m metrics) apiRequests {
 
 func run(ctx context.Context, cfg *config) error {
 	res := &results{Started: time.Now(), PodJSON: map[string]int{}, Config: map[string]any{
-		"pods": cfg.pods, "backlog_pods": cfg.backlogPods, "cap_pods": cfg.capPods, "cap_namespaces": cfg.capNamespaces, "runs": cfg.runs, "scenarios": cfg.scenarios,
+		"pods": cfg.pods, "backlog_pods": cfg.backlogPods, "cap_pods": cfg.capPods, "cap_namespaces": cfg.capNamespaces,
+		"fair_pods": cfg.fairPods, "fair_quiet": cfg.fairQuiet, "fair_quiet_pods": cfg.fairQuietPods, "fair_cap": cfg.fairCap, "runs": cfg.runs, "scenarios": cfg.scenarios,
 		"windows": fmtDurations(cfg.windows), "workers": cfg.workers, "kube_api_qps": cfg.qps, "kube_api_burst": cfg.burst,
 		"max_deletions_per_second": cfg.maxDeletions, "create_concurrency": cfg.createConc, "idle": cfg.idle.String(),
 		"idle_bound": cfg.idleBound, "nodes": cfg.nodes, "churn_pods": cfg.churnPods, "churn_live": cfg.churnLive,
@@ -375,6 +389,8 @@ func run(ctx context.Context, cfg *config) error {
 			if r != nil {
 				res.AtCap = append(res.AtCap, r)
 			}
+		case "fair-backlog":
+			res.Fair, err = b.fairBacklog(ctx)
 		case "steady":
 			for _, w := range cfg.windows {
 				var r *steadyResult
@@ -399,7 +415,7 @@ func run(ctx context.Context, cfg *config) error {
 		case "takeover":
 			res.Takeover, err = b.takeover(ctx)
 		default:
-			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, evict-backlog, ns-backlog, steady, churn, recovery, peer, kyverno, clock, takeover)", s)
+			err = fmt.Errorf("unknown scenario %q (want idle, idle-standin, backlog, evict-backlog, ns-backlog, fair-backlog, steady, churn, recovery, peer, kyverno, clock, takeover)", s)
 		}
 		if err != nil {
 			b.write()
@@ -698,6 +714,7 @@ func printReport(w0 *os.File, r *results) {
 		printRequests(w, "Scenario 4 (backlog run 1)", bl.Runs[0].Requests)
 	}
 	printCapBacklog(w, r.AtCap)
+	printFair(w, r.Fair)
 	if len(r.Steady) > 0 {
 		fmt.Fprintf(w, "\n== Scenario 1: steady expiry (lateness = removal seen by a watcher − deadline; podjanitor's histogram beside it)\n")
 		fmt.Fprintln(w, "pods\twindow\trate\tmeasured\tp50\tp90\tp99\tmax\tpodjanitor p50\tp90\tp99\tnot removed\tcreated late")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -112,4 +113,79 @@ func TestBacklogDrainsMostOverdueFirst(t *testing.T) {
 	if !slices.Equal(firsts, slices.Repeat([]int{groups}, 10)) {
 		t.Errorf("the first removals were overdue by %v minutes, want the most overdue (%d)", firsts, groups)
 	}
+}
+
+// Two namespaces at a cap of 10 removals a second: one with 400 pods an
+// hour overdue, the other with 20 pods of ttl 5s created once the first
+// one's backlog drains. The namespaces take the slots in turn, so the
+// second namespace's pods go within a few seconds of their deadlines (20
+// pods at half the cap: 4 s), none before it, while the first's backlog
+// still waits; a single heap by deadline left them behind that whole
+// backlog (over 30 s late).
+func TestBacklogSharesTheCapBetweenNamespaces(t *testing.T) {
+	t.Parallel()
+	const (
+		busyPods, quietPods, perSecond = 400, 20, 10
+		quietTTL                       = 5 * time.Second
+		// 20 pods at half the cap take 4 s; a busy machine's API server and
+		// workers add a few seconds to that. A single heap: over 30 s.
+		quietLateness = 12 * time.Second
+	)
+	run := fmt.Sprintf("%04d", rand.IntN(10000))
+	busy, quiet := newNamespace(t), newNamespace(t)
+	rBusy, rQuiet := watchRemovalsDurably(t, busy), watchRemovals(t, quiet)
+	overdue := time.Now().Add(-time.Hour)
+	createPods(t, busyPods, func(i int) *corev1.Pod {
+		return pod(busy, fmt.Sprintf("busy-%04d", i), label(nsRunLabel, run), expiresAt(overdue.Add(-time.Duration(i)*time.Second)))
+	})
+	d := startDaemon(t, "--label-selector", nsRunLabel+"="+run, "--hold-waves=false", "--metrics-bind-address", "127.0.0.1:0",
+		"--max-deletions-per-second", fmt.Sprint(perSecond), "--deletion-burst", "1")
+	if err := wait.PollUntilContextTimeout(ctxFor(t), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return rBusy.count() >= 2*perSecond, nil
+	}); err != nil {
+		t.Fatalf("%d of the busy namespace's pods removed after a minute, want %d", rBusy.count(), 2*perSecond)
+	}
+	quiets := createPods(t, quietPods, func(i int) *corev1.Pod {
+		return pod(quiet, fmt.Sprintf("quiet-%02d", i), label(nsRunLabel, run), ttl(quietTTL))
+	})
+
+	maxNamespaces := 0.0
+	var busyLeft int
+	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		maxNamespaces = max(maxNamespaces, d.scrape(t).sum("podjanitor_removal_backlog_namespaces"))
+		busyLeft = busyPods - rBusy.count()
+		return rQuiet.count() == quietPods, nil
+	}); err != nil {
+		t.Fatalf("%d of %d quiet pods removed after a minute", rQuiet.count(), quietPods)
+	}
+	var worst time.Duration
+	for _, p := range quiets {
+		at, _ := rQuiet.get(p.UID)
+		deadline := created(p).Add(quietTTL)
+		if at.Before(deadline) {
+			t.Errorf("pod %s removed %v before its deadline", p.Name, deadline.Sub(at))
+		}
+		worst = max(worst, at.Sub(deadline))
+	}
+	t.Logf("quiet pods at most %v late, %d busy pods still waiting when the last went; at most %v namespaces seen waiting",
+		worst.Round(time.Millisecond), busyLeft, maxNamespaces)
+	if worst > quietLateness {
+		t.Errorf("a quiet pod went %v after its deadline, want within %v (its namespace's share of the cap)", worst.Round(time.Millisecond), quietLateness)
+	}
+	if busyLeft < busyPods/4 {
+		t.Errorf("%d busy pods waited still when the quiet ones had gone, want most of the backlog", busyLeft)
+	}
+	if maxNamespaces != 2 {
+		t.Errorf("podjanitor_removal_backlog_namespaces at most %v, want 2 while both namespaces wait", maxNamespaces)
+	}
+	// Alone again, the busy namespace drains at the full cap (logged only:
+	// the unit tests check the shares).
+	from, left := time.Now(), busyPods-rBusy.count()
+	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		return rBusy.count() == busyPods, nil
+	}); err != nil {
+		t.Fatalf("%d of %d busy pods removed", rBusy.count(), busyPods)
+	}
+	took := time.Since(from)
+	t.Logf("the busy namespace's last %d pods in %v alone (%.1f/s at a cap of %d/s)", left, took.Round(time.Millisecond), float64(left)/took.Seconds(), perSecond)
 }
