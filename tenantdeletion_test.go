@@ -404,6 +404,7 @@ func TestPlanMarksAHeldDeletionsPods(t *testing.T) {
 	deleting.DeletionTimestamp, deleting.Generation, deleting.Finalizers = &now, 2, []string{testFinalizer}
 	deleting.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: 2,
 		Reason: wave.ReasonRemovalsHeld, Message: tenantcontroller.HeldMessage(deleting, wave.Hold{ID: "0123456789ab", Pods: 12}), LastTransitionTime: now}}
+	deleting.Status.HeldChange = &v1alpha1.HeldChange{ID: "0123456789ab", Pods: 12}
 	pj := pjfake.NewSimpleClientset(deleting)
 	tenants, listed, err := listTenantPolicies(context.Background(), pj, scopeFlags{}, policy.Restrictions{})
 	if err != nil {

@@ -260,6 +260,7 @@ func heldPolicy(id string) *v1alpha1.PodLifetimePolicy {
 	p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
 	p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: 1,
 		Reason: wave.ReasonRemovalsHeld, Message: tenantcontroller.HeldMessage(p, wave.Hold{ID: id, Pods: 12}), LastTransitionTime: metav1.NewTime(t0)}}
+	p.Status.HeldChange = &v1alpha1.HeldChange{ID: id, Pods: 12}
 	return p
 }
 
@@ -1106,4 +1107,15 @@ func TestTenantChangesHeldAcrossNamespacesRevertedEndTheHold(t *testing.T) {
 	if n := len(f.podWrites()); n != 0 {
 		t.Errorf("%d pods removed, want none", n)
 	}
+}
+
+// TestHeldStatusWithoutHeldChangeIsMeasuredAgain: a status that says
+// RemovalsHeld without status.heldChange (written before podjanitor wrote
+// it) is taken as not acted on: the policy is measured again at the start,
+// as a creation, and held.
+func TestHeldStatusWithoutHeldChangeIsMeasuredAgain(t *testing.T) {
+	p := heldPolicy("0123456789ab")
+	p.Status.HeldChange = nil
+	f, pods := tenantStartFixture(t, 12, p)
+	f.heldAtStart(pods, "a policy whose status says held without its held change")
 }

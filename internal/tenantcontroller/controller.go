@@ -385,13 +385,19 @@ func (c *Controller) setPendingLocked(p *v1alpha1.PodLifetimePolicy, ops []tenan
 
 // ActedOn reports whether p's status says a podjanitor acted on its
 // current generation: its Ready condition observed it, and it was used
-// (True) or its change held (RemovalsHeld, resumed by resumeTenantWave).
+// (True) or its change held (RemovalsHeld with the held change recorded in
+// status.heldChange, resumed by resumeTenantWave; a RemovalsHeld written
+// without it, by a podjanitor before heldChange, is measured again).
 // A policy its status says was not used (over the namespace's limits,
 // refused by a restriction) that a start with other limits or restrictions
 // uses is so measured as a creation, like one never seen.
 func ActedOn(p *v1alpha1.PodLifetimePolicy) bool {
 	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
-	return c != nil && c.ObservedGeneration == p.Generation && (c.Status == metav1.ConditionTrue || c.Reason == wave.ReasonRemovalsHeld)
+	if c == nil || c.ObservedGeneration != p.Generation {
+		return false
+	}
+	_, held := HeldInStatus(p)
+	return c.Status == metav1.ConditionTrue || held
 }
 
 // actedOnEarlier reports whether p's status says a podjanitor acted on an
@@ -564,17 +570,15 @@ func (c *Controller) resumeTenantWave(p *v1alpha1.PodLifetimePolicy) {
 }
 
 // HeldInStatus reads the held change of p's current generation from its
-// Ready condition (HeldMessage), as the leader wrote it.
+// status (heldChange, with a Ready condition RemovalsHeld of that
+// generation), as the leader wrote it.
 func HeldInStatus(p *v1alpha1.PodLifetimePolicy) (wave.Hold, bool) {
 	cond := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
-	if cond == nil || cond.Reason != wave.ReasonRemovalsHeld || cond.ObservedGeneration != p.Generation {
+	h := p.Status.HeldChange
+	if cond == nil || cond.Reason != wave.ReasonRemovalsHeld || cond.ObservedGeneration != p.Generation || h == nil || h.ID == "" {
 		return wave.Hold{}, false
 	}
-	var h wave.Hold
-	if n, err := fmt.Sscanf(cond.Message, "change %s holds %d pod removal(s)", &h.ID, &h.Pods); err != nil || n != 2 || h.ID == "" {
-		return wave.Hold{}, false
-	}
-	return h, true
+	return wave.Hold{ID: h.ID, Pods: int(h.Pods)}, true
 }
 
 // tenantWaveApproved takes the approval annotation of p, if it names the
@@ -884,12 +888,14 @@ func PolicyRef(p *v1alpha1.PodLifetimePolicy) *corev1.ObjectReference {
 func (c *Controller) Status(p *v1alpha1.PodLifetimePolicy, seen Seen) v1alpha1.PodLifetimePolicyStatus {
 	status := *p.Status.DeepCopy()
 	status.ObservedGeneration = seen.Generation
+	status.HeldChange = nil
 	cond := metav1.Condition{Type: v1alpha1.ConditionReady, ObservedGeneration: seen.Generation}
 	if seen.Err != nil {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, seen.Err.Reason, events.CutNote(seen.Err.Message)
 		status.PodsWithDeadline, status.NextDeadline = 0, nil
 		if h, held := c.tenantHeld(p); held && seen.Err.Reason == DeletingReason {
 			cond.Reason, cond.Message = wave.ReasonRemovalsHeld, HeldMessage(p, h)
+			status.HeldChange = heldChange(p, h)
 		}
 	} else {
 		cond.Status, cond.Reason = metav1.ConditionTrue, InUseReason
@@ -897,6 +903,7 @@ func (c *Controller) Status(p *v1alpha1.PodLifetimePolicy, seen Seen) v1alpha1.P
 		if h, held := c.tenantHeld(p); held {
 			cond.Status, cond.Reason = metav1.ConditionFalse, wave.ReasonRemovalsHeld
 			cond.Message = HeldMessage(p, h)
+			status.HeldChange = heldChange(p, h)
 		} else if h, object, held := c.holds.SpreadHeld(p.Namespace, c.cfg.Now()); held && object == p.Namespace+"/"+p.Name {
 			// Not acted on yet: a restart measures the policy again, and
 			// holds it with the other namespaces' changes again.
@@ -1043,10 +1050,11 @@ func (c *Controller) patchTenantStatus(ctx context.Context, p *v1alpha1.PodLifet
 	}
 	// A merge patch of the status subresource, without resourceVersion: a
 	// tenant writing the policy's metadata cannot make it conflict. Every
-	// field is named, null clearing nextDeadline.
+	// field is named, null clearing nextDeadline and heldChange.
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{
 		"observedGeneration": status.ObservedGeneration, "conditions": status.Conditions,
 		"podsWithDeadline": status.PodsWithDeadline, "nextDeadline": status.NextDeadline,
+		"heldChange": status.HeldChange,
 	}})
 	if err != nil {
 		return err
@@ -1226,6 +1234,11 @@ func (c *Controller) MarkNamespaces(namespaces []string) {
 	for _, key := range keys {
 		c.status.Mark(key)
 	}
+}
+
+// heldChange is the status.heldChange of p, part of the held change h.
+func heldChange(p *v1alpha1.PodLifetimePolicy, h wave.Hold) *v1alpha1.HeldChange {
+	return &v1alpha1.HeldChange{ID: h.ID, Pods: int32(h.Pods), Approve: ApproveCommand(p.Namespace, p.Name, h.ID)}
 }
 
 // HeldMessage is the Ready condition's message of a policy whose

@@ -114,6 +114,23 @@ type PodLifetimePolicyStatus struct {
 	// NextDeadline is the earliest of those deadlines.
 	// +optional
 	NextDeadline *metav1.Time `json:"nextDeadline,omitempty"`
+	// HeldChange is the held change of the namespace's policies that this
+	// policy (its creation, its change or its deletion, at
+	// observedGeneration) is part of: podjanitor removes none of the pods
+	// it makes due until it is approved or reverted.
+	// +optional
+	HeldChange *HeldChange `json:"heldChange,omitempty"`
+}
+
+// HeldChange is a held change of a namespace's PodLifetimePolicies.
+type HeldChange struct {
+	// ID names the change: the podjanitor.io/approve-wave annotation with
+	// this value, on any policy of the change, approves it.
+	ID string `json:"id"`
+	// Pods is how many pod removals it held when it came.
+	Pods int32 `json:"pods"`
+	// Approve is the command that approves it on this policy.
+	Approve string `json:"approve"`
 }
 
 // ConditionReady is the type of the condition that says whether podjanitor
