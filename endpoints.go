@@ -88,9 +88,12 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 		}
 		var handler http.Handler = mux
 		var tlsConfig *tls.Config
-		sources := secureserving.NewSourceLimiter(secureserving.SourceLimits{QPS: secureserving.NoSharedRate}, countRefused(metrics, "metrics"))
+		limits := secureserving.SourceLimits{QPS: secureserving.NoSharedRate} // plain HTTP: no handshake to pay for
 		if cfg.metricsSecure {
-			sources = secureserving.NewSourceLimiter(secureserving.SourceLimits{}, countRefused(metrics, "metrics"))
+			limits = secureserving.SourceLimits{}
+		}
+		sources := secureserving.NewSourceLimiter(limits, countRefused(metrics, "metrics"))
+		if cfg.metricsSecure {
 			reviews, err := reviewClient(cfg.reviews)
 			if err != nil {
 				return fmt.Errorf("metrics endpoint: %w", err)

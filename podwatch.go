@@ -96,10 +96,10 @@ func (h *podWatchHealth) check() error {
 }
 
 // newPodInformer is client-go's pod informer of namespace (all: "") with
-// tweak applied to its requests and their outcomes told to health (nil:
+// resync, indexers, tweak applied to its requests and their outcomes told to health (nil:
 // none); client-go's watch error handler would not see them all (not a watch
 // the reflector retries, a 429, a refused connection), nor a success.
-func newPodInformer(client kubernetes.Interface, namespace string, indexers cache.Indexers, tweak func(*metav1.ListOptions),
+func newPodInformer(client kubernetes.Interface, namespace string, resync time.Duration, indexers cache.Indexers, tweak func(*metav1.ListOptions),
 	health *podWatchHealth) cache.SharedIndexInformer {
 	pods := client.CoreV1().Pods(namespace)
 	lw := &cache.ListWatch{
@@ -116,5 +116,5 @@ func newPodInformer(client kubernetes.Interface, namespace string, indexers cach
 			return w, err
 		},
 	}
-	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{}, 0, indexers)
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, client), &corev1.Pod{}, resync, indexers)
 }

@@ -228,7 +228,7 @@ func informerFactory(client kubernetes.Interface, scope scopeFlags, health *podW
 	// enqueueNamespace) and a transform that reads its own store
 	// (podcache.RememberingPodTransform).
 	factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		informer := newPodInformer(client, scope.namespace, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, tweak, health)
+		informer := newPodInformer(client, scope.namespace, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, tweak, health)
 		if err := informer.SetTransform(podcache.RememberingPodTransform(scope.annotationPrefix, informer.GetStore())); err != nil {
 			panic(err) // cannot happen: the informer has not started
 		}
