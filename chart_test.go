@@ -956,8 +956,8 @@ func artifactFromChart(t *testing.T, template string, set ...string) string {
 	return strings.Join(kept, "\n")
 }
 
-// TestChartArtifacts keeps artifacts/monitoring and artifacts/admission equal
-// to the chart's templates; -update-artifacts rewrites them.
+// TestChartArtifacts keeps artifacts/monitoring, artifacts/admission and
+// artifacts/networkpolicy equal to the chart's templates; -update-artifacts rewrites them.
 func TestChartArtifacts(t *testing.T) {
 	const header = "# Generated from charts/podjanitor by\n#   go test -run TestChartArtifacts -update-artifacts .\n# Edit the chart, not this file.\n"
 	files := map[string]string{
@@ -965,6 +965,7 @@ func TestChartArtifacts(t *testing.T) {
 		"artifacts/monitoring/prometheusrule.yaml":           artifactFromChart(t, "monitoring.yaml", "prometheusRule.enabled=true"),
 		"artifacts/monitoring/metrics-reader.yaml":           artifactFromChart(t, "metrics-reader.yaml", "podMonitor.enabled=true"),
 		"artifacts/admission/validatingadmissionpolicy.yaml": artifactFromChart(t, "admission-policy.yaml", "admissionPolicy.enabled=true"),
+		"artifacts/networkpolicy/networkpolicy.yaml":         artifactFromChart(t, "networkpolicy.yaml", "networkPolicy.enabled=true"),
 	}
 	dashboard, err := os.ReadFile(filepath.Join(chartDir, "files/podjanitor-dashboard.json"))
 	if err != nil {

@@ -127,7 +127,7 @@ func newFixtureWithNamespaces(t *testing.T, opts Options, namespaces []*corev1.N
 func cachedPodInformer(tb testing.TB, client kubernetes.Interface, ev *policy.Evaluator, pods []*corev1.Pod) coreinformers.PodInformer {
 	tb.Helper()
 	prefix := strings.TrimSuffix(ev.AnnotationKey(""), "/")
-	podInformer := informerFactory(client, scopeFlags{annotationPrefix: prefix}).Core().V1().Pods()
+	podInformer := informerFactory(client, scopeFlags{annotationPrefix: prefix}, nil).Core().V1().Pods()
 	transform := podcache.PodTransform(prefix)
 	for _, p := range pods {
 		obj, err := transform(p.DeepCopy())

@@ -71,7 +71,9 @@ func reviewClient(config *rest.Config) (kubernetes.Interface, error) {
 // With cfg.metricsSecure, /metrics (and pprof) are served over HTTPS to
 // callers whose reviews (a TokenReview and a SubjectAccessReview to
 // cfg.reviews) allow it, other paths answered 404 before any review; the
-// health endpoints stay plain HTTP, for the kubelet. An endpoint that stops serving sends its error to errs.
+// health endpoints stay plain HTTP, for the kubelet. Each endpoint bounds
+// the connections and requests of each source address
+// (secureserving.SourceLimiter). An endpoint that stops serving sends its error to errs.
 func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.Metrics, watchdog *leaderelection.HealthzAdaptor,
 	synced func() bool, ready func() error, errs chan<- error) error {
 	if cfg.metricsAddr != "0" {
@@ -86,9 +88,12 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 		}
 		var handler http.Handler = mux
 		var tlsConfig *tls.Config
-		var handshakes *secureserving.HandshakeLimiter
+		limits := secureserving.SourceLimits{QPS: secureserving.NoSharedRate} // plain HTTP: no handshake to pay for
 		if cfg.metricsSecure {
-			handshakes = secureserving.NewHandshakeLimiter(secureserving.HandshakeLimits{}, metrics.CountHandshakeRefused)
+			limits = secureserving.SourceLimits{}
+		}
+		sources := secureserving.NewSourceLimiter(limits, countRefused(metrics, "metrics"))
+		if cfg.metricsSecure {
 			reviews, err := reviewClient(cfg.reviews)
 			if err != nil {
 				return fmt.Errorf("metrics endpoint: %w", err)
@@ -97,7 +102,7 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 				Audiences: cfg.audiences,
 				Refused:   metrics.CountMetricsRefusal,
 				Evicted:   metrics.CountReviewCacheEviction,
-				Allowed:   handshakes.Vouch,
+				Allowed:   sources.Vouch,
 			})
 			if err != nil {
 				return fmt.Errorf("metrics endpoint: %w", err)
@@ -108,8 +113,8 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 				return fmt.Errorf("metrics endpoint: %w", err)
 			}
 		}
-		srv := secureserving.NewServer(ctx, handler, cfg.limits())
-		if err := serve(ctx, metrics, cfg.maxConnections, "metrics", cfg.metricsAddr, srv, tlsConfig, handshakes, errs); err != nil {
+		srv := secureserving.NewServer(ctx, sources.Requests(ctx, handler), cfg.limits())
+		if err := serve(ctx, metrics, cfg.maxConnections, "metrics", cfg.metricsAddr, srv, tlsConfig, sources, errs); err != nil {
 			return err
 		}
 	}
@@ -135,20 +140,24 @@ func serveEndpoints(ctx context.Context, cfg endpointsConfig, metrics *metrics.M
 			}
 			fmt.Fprintln(w, "ok")
 		})
-		srv := secureserving.NewServer(ctx, mux, cfg.limits())
-		if err := serve(ctx, metrics, cfg.maxConnections, "health", cfg.healthAddr, srv, nil, nil, errs); err != nil {
+		// The bounds of the metrics endpoint, without the shared rate of
+		// new connections (no handshake to pay for): the kubelet's probes,
+		// from the node's address, are never refused for other addresses'.
+		sources := secureserving.NewSourceLimiter(secureserving.SourceLimits{QPS: secureserving.NoSharedRate}, countRefused(metrics, "health"))
+		srv := secureserving.NewServer(ctx, sources.Requests(ctx, mux), cfg.limits())
+		if err := serve(ctx, metrics, cfg.maxConnections, "health", cfg.healthAddr, srv, nil, sources, errs); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// serve serves srv on addr, over TLS with a non-nil tlsConfig (new
-// connections within handshakes), at most maxConnections at once (0:
+// serve serves srv on addr, over TLS with a non-nil tlsConfig, new
+// connections within sources, at most maxConnections at once (0:
 // secureserving.DefaultMaxConnections), name (metrics.EndpointMetrics or
 // EndpointHealth) counting those past it.
 func serve(ctx context.Context, meters *metrics.Metrics, maxConnections int, name, addr string, srv *http.Server, tlsConfig *tls.Config,
-	handshakes *secureserving.HandshakeLimiter, errs chan<- error) error {
+	sources *secureserving.SourceLimiter, errs chan<- error) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s endpoint: %w", name, err)
@@ -156,7 +165,7 @@ func serve(ctx context.Context, meters *metrics.Metrics, maxConnections int, nam
 	if maxConnections <= 0 {
 		maxConnections = secureserving.DefaultMaxConnections
 	}
-	ln = secureserving.LimitConnections(handshakes.Listener(ctx, ln), maxConnections, func() { meters.CountConnectionRefused(name) })
+	ln = secureserving.LimitConnections(sources.Listener(ctx, ln), maxConnections, func() { meters.CountConnectionRefused(name) })
 	scheme := "http"
 	if tlsConfig != nil {
 		scheme = "https"
@@ -170,4 +179,10 @@ func serve(ctx context.Context, meters *metrics.Metrics, maxConnections int, nam
 	}()
 	context.AfterFunc(ctx, func() { _ = srv.Close() })
 	return nil
+}
+
+// countRefused counts in meters the connections and requests that an
+// endpoint's SourceLimiter refuses.
+func countRefused(meters *metrics.Metrics, endpoint string) func(limit string) {
+	return func(limit string) { meters.CountSourceRefused(endpoint, limit) }
 }

@@ -88,7 +88,8 @@ func daemon(ctx context.Context, o *flagValues) error {
 	}
 	defer recording.Shutdown()
 
-	factory := informerFactory(clients.informerKube, o.scope)
+	podWatch := newPodWatchHealth(logger, clk, meters.SetPodWatchHealthy)
+	factory := informerFactory(clients.informerKube, o.scope, podWatch)
 	podInformer := factory.Core().V1().Pods()
 	namespaceWatch := namespacecontroller.NewWatchHealth(logger, clk, meters.SetNamespaceWatchHealthy)
 	namespaceInformer, err := newNamespaceInformer(clients.metadata, o.scope, namespaceWatch)
@@ -157,6 +158,9 @@ func daemon(ctx context.Context, o *flagValues) error {
 	}
 	ready := func() error {
 		if err := namespaceWatch.Check(); err != nil {
+			return err
+		}
+		if err := podWatch.check(); err != nil {
 			return err
 		}
 		return leaderWorking(leading.Load(), meters.WorkersRunning())

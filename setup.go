@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
-	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -216,8 +215,9 @@ func policyEvaluator(prefix string) func(data []byte) (*policy.Evaluator, error)
 }
 
 // informerFactory makes the pod informers of --namespace and
-// --label-selector, whose cache keeps the lean pods of podcache.PodTransform.
-func informerFactory(client kubernetes.Interface, scope scopeFlags) informers.SharedInformerFactory {
+// --label-selector, whose cache keeps the lean pods of podcache.PodTransform
+// and whose requests' outcomes go to health (nil: none).
+func informerFactory(client kubernetes.Interface, scope scopeFlags, health *podWatchHealth) informers.SharedInformerFactory {
 	tweak := func(lo *metav1.ListOptions) { lo.LabelSelector = scope.labelSelector }
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithNamespace(scope.namespace),
@@ -228,8 +228,7 @@ func informerFactory(client kubernetes.Interface, scope scopeFlags) informers.Sh
 	// enqueueNamespace) and a transform that reads its own store
 	// (podcache.RememberingPodTransform).
 	factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		informer := coreinformers.NewFilteredPodInformer(client, scope.namespace, resync,
-			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, tweak)
+		informer := newPodInformer(client, scope.namespace, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, tweak, health)
 		if err := informer.SetTransform(podcache.RememberingPodTransform(scope.annotationPrefix, informer.GetStore())); err != nil {
 			panic(err) // cannot happen: the informer has not started
 		}

@@ -189,7 +189,7 @@ func BenchmarkTenantPolicyMemory(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
 				client := fake.NewClientset()
-				podInformer := informerFactory(client, scopeFlags{annotationPrefix: policy.DefaultAnnotationPrefix}).Core().V1().Pods()
+				podInformer := informerFactory(client, scopeFlags{annotationPrefix: policy.DefaultAnnotationPrefix}, nil).Core().V1().Pods()
 				nsInformer := informers.NewSharedInformerFactory(client, 0).Core().V1().Namespaces().Informer()
 				ctx := context.Background()
 				c, err := NewController(ctx, podInformer, nsInformer, client, &clientevents.FakeRecorder{}, testingclock.NewFakeClock(time.Now()), Options{Evaluator: &policy.Evaluator{}})

@@ -76,6 +76,7 @@ type Metrics struct {
 	leaderStatus       *prometheus.GaugeVec
 	leaderSlowpath     *prometheus.CounterVec
 	endpoint           endpointMetrics
+	podWatch           prometheus.Gauge
 }
 
 // New creates all series in a new registry, each present at 0; controller
@@ -217,6 +218,7 @@ func New(controller, version, commit string) *Metrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.workqueue.register(reg)
 	m.endpoint = newEndpointMetrics(reg)
+	m.podWatch = newPodWatchGauge(reg)
 
 	for _, r := range []string{ResultSuccess, ResultError, ResultRequeue, ResultRequeueAfter} {
 		m.reconcileTotal.WithLabelValues(r)

@@ -12,13 +12,15 @@ import (
 // (--metrics-secure): the requests it refused and why, the answers its
 // review caches dropped to make room, and when its serving certificate
 // expires, and the connections it closed before their TLS handshake; and
-// the connections either endpoint refused.
+// the connections either endpoint refused, and those and the requests it
+// refused for their source address's bounds.
 type endpointMetrics struct {
 	refused           *prometheus.CounterVec
 	evicted           *prometheus.CounterVec
 	certExpiry        prometheus.Gauge
 	handshakesRefused *prometheus.CounterVec
 	connsRefused      *prometheus.CounterVec
+	sourceRefused     *prometheus.CounterVec
 }
 
 func newEndpointMetrics(reg *prometheus.Registry) endpointMetrics {
@@ -45,9 +47,22 @@ func newEndpointMetrics(reg *prometheus.Registry) endpointMetrics {
 			Help: "Connections the metrics or health endpoint closed at once because it had --http-max-connections open, by endpoint (metrics, health).",
 		}, []string{"endpoint"}),
 	}
-	reg.MustRegister(e.refused, e.evicted, e.certExpiry, e.handshakesRefused, e.connsRefused)
-	e.handshakesRefused.WithLabelValues(secureserving.HandshakeLimitAddress)
-	e.handshakesRefused.WithLabelValues(secureserving.HandshakeLimitAll)
+	e.sourceRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "podjanitor_http_source_refused_total",
+		Help: "Connections and requests the metrics or health endpoint refused for their source address's bounds, by endpoint and limit: " +
+			"address (its rate of new connections), all (the rate of new connections shared by the addresses no request was allowed from lately, HTTPS metrics only), " +
+			"address_connections (the connections it has open), address_requests (its rate of requests: answered 429, the connection closed).",
+	}, []string{"endpoint", "limit"})
+	reg.MustRegister(e.refused, e.evicted, e.certExpiry, e.handshakesRefused, e.connsRefused, e.sourceRefused)
+	e.handshakesRefused.WithLabelValues(secureserving.LimitAddress)
+	e.handshakesRefused.WithLabelValues(secureserving.LimitAll)
+	for _, endpoint := range []string{EndpointMetrics, EndpointHealth} {
+		for _, limit := range []string{secureserving.LimitAddress, secureserving.LimitAll, secureserving.LimitAddressConnections, secureserving.LimitAddressRequests} {
+			if limit != secureserving.LimitAll || endpoint == EndpointMetrics {
+				e.sourceRefused.WithLabelValues(endpoint, limit)
+			}
+		}
+	}
 	e.connsRefused.WithLabelValues(EndpointMetrics)
 	e.connsRefused.WithLabelValues(EndpointHealth)
 	for _, r := range secureserving.RefusalReasons {
@@ -72,10 +87,17 @@ func (m *Metrics) CountConnectionRefused(endpoint string) {
 	}
 }
 
-// CountHandshakeRefused counts a connection the metrics endpoint closed
-// before its TLS handshake (a secureserving.HandshakeLimit* limit).
-func (m *Metrics) CountHandshakeRefused(limit string) {
-	if m != nil {
+// CountSourceRefused counts a connection or request an endpoint
+// (EndpointMetrics, EndpointHealth) refused for its source address's bounds
+// (a secureserving.Limit* limit); the metrics endpoint's past a rate of new
+// connections (LimitAddress, LimitAll) also in
+// podjanitor_metrics_handshakes_refused_total.
+func (m *Metrics) CountSourceRefused(endpoint, limit string) {
+	if m == nil {
+		return
+	}
+	m.endpoint.sourceRefused.WithLabelValues(endpoint, limit).Inc()
+	if endpoint == EndpointMetrics && (limit == secureserving.LimitAddress || limit == secureserving.LimitAll) {
 		m.endpoint.handshakesRefused.WithLabelValues(limit).Inc()
 	}
 }

@@ -15,8 +15,8 @@
 // has a lane of its own for the requests it was allowed and is reviewed
 // again ahead of its expiry; one review runs per token (or request) at a
 // time. NewServer bounds each connection (timeouts, header bytes) and logs
-// through klog; HandshakeLimiter bounds the TLS handshakes callers can make
-// before they show a token.
+// through klog; SourceLimiter bounds each source address's connections
+// (their TLS handshakes before a token is shown among them) and requests.
 //
 // It is written on client-go alone: k8s.io/apiserver's delegating
 // authenticator and authorizer would do the same, and cost the binary 38 MB
@@ -123,7 +123,7 @@ type Options struct {
 	// Evicted is told of each live answer dropped from a full cache (a Cache*).
 	Evicted func(cache string)
 	// Allowed is told the remote address (host:port) of each request
-	// allowed, before it is served (HandshakeLimiter.Vouch).
+	// allowed, before it is served (SourceLimiter.Vouch).
 	Allowed func(remoteAddr string)
 }
 

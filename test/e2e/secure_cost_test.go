@@ -27,7 +27,8 @@ import (
 // --metrics-secure) cannot make it spend for them, as issue 47 found it:
 //
 //	(a) 2,000 requests for /N/../metrics (each a different spelling of
-//	    /metrics) with the metrics reader's token add at most 3 requests
+//	    /metrics) with the metrics reader's token, from 25 addresses (80
+//	    each, within an address's burst of requests), add at most 3 requests
 //	    to the API server (podjanitor's POSTs, by its own client metrics;
 //	    it makes no other POST here);
 //	(b) 16 loops making TLS handshakes without a token, each from its own
@@ -69,11 +70,16 @@ func TestSecureMetricsCallersCost(t *testing.T) {
 	}
 
 	t.Run("path spellings", func(t *testing.T) {
-		const requests, callers = 2000, 4
-		// Keep-alive connections, one per caller: their handshakes are few.
-		client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: callers,
-			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-		defer client.CloseIdleConnections()
+		const requests, callers, sources = 2000, 4, 25
+		// Keep-alive connections, a few per address: their handshakes are few.
+		var clients []*http.Client
+		for i := range sources {
+			c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: callers,
+				DialContext:     (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 9, byte(i+1))}}).DialContext,
+				TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+			defer c.CloseIdleConnections()
+			clients = append(clients, c)
+		}
 		before, start := posts(), time.Now()
 		var next atomic.Int64
 		var codes sync.Map // status → *atomic.Int64
@@ -88,7 +94,7 @@ func TestSecureMetricsCallersCost(t *testing.T) {
 					req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/%d/../metrics", url, i), nil)
 					req.Header.Set("Authorization", "Bearer "+scraperToken)
 					code := 0
-					if resp, err := client.Do(req); err == nil {
+					if resp, err := clients[i%sources].Do(req); err == nil {
 						io.Copy(io.Discard, resp.Body)
 						resp.Body.Close()
 						code = resp.StatusCode

@@ -36,12 +36,14 @@ const maxHostileRSS = 128 << 20
 // --profiling) while a scraper with the metrics reader's token scrapes it
 // every 2 s, as issue 31 found it open:
 //
-//	(a) 64 callers send made-up tokens for 60 s: at least 95 % of the
-//	    scrapes are answered 200 within Prometheus's 10 s timeout;
+//	(a) 64 callers, each from an address of its own, send made-up tokens
+//	    for 60 s: at least 95 % of the scrapes are answered 200 within
+//	    Prometheus's 10 s timeout;
 //	(b) 8 callers with a valid token of a ServiceAccount without rights send
 //	    ~900 KB paths for 60 s (4 more send 24 KiB paths under /debug/pprof/,
-//	    which pass the header cap and reach the reviews): podjanitor lives,
-//	    its RSS stays under 128 MiB;
+//	    which pass the header cap and reach the reviews), each over 8 source
+//	    addresses (within their rate of new connections): podjanitor
+//	    lives, its RSS stays under 128 MiB;
 //	(c) 3,000 keep-alive connections, each after one refused request, are
 //	    left idle (from 200 source addresses a scrape was allowed from, each
 //	    within its handshake burst): podjanitor holds --http-max-connections (1000) of them and
@@ -127,9 +129,12 @@ func TestSecureMetricsHostileCallers(t *testing.T) {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		var codes sync.Map // status → *atomic.Int64
-		for range callers {
+		for i := range callers {
 			wg.Go(func() {
-				c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+				// Its own address: one address's requests are bounded (20 a second).
+				from := &net.TCPAddr{IP: net.IPv4(127, 0, 7, byte(i+1))}
+				c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+					DialContext: (&net.Dialer{LocalAddr: from}).DialContext}}
 				defer c.CloseIdleConnections()
 				for {
 					select {
@@ -189,7 +194,9 @@ func TestSecureMetricsHostileCallers(t *testing.T) {
 					if i >= 8 {
 						path = fmt.Sprintf("/debug/pprof/%d-%d-%s", i, n, long[:24<<10])
 					}
-					code := rawRequest(addr, "GET "+path+" HTTP/1.1\r\nHost: podjanitor\r\nAuthorization: Bearer "+noRightsToken+"\r\nConnection: close\r\n\r\n")
+					// 20 connections a second over 8 addresses: within their 5 a second each.
+					from := &net.TCPAddr{IP: net.IPv4(127, 0, 8, byte(i*8+n%8+1))}
+					code := rawRequest(from, addr, "GET "+path+" HTTP/1.1\r\nHost: podjanitor\r\nAuthorization: Bearer "+noRightsToken+"\r\nConnection: close\r\n\r\n")
 					sent.Add(1)
 					if i >= 8 && code != http.StatusRequestHeaderFieldsTooLarge && code != 0 {
 						reviewed.Add(1)
@@ -344,10 +351,10 @@ func TestSecureMetricsHostileCallers(t *testing.T) {
 	}
 }
 
-// rawRequest sends req over a new TLS connection to addr and returns the
-// answer's status (0: none, the connection cut).
-func rawRequest(addr, req string) int {
-	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
+// rawRequest sends req over a new TLS connection to addr from the local
+// address from and returns the answer's status (0: none, the connection cut).
+func rawRequest(from *net.TCPAddr, addr, req string) int {
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second, LocalAddr: from}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
 	if err != nil {
 		return 0
 	}

@@ -248,7 +248,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	want := []string{"PodJanitorAbsent", "PodJanitorNoLeader", "PodJanitorLeaderWithoutWorkers", "PodJanitorPolicyRejected", "PodJanitorRemovalErrors",
 		"PodJanitorRemovalsRefused", "PodJanitorEvictionsBlocked", "PodJanitorRemovalsLate", "PodJanitorRemovalBacklog", "PodJanitorNamespaceWatchFailing",
-		"PodJanitorRemovalsHeld"}
+		"PodJanitorPodWatchFailing", "PodJanitorRemovalsHeld"}
 	if !slices.Equal(alerts, want) {
 		t.Errorf("alerts %q, want %q", alerts, want)
 	}
