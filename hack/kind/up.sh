@@ -120,11 +120,11 @@ kubectl_path() {
 # machine kube-proxy comes later. A pod's first connection to a ClusterIP
 # made before the rules waits out its dial timeout (client-go's: 30 s).
 service_network() {
-  local name=$1 start=$SECONDS ip
-  ip=$(KUBECONFIG="$root/_output/kind/$name.kubeconfig" "$(kubectl_path)" get service kubernetes -n default -o jsonpath='{.spec.clusterIP}') ||
-    die "kind cluster $name: cannot read the kubernetes Service"
-  until docker exec "$name-control-plane" timeout 2 bash -c "exec 3<>/dev/tcp/$ip/443" 2>/dev/null; do
-    [ $((SECONDS - start)) -lt 180 ] || die "kind cluster $name: its node does not reach the API server at $ip:443 (kube-proxy) after 180 s"
+  local name=$1 start=$SECONDS ip= kubectl
+  kubectl=$(kubectl_path)
+  until [ -n "$ip" ] && docker exec "$name-control-plane" timeout 2 bash -c "exec 3<>/dev/tcp/$ip/443" 2>/dev/null; do
+    [ $((SECONDS - start)) -lt 180 ] || die "kind cluster $name: its node does not reach the API server at ${ip:-the kubernetes Service}:443 (kube-proxy) after 180 s"
+    [ -n "$ip" ] || ip=$(KUBECONFIG="$root/_output/kind/$name.kubeconfig" "$kubectl" get service kubernetes -n default -o jsonpath='{.spec.clusterIP}' 2>/dev/null) || true
     sleep 1
   done
   say "kind cluster $name: the node reaches the API server through its Service ($ip) after $((SECONDS - start))s"
