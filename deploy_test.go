@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -536,8 +538,10 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment, cm *corev1.ConfigMap)
 			t.Errorf("%s port = %s, want the health port", what, p.HTTPGet.Port.String())
 		}
 	}
+	checkProbe("startupProbe", c.StartupProbe, "/healthz")
 	checkProbe("livenessProbe", c.LivenessProbe, "/healthz")
 	checkProbe("readinessProbe", c.ReadinessProbe, "/readyz")
+	checkProbeBudgets(t, c)
 
 	// The policy file is the ConfigMap's key, mounted as a directory (not
 	// subPath, which would never see an update).
@@ -549,6 +553,29 @@ func checkDeployment(t *testing.T, dep *appsv1.Deployment, cm *corev1.ConfigMap)
 	}
 	checkLockedDown(t, spec)
 	return o
+}
+
+// probeBudget is how long a probe may fail before the kubelet acts: a
+// startup or liveness probe's restart, a readiness probe's not-ready.
+func probeBudget(p *corev1.Probe) time.Duration {
+	if p == nil {
+		return 0
+	}
+	period, failures := cmp.Or(p.PeriodSeconds, 10), cmp.Or(p.FailureThreshold, 3)
+	return time.Duration(p.InitialDelaySeconds+period*failures) * time.Second
+}
+
+// checkProbeBudgets: the start has a budget of its own, minutes, in a startup
+// probe (the kubelet runs no liveness probe before it passes), so that a slow
+// start on a busy node is not restarted; the liveness probe stays tight.
+func checkProbeBudgets(t *testing.T, c corev1.Container) {
+	t.Helper()
+	if b := probeBudget(c.StartupProbe); b < 2*time.Minute {
+		t.Errorf("startupProbe %+v: the start's budget is %v, want at least 2m0s", c.StartupProbe, b)
+	}
+	if b := probeBudget(c.LivenessProbe); b == 0 || b > 30*time.Second || c.LivenessProbe.InitialDelaySeconds != 0 {
+		t.Errorf("livenessProbe %+v: a budget of %v, want at most 30s and no initial delay (the startup probe covers the start)", c.LivenessProbe, b)
+	}
 }
 
 // checkPolicyMount: --config names a key of cm mounted as a read-only directory.

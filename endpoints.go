@@ -64,10 +64,11 @@ func reviewClient(config *rest.Config) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(c)
 }
 
-// serveEndpoints starts /metrics and /healthz+/readyz; they serve before the
-// cache syncs. /healthz fails while watchdog (nil without leader election)
-// does, /readyz until synced and while ready returns an error (the
-// namespace watch failing, a leader whose workers do not run).
+// serveEndpoints starts /metrics and /healthz+/readyz; the daemon calls it
+// before its first request to the API server. /healthz fails while watchdog
+// (nil without leader election) does, /readyz until synced and while ready
+// returns an error (the namespace watch failing, a leader whose workers do
+// not run).
 // With cfg.metricsSecure, /metrics (and pprof) are served over HTTPS to
 // callers whose reviews (a TokenReview and a SubjectAccessReview to
 // cfg.reviews) allow it, other paths answered 404 before any review; the

@@ -74,11 +74,46 @@ func daemon(ctx context.Context, o *flagValues) error {
 	if err != nil {
 		return err
 	}
+	// Deadlines are compared in the API server's time, as its responses tell it.
+	clk, apiClk := clients.clock, clients.apiClock
+
+	// The endpoints serve before the first request to the API server, which
+	// may wait out client-go's 30 s dial timeout (a new node whose Service
+	// rules are not written yet): the kubelet's liveness probe must not
+	// restart a process that waits. /readyz fails until the caches sync.
+	var watchdog *leaderelection.HealthzAdaptor
+	if o.leaderElect {
+		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+	}
+	namespaceWatch := namespacecontroller.NewWatchHealth(logger, clk, meters.SetNamespaceWatchHealthy)
+	podWatch := newPodWatchHealth(logger, clk, meters.SetPodWatchHealthy)
+	var leading atomic.Bool
+	setLeader := func(b bool) {
+		leading.Store(b)
+		meters.SetLeader(b)
+	}
+	ready := func() error {
+		if err := namespaceWatch.Check(); err != nil {
+			return err
+		}
+		if err := podWatch.check(); err != nil {
+			return err
+		}
+		return leaderWorking(leading.Load(), meters.WorkersRunning())
+	}
+	var informersSynced atomic.Pointer[func() bool] // set once the informers exist
+	synced := func() bool {
+		f := informersSynced.Load()
+		return f != nil && (*f)()
+	}
+	serveErr := make(chan error, 2)
+	if err := serveEndpoints(ctx, o.endpoints.reviewedBy(clients.config), meters, watchdog, synced, ready, serveErr); err != nil {
+		return err
+	}
+
 	if err := checkAPIServer(logger, clients.kube.Discovery(), o.tenants.enabled); err != nil {
 		return err
 	}
-	// Deadlines are compared in the API server's time, as its responses tell it.
-	clk, apiClk := clients.clock, clients.apiClock
 	apiClk.Subscribe(meters.SetClockOffset)
 	logger.Info("Starting podjanitor", "version", version, "apiServer", clients.config.Host,
 		"namespace", cmp.Or(o.scope.namespace, "<all>"), "labelSelector", o.scope.labelSelector, "config", o.configFile, "dryRun", o.dryRun)
@@ -88,10 +123,8 @@ func daemon(ctx context.Context, o *flagValues) error {
 	}
 	defer recording.Shutdown()
 
-	podWatch := newPodWatchHealth(logger, clk, meters.SetPodWatchHealthy)
 	factory := informerFactory(clients.informerKube, o.scope, podWatch)
 	podInformer := factory.Core().V1().Pods()
-	namespaceWatch := namespacecontroller.NewWatchHealth(logger, clk, meters.SetNamespaceWatchHealthy)
 	namespaceInformer, err := newNamespaceInformer(clients.metadata, o.scope, namespaceWatch)
 	if err != nil {
 		return err
@@ -143,31 +176,10 @@ func daemon(ctx context.Context, o *flagValues) error {
 		})
 	}
 
-	var watchdog *leaderelection.HealthzAdaptor
-	if o.leaderElect {
-		watchdog = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
-	}
-	serveErr := make(chan error, 2)
-	synced := func() bool {
+	cachesSynced := func() bool {
 		return podInformer.Informer().HasSynced() && namespaceInformer.HasSynced() && tenantsSynced()
 	}
-	var leading atomic.Bool
-	setLeader := func(b bool) {
-		leading.Store(b)
-		meters.SetLeader(b)
-	}
-	ready := func() error {
-		if err := namespaceWatch.Check(); err != nil {
-			return err
-		}
-		if err := podWatch.check(); err != nil {
-			return err
-		}
-		return leaderWorking(leading.Load(), meters.WorkersRunning())
-	}
-	if err := serveEndpoints(ctx, o.endpoints.reviewedBy(clients.config), meters, watchdog, synced, ready, serveErr); err != nil {
-		return err
-	}
+	informersSynced.Store(&cachesSynced)
 
 	go apiClk.RunCalibration(ctx, clients.probeClock, controller.RemovalNear)
 	// The informers stop when daemon returns, on an error as on a signal:

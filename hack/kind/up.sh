@@ -2,8 +2,10 @@
 # kind clusters for `make kind-up`, `make kind-deploy`, `make bench-kind` and
 # the kind tests (hack/kind/README.md).
 #
-#   hack/kind/up.sh up NAME       create the kind cluster NAME unless it exists;
-#                                 its kubeconfig: _output/kind/NAME.kubeconfig
+#   hack/kind/up.sh up NAME       create the kind cluster NAME unless it exists,
+#                                 and wait until its node reaches the API server
+#                                 through the kubernetes Service (kube-proxy's
+#                                 rules); its kubeconfig: _output/kind/NAME.kubeconfig
 #   hack/kind/up.sh load NAME ARCHIVE...
 #                                 kind load image-archive (an OCI archive of `make image-archive`)
 #   hack/kind/up.sh deploy NAME IMAGE
@@ -112,6 +114,22 @@ kubectl_path() {
   fi
 }
 
+# service_network waits until the node reaches the API server through the
+# kubernetes Service's ClusterIP, i.e. kube-proxy has written its rules: `kind
+# create cluster --wait` waits for the node's Ready only, and on a busy
+# machine kube-proxy comes later. A pod's first connection to a ClusterIP
+# made before the rules waits out its dial timeout (client-go's: 30 s).
+service_network() {
+  local name=$1 start=$SECONDS ip= kubectl
+  kubectl=$(kubectl_path)
+  until [ -n "$ip" ] && docker exec "$name-control-plane" timeout 2 bash -c "exec 3<>/dev/tcp/$ip/443" 2>/dev/null; do
+    [ $((SECONDS - start)) -lt 180 ] || die "kind cluster $name: its node does not reach the API server at ${ip:-the kubernetes Service}:443 (kube-proxy) after 180 s"
+    [ -n "$ip" ] || ip=$(KUBECONFIG="$root/_output/kind/$name.kubeconfig" "$kubectl" get service kubernetes -n default -o jsonpath='{.spec.clusterIP}' 2>/dev/null) || true
+    sleep 1
+  done
+  say "kind cluster $name: the node reaches the API server through its Service ($ip) after $((SECONDS - start))s"
+}
+
 # plan prints the path choose takes, for the docs and hack/kind/test-choose.sh.
 plan() {
   choose
@@ -155,6 +173,7 @@ up() {
     say "kind cluster $name created in $((SECONDS - start))s"
   fi
   "$KIND" get kubeconfig --name "$name" >"$kubeconfig"
+  service_network "$name"
   trap - EXIT INT TERM HUP
   echo "$kubeconfig"
 }

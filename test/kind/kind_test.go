@@ -260,6 +260,21 @@ func waitPodjanitor(t *testing.T, what string, cond func(*corev1.Pod) bool) *cor
 	return last
 }
 
+// podEvents are the pod's events, one a line (a failed probe says why the
+// kubelet restarted a container).
+func podEvents(t *testing.T, pod *corev1.Pod) string {
+	t.Helper()
+	list, err := client.CoreV1().Events(pod.Namespace).List(ctxFor(t), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(pod.UID)})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range list.Items {
+		fmt.Fprintf(&b, "%s %s (x%d): %s\n", e.LastTimestamp.UTC().Format(time.RFC3339), e.Reason, e.Count, e.Message)
+	}
+	return b.String()
+}
+
 // TestDeployment applies the shipped artifacts/deploy, with the loaded image
 // and nothing else changed (hack/kind/up.sh deploy), and checks it works on
 // kind: Ready, removes pods at their deadlines and none that it must not, and
@@ -288,7 +303,7 @@ func TestDeployment(t *testing.T) {
 			t.Errorf("podjanitor's image is %q, want the loaded %q", got, image)
 		}
 		if s := pod.Status.ContainerStatuses; len(s) != 1 || s[0].RestartCount != 0 {
-			t.Errorf("container statuses %+v, want one container never restarted", s)
+			t.Errorf("container statuses %+v, want one container never restarted; the pod's events:\n%s", s, podEvents(t, pod))
 		}
 	})
 	if pod == nil {
