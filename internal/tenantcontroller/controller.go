@@ -482,7 +482,7 @@ func (c *Controller) reportTenantWave(p *v1alpha1.PodLifetimePolicy, hold *wave.
 		return
 	}
 	key := p.Namespace + "/" + p.Name
-	c.status.Mark(key)
+	defer c.status.Mark(key) // after usedApprovals: the write takes a stale approval off
 	if hold == nil {
 		return
 	}
