@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -11,16 +13,25 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	core "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
+	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/wave"
+	"github.com/podjanitor/podjanitor/policy"
 	pjfake "github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned/fake"
 )
 
@@ -53,7 +64,7 @@ func lead(t *testing.T, ctx context.Context, client kubernetes.Interface, setLea
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- runAsLeader(ctx, testLease, client, setLeader, nil, work) }()
+	go func() { done <- runAsLeader(ctx, testLease, client, nil, setLeader, nil, work) }()
 	select {
 	case err := <-done:
 		return err
@@ -311,5 +322,307 @@ func TestTenantPolicyListFailingIsAWait(t *testing.T) {
 	cancel()
 	if err := <-ran; err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRemovalGate: the gate, kept by the Lease's lock, opens removals from
+// each renewal that succeeds until the renew deadline after it was sent,
+// each call to end halfway to the lease duration; it closes once a read
+// finds another holder, at the release, and for the renew deadline after a
+// lease duration after it took a Lease without seeing the last leader's end
+// (it created the Lease, or found itself named holder by hand).
+func TestRemovalGate(t *testing.T) {
+	ctx := context.Background()
+	const id = "me"
+	lease := leaseConfig{name: "podjanitor", namespace: "podjanitor", duration: 15 * time.Second, renewDeadline: 10 * time.Second, retryPeriod: 2 * time.Second}
+	record := func(holder string) resourcelock.LeaderElectionRecord {
+		return resourcelock.LeaderElectionRecord{HolderIdentity: holder, LeaseDurationSeconds: 15}
+	}
+	setup := func(t *testing.T, holder *string) (*testingclock.FakeClock, *removalGate, *gatedLock, *fake.Clientset) {
+		var objs []runtime.Object
+		if holder != nil {
+			objs = append(objs, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor"},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: holder}})
+		}
+		client := fake.NewClientset(objs...)
+		clk := testingclock.NewFakeClock(t0)
+		gate := newRemovalGate(clk, lease)
+		lock := &gatedLock{Interface: &resourcelock.LeaseLock{
+			LeaseMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor"}, Client: client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: id}}, gate: gate}
+		return clk, gate, lock, client
+	}
+	check := func(t *testing.T, gate *removalGate, when string, wantOpen bool, wantWithin time.Duration) {
+		t.Helper()
+		within, open := gate.mayRemove()
+		if open != wantOpen || open && within != wantWithin {
+			t.Errorf("%s: mayRemove = %v, %v; want %v, %v", when, within, open, wantOpen, wantWithin)
+		}
+	}
+	must := func(t *testing.T, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("taken from another, renewed, then not", func(t *testing.T) {
+		clk, gate, lock, _ := setup(t, ptr.To("other"))
+		check(t, gate, "before the Lease is taken", false, 0)
+		_, _, err := lock.Get(ctx)
+		must(t, err)
+		must(t, lock.Update(ctx, record(id)))
+		check(t, gate, "at the take", true, 12500*time.Millisecond)
+		clk.Step(2 * time.Second)
+		must(t, lock.Update(ctx, record(id)))
+		clk.Step(10*time.Second - time.Nanosecond)
+		check(t, gate, "a renew deadline after the renewal, less 1 ns", true, 2500*time.Millisecond+time.Nanosecond)
+		clk.Step(time.Nanosecond)
+		check(t, gate, "a renew deadline after the renewal, not renewed since", false, 0)
+		must(t, lock.Update(ctx, record(id)))
+		check(t, gate, "renewed late, but renewed", true, 12500*time.Millisecond)
+	})
+	t.Run("a renewal failing", func(t *testing.T) {
+		clk, gate, lock, client := setup(t, ptr.To(""))
+		_, _, err := lock.Get(ctx)
+		must(t, err)
+		must(t, lock.Update(ctx, record(id)))
+		client.PrependReactor("update", "leases", func(core.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewInternalError(errors.New("etcd"))
+		})
+		clk.Step(5 * time.Second)
+		if err := lock.Update(ctx, record(id)); err == nil {
+			t.Fatal("the renewal passed")
+		}
+		check(t, gate, "5 s after the renewal, the next one failed", true, 7500*time.Millisecond)
+		clk.Step(5 * time.Second)
+		check(t, gate, "a renew deadline after the last renewal", false, 0)
+	})
+	t.Run("seen held by another", func(t *testing.T) {
+		_, gate, lock, client := setup(t, ptr.To(""))
+		_, _, err := lock.Get(ctx)
+		must(t, err)
+		must(t, lock.Update(ctx, record(id)))
+		check(t, gate, "renewed", true, 12500*time.Millisecond)
+		l, err := client.CoordinationV1().Leases("podjanitor").Get(ctx, "podjanitor", metav1.GetOptions{})
+		must(t, err)
+		l.Spec.HolderIdentity = ptr.To("other")
+		_, err = client.CoordinationV1().Leases("podjanitor").Update(ctx, l, metav1.UpdateOptions{})
+		must(t, err)
+		_, _, err = lock.Get(ctx)
+		must(t, err)
+		check(t, gate, "the Lease read held by another", false, 0)
+	})
+	t.Run("released", func(t *testing.T) {
+		_, gate, lock, _ := setup(t, ptr.To(""))
+		_, _, err := lock.Get(ctx)
+		must(t, err)
+		must(t, lock.Update(ctx, record(id)))
+		must(t, releaseLease(ctx, lock, time.Second))
+		check(t, gate, "released", false, 0)
+	})
+	for name, holder := range map[string]*string{"created": nil, "named holder by hand": ptr.To(id)} {
+		t.Run(name, func(t *testing.T) {
+			clk, gate, lock, _ := setup(t, holder)
+			_, _, err := lock.Get(ctx)
+			if holder == nil {
+				must(t, lock.Create(ctx, record(id)))
+			} else {
+				must(t, err)
+				must(t, lock.Update(ctx, record(id)))
+			}
+			check(t, gate, "taken", false, 0)
+			clk.Step(14 * time.Second)
+			must(t, lock.Update(ctx, record(id)))
+			clk.Step(time.Second - time.Nanosecond)
+			check(t, gate, "renewed, a lease duration after the take less 1 ns", false, 0)
+			clk.Step(time.Nanosecond)
+			check(t, gate, "a lease duration after the take", true, 11500*time.Millisecond)
+		})
+	}
+	t.Run("the leader creates the Lease deleted under it", func(t *testing.T) {
+		clk, gate, lock, client := setup(t, ptr.To(""))
+		_, _, err := lock.Get(ctx)
+		must(t, err)
+		must(t, lock.Update(ctx, record(id)))
+		must(t, client.CoordinationV1().Leases("podjanitor").Delete(ctx, "podjanitor", metav1.DeleteOptions{}))
+		clk.Step(time.Second)
+		if _, _, err := lock.Get(ctx); !apierrors.IsNotFound(err) {
+			t.Fatalf("Get = %v, want not found", err)
+		}
+		check(t, gate, "the Lease gone", false, 0)
+		must(t, lock.Create(ctx, record(id)))
+		check(t, gate, "created again by the leader", true, 12500*time.Millisecond)
+	})
+}
+
+// TestNoRemovalStartsWithoutTheLease: a due pod is not removed while
+// MayRemove says no (the Lease not renewed in time), and is tried again; it
+// goes once MayRemove says yes.
+func TestNoRemovalStartsWithoutTheLease(t *testing.T) {
+	pod := apitest.Pod("done", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	var may atomic.Bool
+	f := newFixture(t, Options{MayRemove: func() (time.Duration, bool) { return time.Minute, may.Load() }}, pod)
+	f.process(keyOf(pod))
+	if n := f.deletes(); n != 0 {
+		t.Fatalf("%d pods removed without the Lease, want none", n)
+	}
+	if f.c.queue.NumRequeues(keyOf(pod)) == 0 {
+		t.Error("the pod is not tried again")
+	}
+	may.Store(true)
+	f.process(keyOf(pod))
+	if n := f.deletes(); n != 1 {
+		t.Errorf("%d pods removed with the Lease, want 1", n)
+	}
+}
+
+// TestRemovalCallEndsWithTheLease: a removal call that hangs is cut off
+// when what MayRemove leaves of the Lease runs out, well before the write
+// timeout.
+func TestRemovalCallEndsWithTheLease(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	pod := apitest.Pod("hung", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
+	f := newFixture(t, Options{WriteTimeout: time.Minute, MayRemove: func() (time.Duration, bool) { return 200 * time.Millisecond, true }}, pod)
+	f.c.client = kubernetes.NewForConfigOrDie(&rest.Config{Host: srv.URL})
+	start := time.Now()
+	d := policy.Decision{Deadline: t0, Action: policy.ActionDelete, Reason: policy.ReasonTTL}
+	if _, err := f.c.removePod(f.ctx, pod, d); err == nil {
+		t.Fatal("the hung call succeeded")
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the call took %v, want it cut off near the 200ms left of the Lease, not the minute of the write timeout", took)
+	}
+}
+
+// shortLease is a Lease of short durations, for tests of real elections.
+var shortLease = leaseConfig{name: "podjanitor", namespace: "podjanitor", duration: 2 * time.Second, renewDeadline: 1500 * time.Millisecond, retryPeriod: 300 * time.Millisecond}
+
+// replica runs runAsLeader with a gate on the real clock, and records each
+// moment its gate let a removal start, with the time the call could take.
+type replica struct {
+	gate    *removalGate
+	mu      sync.Mutex
+	starts  []time.Time // when a removal could start
+	ends    []time.Time // when a call started then had to end
+	done    chan error
+	leading atomic.Bool
+}
+
+func runReplica(ctx context.Context, client kubernetes.Interface, id string, watchdog *leaderelection.HealthzAdaptor) *replica {
+	r := &replica{gate: newRemovalGate(clock.RealClock{}, shortLease), done: make(chan error, 1)}
+	lease := shortLease
+	lease.identity = id
+	go func() {
+		r.done <- runAsLeader(ctx, lease, client, r.gate, r.leading.Store, watchdog, func(ctx context.Context) error {
+			for ctx.Err() == nil {
+				if within, ok := r.gate.mayRemove(); ok {
+					now := time.Now()
+					r.mu.Lock()
+					r.starts, r.ends = append(r.starts, now), append(r.ends, now.Add(within))
+					r.mu.Unlock()
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			return nil
+		})
+	}()
+	return r
+}
+
+func (r *replica) removals() (starts, ends []time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.starts), slices.Clone(r.ends)
+}
+
+// TestOneLeaderAtATime: two replicas; the leader's Lease stops being
+// renewed (its writes fail), is taken by hand (holderIdentity set to the
+// other), or is deleted. The other takes over, and every removal the old
+// leader could start had to end (its call's timeout) before the new one's
+// first could start; the old one returns errLeaseLost.
+func TestOneLeaderAtATime(t *testing.T) {
+	for _, how := range []string{"renewals fail", "taken by hand", "deleted"} {
+		t.Run(how, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			client := fake.NewClientset()
+			var failing atomic.Value // the identity whose Lease writes fail
+			failing.Store("")
+			client.PrependReactor("*", "leases", func(a core.Action) (bool, runtime.Object, error) {
+				w, ok := a.(interface{ GetObject() runtime.Object })
+				if !ok {
+					return false, nil, nil
+				}
+				l := w.GetObject().(*coordinationv1.Lease)
+				if h := l.Spec.HolderIdentity; h != nil && *h != "" && *h == failing.Load().(string) {
+					if how == "taken by hand" { // its resourceVersion is not the Lease's: the fake clientset does not check it
+						return true, nil, apierrors.NewConflict(coordinationv1.Resource("leases"), l.Name, errors.New("modified"))
+					}
+					return true, nil, apierrors.NewInternalError(errors.New("etcd"))
+				}
+				return false, nil, nil
+			})
+			a := runReplica(ctx, client, "a", nil)
+			waitFor(t, "the first replica to remove", func() bool { starts, _ := a.removals(); return len(starts) > 0 })
+			b := runReplica(ctx, client, "b", nil)
+			time.Sleep(time.Second) // b reads the Lease held
+			if b.leading.Load() {
+				t.Fatal("both replicas lead")
+			}
+			leases := client.CoordinationV1().Leases(shortLease.namespace)
+			l, err := leases.Get(ctx, shortLease.name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch how {
+			case "renewals fail":
+				failing.Store("a")
+			case "taken by hand":
+				l.Spec.HolderIdentity = ptr.To("b")
+				if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				failing.Store("a")
+			case "deleted":
+				failing.Store("a") // and its creates: the other replica creates the Lease
+				if err := leases.Delete(ctx, shortLease.name, metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case err := <-a.done:
+				if !errors.Is(err, errLeaseLost) {
+					t.Errorf("the old leader returned %v, want errLeaseLost", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("the old leader still runs 20 s after its Lease was lost")
+			}
+			waitFor(t, "the other replica to remove", func() bool { starts, _ := b.removals(); return len(starts) > 0 })
+			_, oldEnds := a.removals()
+			newStarts, _ := b.removals()
+			if last, first := slices.MaxFunc(oldEnds, time.Time.Compare), newStarts[0]; !last.Before(first) {
+				t.Errorf("the old leader's removals could run until %v, after the new leader's first at %v", last.Format(time.StampMicro), first.Format(time.StampMicro))
+			}
+		})
+	}
+}
+
+// waitFor polls cond for up to 30 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	}); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }

@@ -13,9 +13,9 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -206,12 +206,12 @@ func waveChange(source string) string {
 	return "the reloaded policy file"
 }
 
-// readRecord reads the record Lease, retrying with backoff while ctx lasts.
-// The start fails when it cannot be read, rather than act on a change it
-// cannot measure.
+// readRecord reads the record Lease, retrying for StartReadFor
+// (wave.ReadAtStart). The start fails when it cannot be read, rather than
+// act on a change it cannot measure.
 func (w *policyWaves) readRecord(ctx context.Context) (*coordinationv1.Lease, error) {
 	var lease *coordinationv1.Lease
-	err := retry.OnError(retry.DefaultBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
+	err := wave.ReadAtStart(ctx, w.options.StartReadFor, func(err error) bool { return !apierrors.IsForbidden(err) }, func(ctx context.Context) error {
 		var err error
 		lease, err = w.options.Record.Read(ctx)
 		return err

@@ -226,6 +226,9 @@ type Options struct {
 	// Spread measures together the changes of namespaces (tenant policies,
 	// labels or keep) that no namespace holds on its own; nil: none.
 	Spread *Spread
+	// StartReadFor is how long a start tries to read what the last leader
+	// recorded before it fails (ReadAtStart); 0: DefaultStartReadFor.
+	StartReadFor time.Duration
 }
 
 // Keep keeps the Record in step with g until ctx ends, looking every
