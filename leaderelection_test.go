@@ -31,8 +31,8 @@ import (
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/wave"
-	"github.com/podjanitor/podjanitor/policy"
 	pjfake "github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned/fake"
+	"github.com/podjanitor/podjanitor/policy"
 )
 
 // testLease is the Lease of the wave fixtures (podjanitor/podjanitor), at
@@ -162,6 +162,7 @@ func TestLeaderWithAStartThatFails(t *testing.T) {
 				lease.Annotations[wave.AnnotationHeldNamespaces] = tc.record
 			}
 			f, _, _ := namespaceWaveFixtureWith(t, nil, lease)
+			f.c.opts.Waves.StartReadFor = time.Second // tried for a second, not the renew deadline
 			var leading atomic.Bool
 			if tc.unreadable {
 				f.client.PrependReactor("get", "leases", func(core.Action) (bool, runtime.Object, error) {
@@ -624,5 +625,90 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		return cond(), nil
 	}); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// TestHealthzFailsWhenRenewalsStop: /healthz's check (the watchdog) passes
+// while the leader renews its Lease; once the Lease's writes fail and the
+// leader is stuck (its work does not stop), it fails within the lease
+// duration plus the watchdog's timeout after the last renewal. Without the
+// watchdog tied to the elector it never fails.
+func TestHealthzFailsWhenRenewalsStop(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	var failing atomic.Bool
+	var lastRenewal atomic.Int64
+	client.PrependReactor("update", "leases", func(core.Action) (bool, runtime.Object, error) {
+		if failing.Load() {
+			return true, nil, apierrors.NewInternalError(errors.New("etcd"))
+		}
+		lastRenewal.Store(time.Now().UnixNano())
+		return false, nil, nil
+	})
+	const timeout = 500 * time.Millisecond
+	watchdog := leaderelection.NewLeaderHealthzAdaptor(timeout)
+	stuck := make(chan struct{})
+	defer close(stuck)
+	var leading atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		done <- runAsLeader(ctx, shortLease, client, nil, leading.Store, watchdog, func(context.Context) error {
+			<-stuck
+			return nil
+		})
+	}()
+	waitFor(t, "the replica to lead", leading.Load)
+	waitFor(t, "a renewal", func() bool { return lastRenewal.Load() != 0 })
+	time.Sleep(3 * shortLease.duration / 2)
+	if err := watchdog.Check(nil); err != nil {
+		t.Fatalf("/healthz fails while the leader renews its Lease: %v", err)
+	}
+	failing.Store(true)
+	waitFor(t, "/healthz to fail", func() bool { return watchdog.Check(nil) != nil })
+	if after := time.Since(time.Unix(0, lastRenewal.Load())); after > shortLease.duration+timeout+2*time.Second {
+		t.Errorf("/healthz failed %v after the last renewal, want within %v and a margin", after, shortLease.duration+timeout)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("runAsLeader returned %v with its work stuck", err)
+	default:
+	}
+}
+
+// TestStartReadsOutlastAHiccup: at a takeover the API server answers the
+// reads of the records (the Lease's annotations, the namespaces'
+// ConfigMap) 500 for a while, longer than client-go's DefaultBackoff (4
+// tries, ~0.3 s) waited: the start reads them again until they answer and
+// starts, rather than exit 1.
+func TestStartReadsOutlastAHiccup(t *testing.T) {
+	first, _, pods := namespaceWaveFixture(t)
+	first.start(pods)
+	record := first.recordedNamespaces()
+	f, _, _ := namespaceWaveFixtureWith(t, nil, recordedLease(t, "1m"))
+	f.restore(record)
+	const refusals = 6
+	reads := map[string]int{}
+	var mu sync.Mutex
+	for _, resource := range []string{"leases", "configmaps"} {
+		f.client.PrependReactor("get", resource, func(core.Action) (bool, runtime.Object, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if reads[resource]++; reads[resource] <= refusals {
+				return true, nil, apierrors.NewInternalError(errors.New("etcd leader changed"))
+			}
+			return false, nil, nil
+		})
+	}
+	if err := f.c.startWave(f.ctx); err != nil {
+		t.Fatalf("the start failed on %d refusals of each read: %v", refusals, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, resource := range []string{"leases", "configmaps"} {
+		if reads[resource] != refusals+1 {
+			t.Errorf("%s read %d times, want %d refusals and the read that passed", resource, reads[resource], refusals)
+		}
 	}
 }
