@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -709,6 +710,42 @@ func TestStartReadsOutlastAHiccup(t *testing.T) {
 	for _, resource := range []string{"leases", "configmaps"} {
 		if reads[resource] != refusals+1 {
 			t.Errorf("%s read %d times, want %d refusals and the read that passed", resource, reads[resource], refusals)
+		}
+	}
+}
+
+// TestTakeoverStartsAtTheCap: a standby that becomes the leader over a
+// backlog removes at the cap from the start, without a burst of its own:
+// the last leader may have spent its burst just before the handover, and
+// the two together stay within the cap plus one burst.
+func TestTakeoverStartsAtTheCap(t *testing.T) {
+	const n = 20
+	var pods []*corev1.Pod
+	for i := range n {
+		pods = append(pods, overdue(fmt.Sprintf("pod-%02d", i), time.Duration(i)*time.Minute))
+	}
+	f := newFixture(t, Options{MaxRemovalsPerSecond: 10, RemovalBurst: 5, NoRemovalEvents: true}, pods...)
+	f.c.Standby()
+	ctx, cancel := context.WithCancel(f.ctx)
+	ran := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-ran })
+	go func() { defer close(ran); _ = f.c.Run(ctx, 1) }()
+	settled := func() {
+		t.Helper()
+		waitFor(t, "the controller to settle", func() bool {
+			return f.metrics.WorkersRunning() && f.c.Pending() == 0 && f.c.state.settled() && !f.c.state.backlogIsHeld()
+		})
+		time.Sleep(10 * time.Millisecond)
+	}
+	settled()
+	if got := f.deletes(); got != 0 {
+		t.Errorf("%d removed at the takeover, want none before a token comes at the cap", got)
+	}
+	for step := 1; step <= 10; step++ {
+		f.clock.Step(100 * time.Millisecond)
+		settled()
+		if got := f.deletes(); got != step {
+			t.Fatalf("%d removed %v after the takeover, want %d at 10/s", got, time.Duration(step)*100*time.Millisecond, step)
 		}
 	}
 }
