@@ -131,9 +131,10 @@ func runAsLeader(ctx context.Context, lease leaseConfig, client kubernetes.Inter
 		logger.Error(nil, "Lost the leader lease, stopping", "lease", klog.KRef(ns, lease.name))
 	}
 	<-workFinished // its removals in flight end before the lease can expire (removalGate)
-	if err := releaseLease(ctx, lock, lease.renewDeadline); err != nil {
+	switch released, err := releaseLease(ctx, lock, lease.renewDeadline); {
+	case err != nil:
 		logger.Error(err, "Releasing the leader lease", "lease", klog.KRef(ns, lease.name))
-	} else {
+	case released:
 		logger.Info("Released the leader lease")
 	}
 	if lost {
@@ -148,25 +149,26 @@ var errLeaseLost = errors.New("lost the leader lease")
 
 // releaseLease gives up the Lease if this process holds it, within timeout,
 // as client-go's release does: a Lease that names no holder and lasts 1 s.
-func releaseLease(ctx context.Context, lock resourcelock.Interface, timeout time.Duration) error {
+// It reports whether it did.
+func releaseLease(ctx context.Context, lock resourcelock.Interface, timeout time.Duration) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	for {
 		held, _, err := lock.Get(ctx)
 		if apierrors.IsNotFound(err) {
-			return nil
+			return false, nil
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		if held.HolderIdentity != lock.Identity() {
-			return nil
+			return false, nil
 		}
 		now := metav1.Now()
 		err = lock.Update(ctx, resourcelock.LeaderElectionRecord{
 			LeaderTransitions: held.LeaderTransitions, LeaseDurationSeconds: 1, RenewTime: now, AcquireTime: now})
-		if !apierrors.IsConflict(err) { // a renewal's write that raced ours, or the record's annotations
-			return err
+		if !apierrors.IsConflict(err) { // the record's annotations written meanwhile
+			return err == nil, err
 		}
 	}
 }

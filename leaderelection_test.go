@@ -25,11 +25,13 @@ import (
 	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/podjanitor/podjanitor/internal/apiclock"
 	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/wave"
 	pjfake "github.com/podjanitor/podjanitor/pkg/generated/clientset/versioned/fake"
@@ -420,7 +422,9 @@ func TestRemovalGate(t *testing.T) {
 		_, _, err := lock.Get(ctx)
 		must(t, err)
 		must(t, lock.Update(ctx, record(id)))
-		must(t, releaseLease(ctx, lock, time.Second))
+		if released, err := releaseLease(ctx, lock, time.Second); !released || err != nil {
+			t.Fatalf("releaseLease = %v, %v; want released", released, err)
+		}
 		check(t, gate, "released", false, 0)
 	})
 	for name, holder := range map[string]*string{"created": nil, "named holder by hand": ptr.To(id)} {
@@ -746,6 +750,22 @@ func TestTakeoverStartsAtTheCap(t *testing.T) {
 		settled()
 		if got := f.deletes(); got != step {
 			t.Fatalf("%d removed %v after the takeover, want %d at 10/s", got, time.Duration(step)*100*time.Millisecond, step)
+		}
+	}
+}
+
+// BenchmarkMayRemove: what the removal gate costs a removal (an atomic
+// load and a read of the process's clock).
+func BenchmarkMayRemove(b *testing.B) {
+	clk, err := apiclock.ProcessClock(klog.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	gate := newRemovalGate(clk, testLease)
+	gate.renewed(clk.Now(), clk.Now())
+	for b.Loop() {
+		if _, ok := gate.mayRemove(); !ok {
+			b.Fatal("the gate is closed")
 		}
 	}
 }
