@@ -796,8 +796,12 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 			pod, d = fresh, freshD
 		}
 		if err := c.callRemoval(ctx, pod, d); err != nil {
-			if errors.Is(err, errMayNotRemove) {
-				klog.FromContext(ctx).V(2).Info("Not removing: the leader lease is not renewed", "pod", klog.KObj(pod))
+			var not *mayNotRemove
+			if errors.As(err, &not) {
+				klog.FromContext(ctx).V(2).Info("Not removing: the leader lease is not renewed, or not yet", "pod", klog.KObj(pod), "retryAfter", not.after)
+				if not.after > 0 {
+					return Result{RequeueAfter: not.after}, nil
+				}
 				return Result{Requeue: true}, nil
 			}
 			return c.removalFailed(ctx, pod, d, err)
@@ -900,8 +904,11 @@ func (c *Controller) recordRemoval(ctx context.Context, pod *corev1.Pod, d polic
 		"action", d.Action, "reason", d.Reason, "by", d.Source, "deadline", d.Deadline, "lateness", lateness)
 }
 
-// errMayNotRemove says that a removal may not start now (Options.MayRemove).
-var errMayNotRemove = errors.New("no removal may start now")
+// mayNotRemove says that no removal may start now (Options.MayRemove), and
+// when one may (0: not known).
+type mayNotRemove struct{ after time.Duration }
+
+func (e *mayNotRemove) Error() string { return "no removal may start now" }
 
 // callRemoval makes the one API call that removes the pod, within the write
 // timeout, or what is left of the leader's lease (Options.MayRemove).
@@ -910,7 +917,7 @@ func (c *Controller) callRemoval(ctx context.Context, pod *corev1.Pod, d policy.
 	if c.opts.MayRemove != nil {
 		within, ok := c.opts.MayRemove()
 		if !ok {
-			return errMayNotRemove
+			return &mayNotRemove{after: within}
 		}
 		timeout = min(timeout, within)
 	}

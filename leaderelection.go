@@ -199,15 +199,18 @@ func newRemovalGate(clk clock.PassiveClock, lease leaseConfig) *removalGate {
 	return &removalGate{clock: clk, renewDeadline: lease.renewDeadline, duration: lease.duration}
 }
 
-// mayRemove reports whether a removal may start now, and how long its call
-// may take.
+// mayRemove reports whether a removal may start now and how long its call
+// may take, or else how long until one may (0: not known, until a renewal).
 func (g *removalGate) mayRemove() (time.Duration, bool) {
 	w := g.open.Load()
 	if w == nil {
 		return 0, false
 	}
 	now := g.clock.Now()
-	if now.Before(w.from) || !now.Before(w.until) {
+	switch {
+	case now.Before(w.from):
+		return w.from.Sub(now), false
+	case !now.Before(w.until):
 		return 0, false
 	}
 	return w.callsEndBy.Sub(now), true

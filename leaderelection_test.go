@@ -359,7 +359,7 @@ func TestRemovalGate(t *testing.T) {
 	check := func(t *testing.T, gate *removalGate, when string, wantOpen bool, wantWithin time.Duration) {
 		t.Helper()
 		within, open := gate.mayRemove()
-		if open != wantOpen || open && within != wantWithin {
+		if open != wantOpen || within != wantWithin {
 			t.Errorf("%s: mayRemove = %v, %v; want %v, %v", when, within, open, wantOpen, wantWithin)
 		}
 	}
@@ -437,11 +437,11 @@ func TestRemovalGate(t *testing.T) {
 				must(t, err)
 				must(t, lock.Update(ctx, record(id)))
 			}
-			check(t, gate, "taken", false, 0)
+			check(t, gate, "taken", false, 15*time.Second)
 			clk.Step(14 * time.Second)
 			must(t, lock.Update(ctx, record(id)))
 			clk.Step(time.Second - time.Nanosecond)
-			check(t, gate, "renewed, a lease duration after the take less 1 ns", false, 0)
+			check(t, gate, "renewed, a lease duration after the take less 1 ns", false, time.Nanosecond)
 			clk.Step(time.Nanosecond)
 			check(t, gate, "a lease duration after the take", true, 11500*time.Millisecond)
 		})
@@ -463,18 +463,33 @@ func TestRemovalGate(t *testing.T) {
 }
 
 // TestNoRemovalStartsWithoutTheLease: a due pod is not removed while
-// MayRemove says no (the Lease not renewed in time), and is tried again; it
+// MayRemove says no: the Lease not renewed in time (tried again with the
+// workqueue's backoff), or a new leader's wait (parked until its end); it
 // goes once MayRemove says yes.
 func TestNoRemovalStartsWithoutTheLease(t *testing.T) {
 	pod := apitest.Pod("done", t0.Add(-time.Hour), corev1.PodFailed, map[string]string{"podjanitor.io/ttl": "1m"})
 	var may atomic.Bool
-	f := newFixture(t, Options{MayRemove: func() (time.Duration, bool) { return time.Minute, may.Load() }}, pod)
+	var after atomic.Int64
+	f := newFixture(t, Options{MayRemove: func() (time.Duration, bool) {
+		if may.Load() {
+			return time.Minute, true
+		}
+		return time.Duration(after.Load()), false
+	}}, pod)
 	f.process(keyOf(pod))
 	if n := f.deletes(); n != 0 {
-		t.Fatalf("%d pods removed without the Lease, want none", n)
+		t.Fatalf("%d pods removed without the Lease renewed, want none", n)
 	}
 	if f.c.queue.NumRequeues(keyOf(pod)) == 0 {
 		t.Error("the pod is not tried again")
+	}
+	after.Store(int64(5 * time.Second))
+	f.process(keyOf(pod))
+	if n := f.deletes(); n != 0 {
+		t.Fatalf("%d pods removed in a new leader's wait, want none", n)
+	}
+	if f.c.state.wakesWithin(5*time.Second-time.Millisecond) || !f.c.state.wakesWithin(5*time.Second) {
+		t.Error("the pod is not parked until the wait's end, 5 s")
 	}
 	may.Store(true)
 	f.process(keyOf(pod))
