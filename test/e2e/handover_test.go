@@ -70,7 +70,8 @@ func maxInWindow(times []time.Time, d time.Duration) (most int, at time.Time) {
 // TestHandoverKeepsOneLeaderAndTheCap: two replicas on one Lease, 60 pods
 // overdue and a removal cap of 5/s with a burst of 5. While the leader
 // drains them, its Lease is handed to the standby by hand (holderIdentity
-// patched) or deleted. Asserted: no removal by the old leader is logged
+// patched) or deleted (the old leader's creating it again refused, so that
+// the standby creates it). Asserted: no removal by the old leader is logged
 // after the new leader's first (one leader removes at a time), the old
 // leader exits 1 ("Lost the leader lease"), every pod goes once, and the
 // removals seen in any 1 s, across the handover, are at most the cap plus
@@ -89,13 +90,16 @@ func TestHandoverKeepsOneLeaderAndTheCap(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			ns := newNamespace(t)
-			r := watchRemovals(t, ns)
+			r := watchRemovalsDurably(t, ns)
 			overdue := time.Now().Add(-time.Hour)
 			pods := createPods(t, n, func(i int) *corev1.Pod {
 				return pod(ns, fmt.Sprintf("pod-%02d", i), expiresAt(overdue.Add(time.Duration(i)*time.Second)))
 			})
 			args := append(handoverArgs(ns), "--max-deletions-per-second", fmt.Sprint(rate), "--deletion-burst", fmt.Sprint(burst))
-			old := startDaemon(t, args...)
+			// The old leader through a proxy that can refuse its creating the
+			// Lease again once deleted, so that the standby does.
+			proxy := newFaultProxy(t)
+			old := startDaemon(t, append(slices.Clone(args), "--kubeconfig", proxy.kubeconfig(t))...)
 			standby := startDaemonWaiting(t, "Waiting to become the leader", args...)
 			removed := func() int {
 				c := 0
@@ -123,12 +127,14 @@ func TestHandoverKeepsOneLeaderAndTheCap(t *testing.T) {
 					t.Fatal(err)
 				}
 			case "deleted":
+				leasesPath := "/apis/coordination.k8s.io/v1/namespaces/" + ns + "/leases"
+				proxy.inject(&fault{Method: http.MethodPost, Match: func(r proxiedRequest) bool { return r.Path == leasesPath },
+					Status: http.StatusInternalServerError})
 				if err := leases.Delete(ctxFor(t), "podjanitor", metav1.DeleteOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}
 			changed := time.Now()
-			handedOver := true
 			select {
 			case <-old.exited:
 				t.Logf("the old leader exited %d, %v after the Lease was %s", old.cmd.ProcessState.ExitCode(), time.Since(changed).Round(time.Millisecond), how)
@@ -136,12 +142,7 @@ func TestHandoverKeepsOneLeaderAndTheCap(t *testing.T) {
 					t.Errorf("the old leader exited %d, want 1 having logged that it lost the Lease", code)
 				}
 			case <-time.After(30 * time.Second):
-				if how == "taken by hand" {
-					t.Fatal("the old leader still runs 30 s after its Lease was taken")
-				}
-				// It created the Lease again before the standby: it leads on.
-				handedOver = false
-				t.Log("the leader created the deleted Lease again before the standby, and leads on")
+				t.Fatalf("the old leader still runs 30 s after its Lease was %s", how)
 			}
 			for deadline := time.Now().Add(2 * time.Minute); removed() < n; time.Sleep(100 * time.Millisecond) {
 				if time.Now().After(deadline) {
@@ -150,21 +151,19 @@ func TestHandoverKeepsOneLeaderAndTheCap(t *testing.T) {
 			}
 
 			oldTimes, newTimes := old.removalTimes(t), standby.removalTimes(t)
-			if handedOver {
-				var firstNew time.Time
-				for _, at := range newTimes {
-					if firstNew.IsZero() || at.Before(firstNew) {
-						firstNew = at
-					}
+			var firstNew time.Time
+			for _, at := range newTimes {
+				if firstNew.IsZero() || at.Before(firstNew) {
+					firstNew = at
 				}
-				for p, at := range oldTimes {
-					if !at.Before(firstNew) {
-						t.Errorf("the old leader removed %s at %s, after the new leader's first removal at %s", p, stamp(at), stamp(firstNew))
-					}
-				}
-				t.Logf("the old leader removed %d pods, the new one %d, its first %v after the Lease was %s",
-					len(oldTimes), len(newTimes), firstNew.Sub(changed).Round(time.Millisecond), how)
 			}
+			for p, at := range oldTimes {
+				if !at.Before(firstNew) {
+					t.Errorf("the old leader removed %s at %s, after the new leader's first removal at %s", p, stamp(at), stamp(firstNew))
+				}
+			}
+			t.Logf("the old leader removed %d pods, the new one %d, its first %v after the Lease was %s",
+				len(oldTimes), len(newTimes), firstNew.Sub(changed).Round(time.Millisecond), how)
 			for _, p := range pods {
 				_, byOld := oldTimes[p.Namespace+"/"+p.Name]
 				_, byNew := newTimes[p.Namespace+"/"+p.Name]
