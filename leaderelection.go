@@ -182,9 +182,9 @@ func releaseLease(ctx context.Context, lock resourcelock.Interface, timeout time
 // end halfway between the renew deadline and the lease duration (its
 // timeout). A leader that sees the Lease held by another, or gone, starts
 // no removal until it renews it again; one that cannot tell when the last
-// leader stopped (it created the Lease, or found itself named its holder)
-// starts none for the lease duration, by when the last leader's calls have
-// ended.
+// leader stopped (it created the Lease again after one it had read was
+// deleted, or found itself named its holder) starts none for the lease
+// duration, by when the last leader's calls have ended.
 type removalGate struct {
 	clock                   clock.PassiveClock
 	renewDeadline, duration time.Duration
@@ -233,7 +233,8 @@ type gatedLock struct {
 	gate *removalGate
 	// Only the elector's goroutine calls the lock.
 	held     bool      // this process wrote the last record it saw naming it
-	seen     bool      // a read found a Lease held by another or released
+	read     bool      // a read found a Lease
+	vanished bool      // then one found none: whoever held it may go on
 	handedAt time.Time // zero, or when a read found this process named holder by another
 	from     time.Time // the earliest a removal may start while held
 }
@@ -243,19 +244,20 @@ func (l *gatedLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord
 	switch {
 	case apierrors.IsNotFound(err):
 		l.gate.close()
-		l.seen = false
+		l.vanished = l.read
 	case err != nil:
 	case r.HolderIdentity != l.Identity():
 		l.gate.close()
-		l.held, l.seen = false, true
+		l.held, l.read, l.vanished = false, true, false
 	case !l.held && l.handedAt.IsZero():
-		l.handedAt = l.gate.clock.Now()
+		l.read, l.handedAt = true, l.gate.clock.Now()
+	default:
+		l.read = true
 	}
 	return r, raw, err
 }
 
 func (l *gatedLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
-	l.seen = false // whoever held it before it was deleted may go on
 	return l.write(ctx, r, l.Interface.Create)
 }
 
@@ -275,10 +277,10 @@ func (l *gatedLock) write(ctx context.Context, r resourcelock.LeaderElectionReco
 	}
 	if !l.held {
 		l.from = sent
-		if !l.seen || !l.handedAt.IsZero() {
+		if l.vanished || !l.handedAt.IsZero() {
 			l.from = sent.Add(l.gate.duration)
 		}
-		l.held, l.handedAt = true, time.Time{}
+		l.held, l.vanished, l.handedAt = true, false, time.Time{}
 	}
 	l.gate.renewed(sent, l.from)
 	return nil

@@ -334,7 +334,9 @@ func TestTenantPolicyListFailingIsAWait(t *testing.T) {
 // each call to end halfway to the lease duration; it closes once a read
 // finds another holder, at the release, and for the renew deadline after a
 // lease duration after it took a Lease without seeing the last leader's end
-// (it created the Lease, or found itself named holder by hand).
+// (it created the Lease again after the one it read was deleted, or found
+// itself named holder by hand); a Lease created where none was read before
+// (a first install) opens it at once.
 func TestRemovalGate(t *testing.T) {
 	ctx := context.Background()
 	const id = "me"
@@ -427,15 +429,31 @@ func TestRemovalGate(t *testing.T) {
 		}
 		check(t, gate, "released", false, 0)
 	})
-	for name, holder := range map[string]*string{"created": nil, "named holder by hand": ptr.To(id)} {
-		t.Run(name, func(t *testing.T) {
-			clk, gate, lock, _ := setup(t, holder)
+	t.Run("created, none read before", func(t *testing.T) {
+		_, gate, lock, _ := setup(t, nil)
+		if _, _, err := lock.Get(ctx); !apierrors.IsNotFound(err) {
+			t.Fatalf("Get = %v, want not found", err)
+		}
+		must(t, lock.Create(ctx, record(id)))
+		check(t, gate, "created", true, 12500*time.Millisecond)
+	})
+	for _, how := range []string{"created again, the Lease read deleted", "named holder by hand"} {
+		t.Run(how, func(t *testing.T) {
+			holder := "other"
+			if how == "named holder by hand" {
+				holder = id
+			}
+			clk, gate, lock, client := setup(t, &holder)
 			_, _, err := lock.Get(ctx)
-			if holder == nil {
-				must(t, lock.Create(ctx, record(id)))
-			} else {
-				must(t, err)
+			must(t, err)
+			if how == "named holder by hand" {
 				must(t, lock.Update(ctx, record(id)))
+			} else {
+				must(t, client.CoordinationV1().Leases("podjanitor").Delete(ctx, "podjanitor", metav1.DeleteOptions{}))
+				if _, _, err := lock.Get(ctx); !apierrors.IsNotFound(err) {
+					t.Fatalf("Get = %v, want not found", err)
+				}
+				must(t, lock.Create(ctx, record(id)))
 			}
 			check(t, gate, "taken", false, 15*time.Second)
 			clk.Step(14 * time.Second)

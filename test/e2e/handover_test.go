@@ -5,7 +5,9 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -77,7 +79,8 @@ func maxInWindow(times []time.Time, d time.Duration) (most int, at time.Time) {
 // removals seen in any 1 s, across the handover, are at most the cap plus
 // one burst (10): the new leader starts without a burst of its own. Before,
 // the old leader removed on until its renew deadline (4 s) while the new
-// one removed from its first try, with a full burst.
+// one removed from its first try, with a full burst. The new leader's first
+// pass runs on the machine's cores, not the standby's one P.
 func TestHandoverKeepsOneLeaderAndTheCap(t *testing.T) {
 	t.Parallel()
 	const (
@@ -164,6 +167,11 @@ func TestHandoverKeepsOneLeaderAndTheCap(t *testing.T) {
 			}
 			t.Logf("the old leader removed %d pods, the new one %d, its first %v after the Lease was %s",
 				len(oldTimes), len(newTimes), firstNew.Sub(changed).Round(time.Millisecond), how)
+			// On one P since its sync, the standby takes over on the machine's cores.
+			if runtime.NumCPU() > 1 && os.Getenv("GOMAXPROCS") == "" &&
+				!standby.logContains("First pass begins; GOMAXPROCS set to the container's cores") {
+				t.Error("the new leader's first pass did not get the machine's cores back")
+			}
 			for _, p := range pods {
 				_, byOld := oldTimes[p.Namespace+"/"+p.Name]
 				_, byNew := newTimes[p.Namespace+"/"+p.Name]
