@@ -225,12 +225,16 @@ func (g *removalGate) renewed(sent, from time.Time) {
 func (g *removalGate) close() { g.open.Store(nil) }
 
 // gatedLock is the Lease's lock, which keeps the removal gate: each write
-// that names this process the holder opens it, from when it was sent; a
+// that names this process the holder opens it, from when it was sent (the
+// start of its RenewTime's second: see write); a
 // read that finds another holder, or no Lease, closes it, and so does the
 // release.
 type gatedLock struct {
 	resourcelock.Interface
 	gate *removalGate
+	// wall is the clock of the records' RenewTime (client-go's; nil: the
+	// real one).
+	wall clock.PassiveClock
 	// Only the elector's goroutine calls the lock.
 	held     bool      // this process wrote the last record it saw naming it
 	read     bool      // a read found a Lease
@@ -271,10 +275,18 @@ func (l *gatedLock) write(ctx context.Context, r resourcelock.LeaderElectionReco
 		l.held = false
 		return write(ctx, r)
 	}
-	sent := l.gate.clock.Now()
+	sent, wallSent := l.gate.clock.Now(), time.Now()
+	if l.wall != nil {
+		wallSent = l.wall.Now()
+	}
 	if err := write(ctx, r); err != nil {
 		return err
 	}
+	// Another replica tells renewals apart by their record, whose RenewTime
+	// it reads in whole seconds: it may count this renewal from the first
+	// of its second, sent up to a second earlier (with a retry period
+	// under 1 s).
+	renewed := sent.Add(-max(0, wallSent.Sub(r.RenewTime.Truncate(time.Second))))
 	if !l.held {
 		l.from = sent
 		if l.vanished || !l.handedAt.IsZero() {
@@ -282,7 +294,7 @@ func (l *gatedLock) write(ctx context.Context, r resourcelock.LeaderElectionReco
 		}
 		l.held, l.vanished, l.handedAt = true, false, time.Time{}
 	}
-	l.gate.renewed(sent, l.from)
+	l.gate.renewed(renewed, l.from)
 	return nil
 }
 

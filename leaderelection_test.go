@@ -341,8 +341,9 @@ func TestRemovalGate(t *testing.T) {
 	ctx := context.Background()
 	const id = "me"
 	lease := leaseConfig{name: "podjanitor", namespace: "podjanitor", duration: 15 * time.Second, renewDeadline: 10 * time.Second, retryPeriod: 2 * time.Second}
+	var clk *testingclock.FakeClock
 	record := func(holder string) resourcelock.LeaderElectionRecord {
-		return resourcelock.LeaderElectionRecord{HolderIdentity: holder, LeaseDurationSeconds: 15}
+		return resourcelock.LeaderElectionRecord{HolderIdentity: holder, LeaseDurationSeconds: 15, RenewTime: metav1.NewTime(clk.Now())}
 	}
 	setup := func(t *testing.T, holder *string) (*testingclock.FakeClock, *removalGate, *gatedLock, *fake.Clientset) {
 		var objs []runtime.Object
@@ -351,11 +352,11 @@ func TestRemovalGate(t *testing.T) {
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: holder}})
 		}
 		client := fake.NewClientset(objs...)
-		clk := testingclock.NewFakeClock(t0)
+		clk = testingclock.NewFakeClock(t0)
 		gate := newRemovalGate(clk, lease)
 		lock := &gatedLock{Interface: &resourcelock.LeaseLock{
 			LeaseMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor"}, Client: client.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: id}}, gate: gate}
+			LockConfig: resourcelock.ResourceLockConfig{Identity: id}}, gate: gate, wall: clk}
 		return clk, gate, lock, client
 	}
 	check := func(t *testing.T, gate *removalGate, when string, wantOpen bool, wantWithin time.Duration) {
@@ -387,6 +388,22 @@ func TestRemovalGate(t *testing.T) {
 		check(t, gate, "a renew deadline after the renewal, not renewed since", false, 0)
 		must(t, lock.Update(ctx, record(id)))
 		check(t, gate, "renewed late, but renewed", true, 12500*time.Millisecond)
+	})
+	t.Run("renewals in one second", func(t *testing.T) {
+		clk, gate, lock, _ := setup(t, ptr.To(""))
+		_, _, err := lock.Get(ctx)
+		must(t, err)
+		clk.Step(300 * time.Millisecond)
+		must(t, lock.Update(ctx, record(id)))
+		clk.Step(600 * time.Millisecond)
+		r := record(id)
+		clk.Step(50 * time.Millisecond) // the record made before a read, the write sent after
+		must(t, lock.Update(ctx, r))
+		// Another replica saw the first (0.3 s) and cannot tell the second
+		// (0.9 s) from it: both are counted from the second's start.
+		check(t, gate, "sent 0.95 s into its second", true, 12500*time.Millisecond-950*time.Millisecond)
+		clk.Step(10*time.Second - 950*time.Millisecond)
+		check(t, gate, "a renew deadline after the second's start", false, 0)
 	})
 	t.Run("a renewal failing", func(t *testing.T) {
 		clk, gate, lock, client := setup(t, ptr.To(""))
