@@ -439,6 +439,12 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		}
 	})
 	if c.feed.setStandby(false) {
+		// A new leader's removals start at the cap, not with a burst of
+		// their own after the last leader's (docs/operations.md, "What a
+		// handover does to the cap").
+		if c.limiter.Limit() != rate.Inf {
+			c.limiter.ReserveN(c.clock.Now(), c.limiter.Burst())
+		}
 		// A standby kept no key: every live pod is decided now, the
 		// first pass of the takeover.
 		for _, key := range c.pods.ListKeys() {
@@ -797,6 +803,14 @@ func (c *Controller) removePod(ctx context.Context, pod *corev1.Pod, d policy.De
 			pod, d = fresh, freshD
 		}
 		if err := c.callRemoval(ctx, pod, d); err != nil {
+			var not *mayNotRemove
+			if errors.As(err, &not) {
+				klog.FromContext(ctx).V(2).Info("Not removing: the leader lease is not renewed, or not yet", "pod", klog.KObj(pod), "retryAfter", not.after)
+				if not.after > 0 {
+					return Result{RequeueAfter: not.after}, nil
+				}
+				return Result{Requeue: true}, nil
+			}
 			return c.removalFailed(ctx, pod, d, err)
 		}
 	}
@@ -897,9 +911,24 @@ func (c *Controller) recordRemoval(ctx context.Context, pod *corev1.Pod, d polic
 		"action", d.Action, "reason", d.Reason, "by", d.Source, "deadline", d.Deadline, "lateness", lateness)
 }
 
-// callRemoval makes the one API call that removes the pod, within the write timeout.
+// mayNotRemove says that no removal may start now (Options.MayRemove), and
+// when one may (0: not known).
+type mayNotRemove struct{ after time.Duration }
+
+func (e *mayNotRemove) Error() string { return "no removal may start now" }
+
+// callRemoval makes the one API call that removes the pod, within the write
+// timeout, or what is left of the leader's lease (Options.MayRemove).
 func (c *Controller) callRemoval(ctx context.Context, pod *corev1.Pod, d policy.Decision) error {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.WriteTimeout)
+	timeout := c.opts.WriteTimeout
+	if c.opts.MayRemove != nil {
+		within, ok := c.opts.MayRemove()
+		if !ok {
+			return &mayNotRemove{after: within}
+		}
+		timeout = min(timeout, within)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	uid, rv := pod.UID, pod.ResourceVersion
 	opts := metav1.DeleteOptions{

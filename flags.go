@@ -417,7 +417,7 @@ func (w waveFlags) options(client kubernetes.Interface, lease leaseConfig) *wave
 	if !w.hold {
 		return nil
 	}
-	return &wave.Options{Threshold: w.threshold, Window: w.window,
+	return &wave.Options{Threshold: w.threshold, Window: w.window, StartReadFor: lease.renewDeadline,
 		Record: wave.Record{Client: client.CoordinationV1(), Namespace: cmp.Or(lease.namespace, ownNamespace()), Name: lease.name}}
 }
 

@@ -88,10 +88,6 @@ func daemon(ctx context.Context, o *flagValues) error {
 	namespaceWatch := namespacecontroller.NewWatchHealth(logger, clk, meters.SetNamespaceWatchHealthy)
 	podWatch := newPodWatchHealth(logger, clk, meters.SetPodWatchHealthy)
 	var leading atomic.Bool
-	setLeader := func(b bool) {
-		leading.Store(b)
-		meters.SetLeader(b)
-	}
 	ready := func() error {
 		if err := namespaceWatch.Check(); err != nil {
 			return err
@@ -133,6 +129,12 @@ func daemon(ctx context.Context, o *flagValues) error {
 	if err != nil {
 		return err
 	}
+	var gate *removalGate
+	var mayRemove func() (time.Duration, bool)
+	if o.leaderElect {
+		gate = newRemovalGate(clk, o.lease)
+		mayRemove = gate.mayRemove
+	}
 	controller, err := NewController(ctx, podInformer, namespaceInformer, clients.kube, recording.Recorder(), clk, Options{
 		Evaluator:            evaluator,
 		DryRun:               o.dryRun,
@@ -149,6 +151,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 		RedecisionInterval:   o.redecisionInterval,
 		Waves:                o.waves.options(clients.kube, o.lease),
 		Scope:                decisionScope{Namespace: o.scope.namespace, LabelSelector: o.scope.labelSelector, TenantPolicies: o.tenants.enabled},
+		MayRemove:            mayRemove,
 	})
 	if err != nil {
 		return err
@@ -180,6 +183,14 @@ func daemon(ctx context.Context, o *flagValues) error {
 		return podInformer.Informer().HasSynced() && namespaceInformer.HasSynced() && tenantsSynced()
 	}
 	informersSynced.Store(&cachesSynced)
+	var passes firstPasses
+	setLeader := func(b bool) {
+		leading.Store(b)
+		meters.SetLeader(b)
+		if b && o.leaderElect { // a standby's cache synced long ago: its first pass is the takeover's
+			go releaseSyncMemory(ctx, meters.WorkersRunning, controller.Pending, passes.begin(logger))
+		}
+	}
 
 	go apiClk.RunCalibration(ctx, clients.probeClock, controller.RemovalNear)
 	// The informers stop when daemon returns, on an error as on a signal:
@@ -191,12 +202,12 @@ func daemon(ctx context.Context, o *flagValues) error {
 		factory.Shutdown()
 	}()
 	go namespaceInformer.RunWithContext(informersCtx)
-	go releaseSyncMemory(ctx, podInformer.Informer().HasSynced, controller.Pending)
+	go releaseSyncMemory(ctx, podInformer.Informer().HasSynced, controller.Pending, passes.begin(logger))
 
 	run := func(ctx context.Context) error { return controller.Run(ctx, o.workers) }
 	return untilEndpointFails(ctx, serveErr, func(ctx context.Context) error {
 		if o.leaderElect {
-			return runAsLeader(ctx, o.lease, clients.kube, setLeader, watchdog, run)
+			return runAsLeader(ctx, o.lease, clients.kube, gate, setLeader, watchdog, run)
 		}
 		setLeader(true)
 		defer setLeader(false)

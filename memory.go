@@ -11,6 +11,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,7 +47,7 @@ const (
 )
 
 // defaultMaxProcs is the GOMAXPROCS podjanitor runs with once its first
-// pass is done (releaseSyncMemory), when GOMAXPROCS is not set. From then on
+// pass is done (firstPasses), when GOMAXPROCS is not set. From then on
 // its work is a watch stream and requests to the API server, each a few
 // microseconds of CPU between waits: with a second P, nearly every goroutine
 // woken (a timer, a response, a watch event) also woke another thread to look
@@ -112,7 +113,7 @@ func cgroupMemoryLimit(root string) int64 {
 
 // applyRuntimeDefaults sets the runtime's GC percent and soft memory limit
 // as memoryDefaults decides, and logs the settings in effect, GOMAXPROCS's
-// included (set by releaseSyncMemory).
+// included (set by firstPasses).
 func applyRuntimeDefaults(logger klog.Logger) {
 	procs := "GOMAXPROCS=" + os.Getenv("GOMAXPROCS")
 	if n := maxProcsDefault(os.Getenv); n > 0 {
@@ -146,9 +147,8 @@ const releaseWait = 2 * time.Minute
 // or at most releaseWait after the sync (a follower's workers wait for the
 // lease). Without it the process keeps the heap that the sync grew to (up to
 // 1.5 times the live heap with GOGC=50) long after, although an idle
-// controller allocates almost nothing. Then it sets GOMAXPROCS as
-// maxProcsDefault decides.
-func releaseSyncMemory(ctx context.Context, synced cache.InformerSynced, pending func() int) {
+// controller allocates almost nothing. Then it calls passDone (firstPasses.begin).
+func releaseSyncMemory(ctx context.Context, synced cache.InformerSynced, pending func() int, passDone func()) {
 	if !cache.WaitForCacheSync(ctx.Done(), synced) {
 		return
 	}
@@ -163,11 +163,44 @@ func releaseSyncMemory(ctx context.Context, synced cache.InformerSynced, pending
 	debug.FreeOSMemory()
 	var m goruntime.MemStats
 	goruntime.ReadMemStats(&m)
-	logger := klog.FromContext(ctx)
-	logger.V(2).Info("Returned the initial sync's memory to the OS", "heapInUse", m.HeapInuse, "heapReleased", m.HeapReleased)
-	if n := maxProcsDefault(os.Getenv); n > 0 {
-		if was := goruntime.GOMAXPROCS(n); was != n {
-			logger.Info("First pass done; GOMAXPROCS set for the steady state", "gomaxprocs", n, "was", was)
+	klog.FromContext(ctx).V(2).Info("Returned the initial sync's memory to the OS", "heapInUse", m.HeapInuse, "heapReleased", m.HeapReleased)
+	passDone()
+}
+
+// firstPasses sets GOMAXPROCS as maxProcsDefault decides once a first pass
+// is done, and gives the process the container's cores again when another
+// begins: a takeover's first pass decides every cached pod, CPU-bound work
+// like a start's, which a standby's GOMAXPROCS of 1 would slow down.
+type firstPasses struct {
+	mu    sync.Mutex
+	begun int // passes begun: only the last one's end sets GOMAXPROCS
+}
+
+// begin starts a first pass on the runtime's GOMAXPROCS (the cores the
+// container may use), unless GOMAXPROCS is set, and returns what its end
+// calls.
+func (p *firstPasses) begin(logger klog.Logger) (done func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.begun++
+	pass := p.begun
+	if maxProcsDefault(os.Getenv) > 0 && pass > 1 {
+		was := goruntime.GOMAXPROCS(0)
+		goruntime.SetDefaultGOMAXPROCS()
+		if n := goruntime.GOMAXPROCS(0); n != was {
+			logger.Info("First pass begins; GOMAXPROCS set to the container's cores", "gomaxprocs", n, "was", was)
+		}
+	}
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if pass != p.begun {
+			return
+		}
+		if n := maxProcsDefault(os.Getenv); n > 0 {
+			if was := goruntime.GOMAXPROCS(n); was != n {
+				logger.Info("First pass done; GOMAXPROCS set for the steady state", "gomaxprocs", n, "was", was)
+			}
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 func TestMemoryDefaults(t *testing.T) {
@@ -58,11 +60,54 @@ func TestReleaseSyncMemorySetsMaxProcs(t *testing.T) {
 	for env, want := range map[string]int{"": defaultMaxProcs, "2": 2} {
 		t.Setenv("GOMAXPROCS", env)
 		goruntime.GOMAXPROCS(2)
-		releaseSyncMemory(t.Context(), synced, idle)
+		var passes firstPasses
+		releaseSyncMemory(t.Context(), synced, idle, passes.begin(klog.Background()))
 		if got := goruntime.GOMAXPROCS(0); got != want {
 			t.Errorf("GOMAXPROCS=%q: %d Ps after the first pass, want %d", env, got, want)
 		}
 	}
+}
+
+// TestTakeoverFirstPassOnAllCores: a standby's first pass (its sync) set
+// GOMAXPROCS to 1; its takeover's first pass runs on the container's cores
+// again, and its end sets 1 again. A pass that began earlier (the start's,
+// of a process that leads at once) ends after the takeover's began: the
+// cores stay until the takeover's ends. GOMAXPROCS set in the environment
+// is left alone.
+func TestTakeoverFirstPassOnAllCores(t *testing.T) {
+	saved := goruntime.GOMAXPROCS(0)
+	defer goruntime.GOMAXPROCS(saved)
+	goruntime.SetDefaultGOMAXPROCS()
+	cores := goruntime.GOMAXPROCS(0)
+	if cores < 2 {
+		t.Skipf("the runtime's GOMAXPROCS is %d: nothing to restore", cores)
+	}
+	logger := klog.Background()
+	t.Setenv("GOMAXPROCS", "")
+	check := func(when string, want int) {
+		t.Helper()
+		if got := goruntime.GOMAXPROCS(0); got != want {
+			t.Errorf("%d Ps %s, want %d", got, when, want)
+		}
+	}
+	var passes firstPasses
+	passes.begin(logger)()
+	check("after the standby's first pass", defaultMaxProcs)
+	takeover := passes.begin(logger)
+	check("in the takeover's first pass", cores)
+	takeover()
+	check("after the takeover's first pass", defaultMaxProcs)
+
+	start := passes.begin(logger)
+	leading := passes.begin(logger)
+	start()
+	check("after the start's pass, in the leader's", cores)
+	leading()
+	check("after the leader's pass", defaultMaxProcs)
+
+	t.Setenv("GOMAXPROCS", "1")
+	passes.begin(logger)
+	check("in a takeover's first pass with GOMAXPROCS=1 set", 1)
 }
 
 func TestCgroupMemoryLimit(t *testing.T) {

@@ -351,6 +351,7 @@ func TestNamespaceRecordReadFailing(t *testing.T) {
 	}{{"two refusals", 2, true}, {"refused throughout", 1000, false}} {
 		t.Run(c.name, func(t *testing.T) {
 			f, _, pods := namespaceWaveFixtureWith(t, nil, recordedLease(t, "1m"))
+			f.c.opts.Waves.StartReadFor = time.Second // tried for a second, not the renew deadline
 			f.restore(record)
 			refused := 0
 			f.client.PrependReactor("get", "configmaps", func(core.Action) (bool, runtime.Object, error) {

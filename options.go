@@ -63,6 +63,11 @@ type Options struct {
 	// with them on the Lease for the next start's measure (Waves). Its
 	// DryRun and AnnotationPrefix come from DryRun and Evaluator.
 	Scope decisionScope
+	// MayRemove says, before each removal call, whether one may start now
+	// and how long it may take, or else how long until one may (0: not
+	// known); with leader election: while the Lease is renewed
+	// (removalGate). nil: always, for WriteTimeout.
+	MayRemove func() (d time.Duration, ok bool)
 }
 
 // Result tells processNextWorkItem what to do with a key, as controller-runtime's

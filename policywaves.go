@@ -13,9 +13,9 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -47,6 +47,9 @@ type policyWaves struct {
 	// scope is what, besides the rules, decides which pods this process
 	// removes; it is recorded with them (recordJSON).
 	scope decisionScope
+	// recordedHold is the hold the last leader recorded on the Lease, as
+	// the start read it ("" for none): run takes an approval of it.
+	recordedHold string
 }
 
 // decisionScope is what, besides the policy's rules, decides which pods the
@@ -197,7 +200,7 @@ func inScopeOf(s decisionScope) func(*corev1.Pod) bool {
 // run publishes held waves on the record Lease, reports each on it in a
 // Warning Event, and takes their approvals, until ctx ends.
 func (w *policyWaves) run(ctx context.Context) {
-	w.options.Record.Keep(ctx, w.guard, w.clock, waveRecordInterval, func(h wave.Hold) {
+	w.options.Record.Keep(ctx, w.guard, w.recordedHold, w.clock, waveRecordInterval, func(h wave.Hold) {
 		w.reporter.RemovalsHeld(w.options.Record.Ref(), waveChange(h.Source), h.Pods, w.options.Record.ApproveCommand(h.ID))
 	}, func(h wave.Hold, keys []string) {
 		w.reporter.RemovalsApproved(w.options.Record.Ref(), h.ID, len(keys))
@@ -217,12 +220,12 @@ func waveChange(source string) string {
 	return "the reloaded policy file"
 }
 
-// readRecord reads the record Lease, retrying with backoff while ctx lasts.
-// The start fails when it cannot be read, rather than act on a change it
-// cannot measure.
+// readRecord reads the record Lease, retrying for StartReadFor
+// (wave.ReadAtStart). The start fails when it cannot be read, rather than
+// act on a change it cannot measure.
 func (w *policyWaves) readRecord(ctx context.Context) (*coordinationv1.Lease, error) {
 	var lease *coordinationv1.Lease
-	err := retry.OnError(retry.DefaultBackoff, func(error) bool { return ctx.Err() == nil }, func() error {
+	err := wave.ReadAtStart(ctx, w.options.StartReadFor, func(err error) bool { return !apierrors.IsForbidden(err) }, func(ctx context.Context) error {
 		var err error
 		lease, err = w.options.Record.Read(ctx)
 		return err
@@ -242,6 +245,7 @@ func (w *policyWaves) readRecord(ctx context.Context) (*coordinationv1.Lease, er
 // pods' own annotations are not. A policy recorded by its hash alone (too
 // large to record) counts as none.
 func (w *policyWaves) start(ctx context.Context, lease *coordinationv1.Lease) {
+	w.recordedHold, _, _ = wave.HeldOn(lease)
 	hash, recorded := wave.BaselineOn(lease)
 	e := w.evaluator()
 	current := recordJSON(e, w.scope)

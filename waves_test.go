@@ -633,6 +633,7 @@ func TestStartLeaseReadFailing(t *testing.T) {
 
 	f, _ = startFixture(t, "1m", time.Hour, 12, recordedLease(t, "1m"))
 	failLeaseReads(f, 1<<30)
+	f.c.opts.Waves.StartReadFor = time.Second // tried for a second, not the renew deadline
 	f.c.podsSynced = alwaysReady
 	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
 	defer cancel()

@@ -33,7 +33,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -453,13 +452,13 @@ func (c *Controller) cached(name string) (metav1.Object, bool) {
 	return m, err == nil
 }
 
-// readRecord reads the record ConfigMap, trying again a few times on errors
-// that may pass.
+// readRecord reads the record ConfigMap, trying again on errors that may
+// pass for StartReadFor (wave.ReadAtStart).
 func (c *Controller) readRecord(ctx context.Context) (map[string]Acted, error) {
 	var acted map[string]Acted
-	err := retry.OnError(retry.DefaultBackoff, func(err error) bool {
-		return ctx.Err() == nil && !errors.Is(err, ErrRecordTooLarge) && !errors.Is(err, wave.ErrBadRecord) && !apierrors.IsForbidden(err)
-	}, func() error {
+	err := wave.ReadAtStart(ctx, c.cfg.Waves.StartReadFor, func(err error) bool {
+		return !errors.Is(err, ErrRecordTooLarge) && !errors.Is(err, wave.ErrBadRecord) && !apierrors.IsForbidden(err)
+	}, func(ctx context.Context) error {
 		var err error
 		acted, err = c.record.Read(ctx)
 		return err

@@ -226,6 +226,9 @@ type Options struct {
 	// Spread measures together the changes of namespaces (tenant policies,
 	// labels or keep) that no namespace holds on its own; nil: none.
 	Spread *Spread
+	// StartReadFor is how long a start tries to read what the last leader
+	// recorded before it fails (ReadAtStart); 0: DefaultStartReadFor.
+	StartReadFor time.Duration
 }
 
 // Keep keeps the Record in step with g until ctx ends, looking every
@@ -241,19 +244,16 @@ type Options struct {
 // leader runs, or a start's that the last leader did not record) is an
 // earlier occurrence's and comes off unused, so that the same change made
 // again later is held again and needs an approval of its own.
-func (r Record) Keep(ctx context.Context, g *Guard, clk clock.WithTicker, interval time.Duration, held func(Hold), approved func(Hold, []string)) {
+//
+// recorded is the hold the last leader published on the Lease, as the start
+// read it ("" for none): an approval on the Lease of it is a person's answer
+// to it, which a start that holds the same change takes.
+func (r Record) Keep(ctx context.Context, g *Guard, recorded string, clk clock.WithTicker, interval time.Duration, held func(Hold), approved func(Hold, []string)) {
 	logger := klog.FromContext(ctx).WithValues("lease", klog.KRef(r.Namespace, r.Name))
 	var published *Hold
 	var publishedBaseline string
 	// used are changes whose approval, if any, comes off the Lease.
 	var used []string
-	// recorded is the hold the last leader published: an approval on the
-	// Lease of it is a person's answer to it, which a start that holds
-	// the same change takes.
-	var recorded string
-	if l, err := r.Read(ctx); err == nil {
-		recorded, _, _ = HeldOn(l)
-	}
 	ticker := clk.NewTicker(interval)
 	defer ticker.Stop()
 	for {
