@@ -762,24 +762,7 @@ func TestUsedTenantApprovalUnderAPIErrors(t *testing.T) {
 // True. Before, the status said True while held, and a restart acted on
 // the policies at once.
 func TestTenantChangeHeldAcrossNamespacesIsNotActedOn(t *testing.T) {
-	var pods []*corev1.Pod
-	for i := range 4 {
-		for j := range 5 {
-			pods = append(pods, tenantPod(fmt.Sprintf("p%d", j), fmt.Sprintf("team-%d", i), t0.Add(-2*time.Hour), nil))
-		}
-	}
-	opts := Options{Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
-		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
-	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods)
-	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
-	for i := range 4 {
-		ns := fmt.Sprintf("team-%d", i)
-		if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies(ns).Create(f.ctx, lifetimePolicy(ns, "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		f.waitQueued(5)
-		f.drain()
-	}
+	f := policyInFourNamespaces(t)
 	if n := len(f.podWrites()); n != 0 {
 		t.Fatalf("%d pod removals, want none while the 4 namespaces' changes are held", n)
 	}
@@ -1071,24 +1054,7 @@ func TestStaleTenantApprovalApprovesNoRepeat(t *testing.T) {
 // 4 policies deleted again (with no finalizer: too few pods) are a revert,
 // and the hold ends with none of the 20 removed.
 func TestTenantChangesHeldAcrossNamespacesRevertedEndTheHold(t *testing.T) {
-	var pods []*corev1.Pod
-	for i := range 4 {
-		for j := range 5 {
-			pods = append(pods, tenantPod(fmt.Sprintf("p%d", j), fmt.Sprintf("team-%d", i), t0.Add(-2*time.Hour), nil))
-		}
-	}
-	opts := Options{Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
-		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
-	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods)
-	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
-	for i := range 4 {
-		ns := fmt.Sprintf("team-%d", i)
-		if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies(ns).Create(f.ctx, lifetimePolicy(ns, "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		f.waitQueued(5)
-		f.drain()
-	}
+	f := policyInFourNamespaces(t)
 	if _, _, held := f.c.spread.Held(); !held {
 		t.Fatal("the 4 namespaces' changes are not held")
 	}
@@ -1118,4 +1084,30 @@ func TestHeldStatusWithoutHeldChangeIsMeasuredAgain(t *testing.T) {
 	p.Status.HeldChange = nil
 	f, pods := tenantStartFixture(t, 12, p)
 	f.heldAtStart(pods, "a policy whose status says held without its held change")
+}
+
+// policyInFourNamespaces is a fixture of 4 namespaces of 5 pods each, none
+// held on its own (at most 10), with the same policy created in each, one
+// after another: the Spread holds the 20 together.
+func policyInFourNamespaces(t *testing.T) *tenantFixture {
+	t.Helper()
+	var pods []*corev1.Pod
+	for i := range 4 {
+		for j := range 5 {
+			pods = append(pods, tenantPod(fmt.Sprintf("p%d", j), fmt.Sprintf("team-%d", i), t0.Add(-2*time.Hour), nil))
+		}
+	}
+	opts := Options{Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
+		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
+	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods)
+	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	for i := range 4 {
+		ns := fmt.Sprintf("team-%d", i)
+		if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies(ns).Create(f.ctx, lifetimePolicy(ns, "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.waitQueued(5)
+		f.drain()
+	}
+	return f
 }
