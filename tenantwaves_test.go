@@ -523,12 +523,19 @@ func TestUnlockedTenantPolicyIsHeld(t *testing.T) {
 // API server when podjanitor starts.
 func tenantStartFixture(t *testing.T, n int, policies ...*v1alpha1.PodLifetimePolicy) (*tenantFixture, []*corev1.Pod) {
 	t.Helper()
+	return tenantStartFixtureWith(t, Options{}, n, policies...)
+}
+
+// tenantStartFixtureWith is tenantStartFixture with opts (its Evaluator,
+// its Scope) besides the waves.
+func tenantStartFixtureWith(t *testing.T, opts Options, n int, policies ...*v1alpha1.PodLifetimePolicy) (*tenantFixture, []*corev1.Pod) {
+	t.Helper()
 	var pods []*corev1.Pod
 	for i := range n {
 		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil))
 	}
-	opts := Options{Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
-		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
+	opts.Waves = &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
+		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}
 	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods, func(pj *pjfake.Clientset) {
 		for _, p := range policies {
 			if err := pj.Tracker().Add(p); err != nil {
@@ -936,19 +943,8 @@ func TestDeletingAnotherPolicyOfAHeldChangeKeepsItHeld(t *testing.T) {
 func TestLeavingDryRunHoldsTenantDuePods(t *testing.T) {
 	p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
 	p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", ObservedGeneration: p.Generation}}
-	var pods []*corev1.Pod
-	for i := range 12 {
-		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil))
-	}
 	scope := decisionScope{TenantPolicies: true}
-	opts := Options{Scope: scope, Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
-		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
-	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods, func(pj *pjfake.Clientset) {
-		if err := pj.Tracker().Add(p); err != nil {
-			t.Fatal(err)
-		}
-	})
-	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	f, pods := tenantStartFixtureWith(t, Options{Scope: scope}, 12, p)
 	recorded := scope
 	recorded.DryRun = true
 	b := recordJSON(f.c.evaluator.Load(), recorded)
@@ -978,18 +974,7 @@ func TestTenantPolicyChangedWhileDownIsMeasuredAgainstOwnAnnotations(t *testing.
 	p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
 	p.Generation = 2
 	p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", ObservedGeneration: 1}}
-	var pods []*corev1.Pod
-	for i := range 12 {
-		pods = append(pods, tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil))
-	}
-	opts := Options{Evaluator: evaluatorWithAfter(t, "1h"), Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
-		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
-	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods, func(pj *pjfake.Clientset) {
-		if err := pj.Tracker().Add(p); err != nil {
-			t.Fatal(err)
-		}
-	})
-	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	f, pods := tenantStartFixtureWith(t, Options{Evaluator: evaluatorWithAfter(t, "1h")}, 12, p)
 	f.heldAtStart(pods, "a policy changed while podjanitor was down")
 }
 
