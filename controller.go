@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -127,7 +126,7 @@ type namespaces interface {
 	HasSynced() bool
 	Holds() *wave.Holds
 	Lead()
-	Resume(ctx context.Context, lease *coordinationv1.Lease) error
+	Resume(ctx context.Context, stored wave.Stored) error
 	RunRecord(ctx context.Context)
 }
 
@@ -719,17 +718,17 @@ func (c *Controller) namespaceDecider(ns *policy.Namespace) wave.Decide {
 // as a first install's, its rules' wave held until approved, and the next
 // write of the record replaces it (never a start that fails again and again).
 func (c *Controller) startWave(ctx context.Context) error {
-	lease, err := c.waves.readRecord(ctx)
+	stored, err := c.waves.readRecord(ctx)
 	if err != nil {
 		return err
 	}
-	if err := c.namespaces.Resume(ctx, lease); errors.Is(err, wave.ErrBadRecord) {
+	if err := c.namespaces.Resume(ctx, stored); errors.Is(err, wave.ErrBadRecord) {
 		klog.FromContext(ctx).Error(err, "The record of what the last leader acted on does not parse: starting as if nothing was acted on (a first install): the pods the rules make due are held until approved on the Lease")
-		lease = nil
+		stored = wave.Stored{}
 	} else if err != nil {
 		return err
 	}
-	c.waves.start(ctx, lease)
+	c.waves.start(ctx, stored)
 	return nil
 }
 

@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 
-	"github.com/podjanitor/podjanitor/internal/namespacecontroller"
 	"github.com/podjanitor/podjanitor/internal/secureserving"
 	"github.com/podjanitor/podjanitor/internal/tenant"
 	"github.com/podjanitor/podjanitor/internal/wave"
@@ -306,9 +305,9 @@ func (o *flagValues) validate(cmd command) error {
 			o.lease.renewDeadline, leaderelection.JitterFactor, o.lease.retryPeriod)
 	case (o.leaderElect || o.waves.hold) && o.lease.name == "":
 		return bad("leader-elect-resource-name", "must not be empty")
-	case o.waves.hold && len(o.lease.name) > namespacecontroller.MaxLeaseName:
+	case o.waves.hold && len(o.lease.name) > wave.MaxLeaseName:
 		return bad("leader-elect-resource-name", "%d characters: with --hold-waves at most %d (the ConfigMap %s is named after it)",
-			len(o.lease.name), namespacecontroller.MaxLeaseName, namespacecontroller.RecordName("NAME"))
+			len(o.lease.name), wave.MaxLeaseName, wave.RecordName("NAME"))
 	case o.waves.threshold.Pods < 0:
 		return bad("wave-hold-pods", "%d: must not be negative", o.waves.threshold.Pods)
 	case o.waves.threshold.Percent < 0 || o.waves.threshold.Percent > 100:
@@ -412,13 +411,14 @@ func (t *tenantFlags) validate(bad func(flag, why string, args ...any) error) er
 }
 
 // options are the controller's wave options; nil when waves are not held.
-// Holds and approvals live on the Lease (wave.Record).
+// Holds and approvals live on the Lease, what was acted on in the ConfigMap
+// beside it (wave.Record).
 func (w waveFlags) options(client kubernetes.Interface, lease leaseConfig) *wave.Options {
 	if !w.hold {
 		return nil
 	}
 	return &wave.Options{Threshold: w.threshold, Window: w.window, StartReadFor: lease.renewDeadline,
-		Record: wave.Record{Client: client.CoordinationV1(), Namespace: cmp.Or(lease.namespace, ownNamespace()), Name: lease.name}}
+		Record: wave.Record{Client: client, Namespace: cmp.Or(lease.namespace, ownNamespace()), Name: lease.name}}
 }
 
 // requestsPerRemoval is the most requests one removal makes on a client: the

@@ -45,6 +45,30 @@ func (f *fixture) publishedLease() *coordinationv1.Lease {
 	return l
 }
 
+// heldNamespacesRecorded records the held namespace changes as the leader
+// does and returns the record's value of them ("" for none).
+func (f *fixture) heldNamespacesRecorded() string {
+	f.t.Helper()
+	namespacesOf(f.c).Publish(f.ctx)
+	return f.recordedKey(wave.KeyHeldNamespaces)
+}
+
+// recordedKey is the record ConfigMap's key ("" for none, or "{}").
+func (f *fixture) recordedKey(key string) string {
+	f.t.Helper()
+	cm, err := f.client.CoreV1().ConfigMaps("podjanitor").Get(f.ctx, wave.RecordName("podjanitor"), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return ""
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if v := cm.Data[key]; v != "{}" {
+		return v
+	}
+	return ""
+}
+
 // heldNamespaceRecord holds team-a's keep taken off in a first podjanitor,
 // records it as the leader does, and returns the record Lease a restart
 // finds (with the policy acted on, as the leader records it too) and the
@@ -57,12 +81,13 @@ func heldNamespaceRecord(t *testing.T) (*coordinationv1.Lease, wave.Hold) {
 	if !ok {
 		t.Fatal("the namespace's change is not held")
 	}
-	l := f.publishedLease()
-	if !strings.Contains(l.Annotations[wave.AnnotationHeldNamespaces], h.ID) {
-		t.Fatalf("recorded %q, want the change %s", l.Annotations[wave.AnnotationHeldNamespaces], h.ID)
+	v := f.heldNamespacesRecorded()
+	if !strings.Contains(v, h.ID) {
+		t.Fatalf("recorded %q, want the change %s", v, h.ID)
 	}
+	// As podjanitor 0.8 recorded it, on the Lease: a restart reads it there.
 	lease := recordedLease(t, "1m")
-	lease.Annotations[wave.AnnotationHeldNamespaces] = l.Annotations[wave.AnnotationHeldNamespaces]
+	lease.Annotations[wave.AnnotationHeldNamespaces] = v
 	return lease, h
 }
 
@@ -90,7 +115,7 @@ func TestNamespaceHoldOutlastsARestart(t *testing.T) {
 	if n := f.deletes(); n != 12 {
 		t.Errorf("%d pods removed after the approval, want 12", n)
 	}
-	if v, ok := f.publishedLease().Annotations[wave.AnnotationHeldNamespaces]; ok {
+	if v := f.heldNamespacesRecorded(); v != "" {
 		t.Errorf("the approved change is still recorded: %q", v)
 	}
 }
@@ -125,10 +150,10 @@ func TestNamespaceHoldRevertedWhileDown(t *testing.T) {
 	if _, _, ok := namespacesOf(f.c).Holds().Held("team-a"); ok {
 		t.Error("held after the revert")
 	}
-	l := f.publishedLease()
-	if v, ok := l.Annotations[wave.AnnotationHeldNamespaces]; ok {
+	if v := f.heldNamespacesRecorded(); v != "" {
 		t.Errorf("the reverted change is still recorded: %q", v)
 	}
+	l := f.publishedLease()
 	if want := recordedLease(t, "1m").Annotations; !maps.Equal(l.Annotations, want) {
 		t.Errorf("the Lease's other annotations changed: %v, want %v", l.Annotations, want)
 	}
@@ -149,9 +174,37 @@ func TestNamespaceHoldRecordThatDoesNotParse(t *testing.T) {
 	if n := f.deletes(); n != 0 {
 		t.Errorf("%d pods removed", n)
 	}
-	namespacesOf(f.c).Publish(f.ctx)
-	if v, ok := f.publishedLease().Annotations[wave.AnnotationHeldNamespaces]; ok {
+	if v := f.heldNamespacesRecorded(); v != "" {
 		t.Errorf("the record that does not parse is still there: %q", v)
+	}
+	if v, ok := f.publishedLease().Annotations[wave.AnnotationHeldNamespaces]; ok {
+		t.Errorf("the record that does not parse is still on the Lease: %q", v)
+	}
+}
+
+// TestRecordConfigMapThatDoesNotParse: garbage written into the record
+// ConfigMap (its held namespace changes, its policy, or a policy that does
+// not match its hash) is taken as nothing acted on: the start is measured
+// as a first install's, its rules' wave held, none of its pods removed,
+// and no start fails on it (no crash loop); what the Lease still carries of
+// an earlier version does not count, the ConfigMap's keys do.
+func TestRecordConfigMapThatDoesNotParse(t *testing.T) {
+	for name, data := range map[string]map[string]string{
+		"held namespaces": {wave.KeyHeldNamespaces: "{not json"},
+		"policy":          {wave.KeyPolicy: "{rules", wave.KeyPolicyHash: wave.BaselineHash([]byte("{rules"))},
+		"policy hash":     {wave.KeyPolicy: `{"Rules":null}`, wave.KeyPolicyHash: "0123"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, _, pods := namespaceWaveFixtureWith(t, nil, recordedLease(t, "1m"))
+			f.restore(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: recordName}, Data: data})
+			f.start(pods)
+			if h, held := f.c.waves.Held(); !held || h.Source != wave.SourceStartup || h.Pods != len(pods) {
+				t.Fatalf("held %+v, %v; want the start held as a first install over %d pods", h, held, len(pods))
+			}
+			if n := f.deletes(); n != 0 {
+				t.Errorf("%d pods removed", n)
+			}
+		})
 	}
 }
 
@@ -160,7 +213,7 @@ func TestNamespaceHoldRecordThatDoesNotParse(t *testing.T) {
 func TestNamespaceHoldEndsWithTheNamespace(t *testing.T) {
 	f, ns, pods := namespaceWaveFixture(t)
 	f.takeKeepOff(ns, pods)
-	f.publishedLease()
+	f.heldNamespacesRecorded()
 	if err := f.client.CoreV1().Namespaces().Delete(f.ctx, ns.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +223,7 @@ func TestNamespaceHoldEndsWithTheNamespace(t *testing.T) {
 	}); err != nil {
 		t.Fatal("the deleted namespace's change is still held")
 	}
-	if v, ok := f.publishedLease().Annotations[wave.AnnotationHeldNamespaces]; ok {
+	if v := f.heldNamespacesRecorded(); v != "" {
 		t.Errorf("the deleted namespace's change is still recorded: %q", v)
 	}
 }
@@ -192,11 +245,11 @@ func TestPlanMarksHeldNamespacePods(t *testing.T) {
 	record := fmt.Sprintf(`{"team-a":{"change":%q,"pods":12,"before":%s}}`, id, before)
 	client := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor",
 		Annotations: map[string]string{wave.AnnotationHeldNamespaces: record}}})
-	lease := wave.Record{Client: client.CoordinationV1(), Namespace: "podjanitor", Name: "podjanitor"}
+	lease := wave.Record{Client: client, Namespace: "podjanitor", Name: "podjanitor"}
 
 	namespaces := map[string]*policy.Namespace{"team-a": {}, "team-b": {}}
 	r := buildPlan(minute, pods, namespaces, t0)
-	markNamespaceHeld(&r, readLease(t, lease), minute, pods, namespaces, t0)
+	markNamespaceHeld(&r, readStored(t, lease), minute, pods, namespaces, t0)
 	marks := map[string]string{}
 	for _, e := range r.Pods {
 		if e.Held {
@@ -218,7 +271,7 @@ func TestPlanMarksHeldNamespacePods(t *testing.T) {
 
 	namespaces["team-a"] = &policy.Namespace{Annotations: map[string]string{wave.AnnotationApprove: id}}
 	r = buildPlan(minute, pods, namespaces, t0)
-	markNamespaceHeld(&r, readLease(t, lease), minute, pods, namespaces, t0)
+	markNamespaceHeld(&r, readStored(t, lease), minute, pods, namespaces, t0)
 	for _, e := range r.Pods {
 		if e.Held {
 			t.Errorf("pod %s HELD after the change's approval", e.Pod)
@@ -247,10 +300,9 @@ func TestNamespaceHoldIsRecordedAtOnce(t *testing.T) {
 		t.Fatal("the namespace's change is not held")
 	}
 	if err := wait.PollUntilContextTimeout(f.ctx, 5*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
-		l, err := f.client.CoordinationV1().Leases("podjanitor").Get(ctx, "podjanitor", metav1.GetOptions{})
-		return err == nil && strings.Contains(l.Annotations[wave.AnnotationHeldNamespaces], h.ID), nil
+		return strings.Contains(f.recordedKey(wave.KeyHeldNamespaces), h.ID), nil
 	}); err != nil {
-		t.Fatal("the hold is not on the Lease 5 s after it started, with no tick of the record's clock")
+		t.Fatal("the hold is not recorded 5 s after it started, with no tick of the record's clock")
 	}
 }
 
@@ -274,28 +326,28 @@ func TestNamespaceHoldRecordWritesAreBounded(t *testing.T) {
 	}
 	writes := 0
 	for _, a := range f.client.Actions() {
-		if a.GetResource().Resource == "leases" && (a.GetVerb() == "update" || a.GetVerb() == "create") {
+		if a.GetResource().Resource == "configmaps" && (a.GetVerb() == "update" || a.GetVerb() == "create") {
 			writes++
 		}
 	}
 	if writes > namespacecontroller.RecordBurst {
-		t.Errorf("%d Lease writes for 100 flaps with no time passing, want at most %d", writes, namespacecontroller.RecordBurst)
+		t.Errorf("%d record writes for 100 flaps with no time passing, want at most %d", writes, namespacecontroller.RecordBurst)
 	}
 	namespacesOf(f.c).Measure(&kept.ObjectMeta, &changed.ObjectMeta) // held at last
 	f.clock.Step(time.Second)
-	if v := f.publishedLease().Annotations[wave.AnnotationHeldNamespaces]; !strings.Contains(v, "team-a") {
+	if v := f.heldNamespacesRecorded(); !strings.Contains(v, "team-a") {
 		t.Errorf("the last hold is not recorded a second later: %q", v)
 	}
 }
 
-// readLease is the record Lease as plan reads it.
-func readLease(t *testing.T, r wave.Record) *coordinationv1.Lease {
+// readStored is the record as plan reads it.
+func readStored(t *testing.T, r wave.Record) wave.Stored {
 	t.Helper()
-	l, err := r.Read(context.Background())
+	s, err := r.Read(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l
+	return s
 }
 
 // TestNamespaceHoldRecordWriteFailing: the Lease's update answers 500, 503,
@@ -330,7 +382,7 @@ func TestNamespaceHoldRecordWriteFailing(t *testing.T) {
 		t.Fatalf("%d pods removed while the record could not be written", n)
 	}
 	f.clock.Step(time.Second)
-	if v := f.publishedLease().Annotations[wave.AnnotationHeldNamespaces]; !strings.Contains(v, "team-a") {
+	if v := f.heldNamespacesRecorded(); !strings.Contains(v, "team-a") {
 		t.Errorf("the hold is not recorded once the API server takes the write: %q", v)
 	}
 }

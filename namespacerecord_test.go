@@ -22,7 +22,7 @@ import (
 )
 
 // recordName is the record ConfigMap of the fixtures' Lease podjanitor/podjanitor.
-var recordName = namespacecontroller.RecordName("podjanitor")
+var recordName = wave.RecordName("podjanitor")
 
 // recordedNamespaces has the leader record what it acted on of each
 // namespace (its record loop's first look), and returns the record
@@ -80,7 +80,7 @@ func TestNamespaceChangedWhileDownIsHeld(t *testing.T) {
 	if !ok || h.Pods != 12 {
 		t.Fatalf("held %+v, %v; want the change held with 12 pods", h, ok)
 	}
-	if !strings.Contains(f.publishedLease().Annotations[wave.AnnotationHeldNamespaces], h.ID) {
+	if !strings.Contains(f.heldNamespacesRecorded(), h.ID) {
 		t.Error("the hold is not recorded on the Lease")
 	}
 	// Recorded as it was acted on: a second restart still holds it.
@@ -431,8 +431,11 @@ func TestNamespaceRecordWritesAreBounded(t *testing.T) {
 // recordedStates is each namespace's state as the record ConfigMap has it.
 func recordedStates(t *testing.T, f *fixture) map[string]string {
 	t.Helper()
-	r := namespacecontroller.Record{Client: f.client.CoreV1(), Namespace: "podjanitor", Name: recordName}
-	acted, err := r.Read(f.ctx)
+	cm, err := f.client.CoreV1().ConfigMaps("podjanitor").Get(f.ctx, recordName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acted, err := namespacecontroller.ActedIn(cm)
 	if err != nil {
 		t.Fatal(err)
 	}

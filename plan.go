@@ -189,17 +189,17 @@ func plan(ctx context.Context, o *flagValues, out io.Writer) error {
 	report := buildPlan(evaluator, pods, namespaces, clients.clock.Now().Add(clients.apiClock.Offset()))
 	report.TenantPolicies = tenants
 	markTenantHeld(&report, evaluator, pods, namespaces, report.GeneratedAt)
-	record := wave.Record{Client: clients.kube.CoordinationV1(), Namespace: cmp.Or(o.lease.namespace, ownNamespace()), Name: o.lease.name}
-	lease, err := record.Read(ctx)
-	if err != nil { // a reader without access to the Lease still gets the plan
+	record := wave.Record{Client: clients.kube, Namespace: cmp.Or(o.lease.namespace, ownNamespace()), Name: o.lease.name}
+	stored, err := record.Read(ctx)
+	if err != nil { // a reader without access to the record still gets the plan
 		klog.Background().Info("Cannot tell held pods from others", "err", err)
 	}
 	scope := newDecisionScope(o.scope.namespace, o.scope.labelSelector, o.tenants.enabled, false, o.scope.annotationPrefix)
-	if err := markHeld(&report, record, lease, evaluator, scope, pods, namespaces, report.GeneratedAt); err != nil {
+	if err := markHeld(&report, record, stored, evaluator, scope, pods, namespaces, report.GeneratedAt); err != nil {
 		return err
 	}
-	markNamespaceHeld(&report, lease, evaluator, pods, namespaces, report.GeneratedAt)
-	markSpreadHeld(&report, record, lease)
+	markNamespaceHeld(&report, stored, evaluator, pods, namespaces, report.GeneratedAt)
+	markSpreadHeld(&report, record, stored.Lease)
 	if o.output == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
@@ -281,12 +281,13 @@ func buildPlan(e *policy.Evaluator, pods []*corev1.Pod, namespaces map[string]*p
 	return r
 }
 
-// markHeld marks HELD the due pods of a held change (the record Lease's,
-// as read: nil, none), when the plan's policy file is that change: due by
-// it, not by the policy podjanitor acts on (recorded beside the hold).
-func markHeld(r *planReport, record wave.Record, lease *coordinationv1.Lease, e *policy.Evaluator, scope decisionScope, pods []*corev1.Pod,
+// markHeld marks HELD the due pods of a held change (the record's, as
+// read), when the plan's policy file is that change: due by it, not by the
+// policy podjanitor acts on (recorded beside the hold).
+func markHeld(r *planReport, record wave.Record, stored wave.Stored, e *policy.Evaluator, scope decisionScope, pods []*corev1.Pod,
 	namespaces map[string]*policy.Namespace, now time.Time) error {
-	id, n, baselineJSON := wave.HeldOn(lease)
+	id, n := stored.Held()
+	_, baselineJSON := stored.Baseline()
 	current := recordJSON(e, scope)
 	// A first install's hold (no baseline) is against no rules: every pod
 	// due by a rule, not by its own annotations.
@@ -320,7 +321,7 @@ func markHeld(r *planReport, record wave.Record, lease *coordinationv1.Lease, e 
 		}
 		entry.Held = true
 	}
-	r.Hold = &planHold{Change: id, Pods: n, Approve: record.ApproveCommand(id), Approved: lease.Annotations[wave.AnnotationApprove]}
+	r.Hold = &planHold{Change: id, Pods: n, Approve: record.ApproveCommand(id), Approved: stored.Approval()}
 	return nil
 }
 
@@ -329,9 +330,9 @@ func markHeld(r *planReport, record wave.Record, lease *coordinationv1.Lease, e 
 // none): those due with the namespace as it is and not as it was before the
 // change, as podjanitor holds them; a change approved on its Namespace is
 // not held.
-func markNamespaceHeld(r *planReport, lease *coordinationv1.Lease, e *policy.Evaluator, pods []*corev1.Pod,
+func markNamespaceHeld(r *planReport, stored wave.Stored, e *policy.Evaluator, pods []*corev1.Pod,
 	namespaces map[string]*policy.Namespace, now time.Time) {
-	held, err := wave.HeldScopesOn(lease)
+	held, err := stored.HeldScopes()
 	if err != nil {
 		klog.Background().Info("Cannot tell the pods of held namespace changes from others", "err", err)
 		return

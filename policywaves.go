@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
@@ -220,33 +219,33 @@ func waveChange(source string) string {
 	return "the reloaded policy file"
 }
 
-// readRecord reads the record Lease, retrying for StartReadFor
-// (wave.ReadAtStart). The start fails when it cannot be read, rather than
-// act on a change it cannot measure.
-func (w *policyWaves) readRecord(ctx context.Context) (*coordinationv1.Lease, error) {
-	var lease *coordinationv1.Lease
+// readRecord reads the record (the Lease and the ConfigMap beside it),
+// retrying for StartReadFor (wave.ReadAtStart). The start fails when it
+// cannot be read, rather than act on a change it cannot measure.
+func (w *policyWaves) readRecord(ctx context.Context) (wave.Stored, error) {
+	var stored wave.Stored
 	err := wave.ReadAtStart(ctx, w.options.StartReadFor, func(err error) bool { return !apierrors.IsForbidden(err) }, func(ctx context.Context) error {
 		var err error
-		lease, err = w.options.Record.Read(ctx)
+		stored, err = w.options.Record.Read(ctx)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("--hold-waves: the policy the last leader acted on: %w", err)
+		return wave.Stored{}, fmt.Errorf("--hold-waves: the policy the last leader acted on: %w", err)
 	}
-	return lease, nil
+	return stored, nil
 }
 
 // start measures the start against the policy the last leader acted on, as
-// the record Lease holds it, before any worker decides: the same rules in
+// the record holds it, before any worker decides: the same rules in
 // the same scope hold nothing; other rules, or the same in another scope
 // (decisionScope), are a change like a reload, and its wave is held when
 // too large; none recorded (a first install) is measured against no rules:
 // the pods the policy's rules make due by now+window are the wave, the
 // pods' own annotations are not. A policy recorded by its hash alone (too
 // large to record) counts as none.
-func (w *policyWaves) start(ctx context.Context, lease *coordinationv1.Lease) {
-	w.recordedHold, _, _ = wave.HeldOn(lease)
-	hash, recorded := wave.BaselineOn(lease)
+func (w *policyWaves) start(ctx context.Context, stored wave.Stored) {
+	w.recordedHold, _ = stored.Held()
+	hash, recorded := stored.Baseline()
 	e := w.evaluator()
 	current := recordJSON(e, w.scope)
 	if hash != "" && hash == wave.BaselineHash(current) {

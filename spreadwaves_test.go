@@ -51,7 +51,7 @@ func spreadFixtureWith(t *testing.T, n int, annotations map[string]string) (*fix
 		Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
 			Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}},
 	}, namespaces, pods...)
-	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	f.c.opts.Waves.Record.Client = f.client
 	namespacesOf(f.c).Lead()
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan struct{})
@@ -114,7 +114,7 @@ func TestSpreadHoldsAChangeMadeInManyNamespaces(t *testing.T) {
 	// plan reads the hold from the Lease.
 	var r planReport
 	record := f.c.opts.Waves.Record
-	markSpreadHeld(&r, record, readLease(t, record))
+	markSpreadHeld(&r, record, readStored(t, record).Lease)
 	var out strings.Builder
 	if err := printPlan(&out, r); err != nil {
 		t.Fatal(err)

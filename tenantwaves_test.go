@@ -40,7 +40,7 @@ func tenantWaveFixture(t *testing.T, n int) (*tenantFixture, []*corev1.Pod) {
 	opts := Options{Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
 		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
 	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods)
-	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	f.c.opts.Waves.Record.Client = f.client
 	return f, pods
 }
 
@@ -543,7 +543,7 @@ func tenantStartFixtureWith(t *testing.T, opts Options, n int, policies ...*v1al
 			}
 		}
 	})
-	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	f.c.opts.Waves.Record.Client = f.client
 	return f, pods
 }
 
@@ -1085,7 +1085,7 @@ func policyInFourNamespaces(t *testing.T) *tenantFixture {
 	opts := Options{Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
 		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}}
 	f := newTenantFixtureWith(t, opts, policy.Restrictions{}, nil, pods)
-	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	f.c.opts.Waves.Record.Client = f.client
 	for i := range 4 {
 		ns := fmt.Sprintf("team-%d", i)
 		if _, err := f.pj.PodjanitorV1alpha1().PodLifetimePolicies(ns).Create(f.ctx, lifetimePolicy(ns, "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {

@@ -37,7 +37,7 @@ func waveFixture(t *testing.T, n int) (*fixture, []*corev1.Pod) {
 		Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
 			Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}},
 	}, pods...)
-	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	f.c.opts.Waves.Record.Client = f.client
 	return f, pods
 }
 
@@ -230,11 +230,11 @@ func TestPlanMarksHeldPods(t *testing.T) {
 	id := wave.ChangeID(policyJSON(week), policyJSON(minute))
 	client := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor",
 		Annotations: map[string]string{wave.AnnotationHeld: id, wave.AnnotationHeldPods: "1", wave.AnnotationHeldSource: wave.SourceFile,
-			wave.AnnotationBaseline: string(policyJSON(week))}}})
-	record := wave.Record{Client: client.CoordinationV1(), Namespace: "podjanitor", Name: "podjanitor"}
+			wave.AnnotationBaseline: string(policyJSON(week)), wave.AnnotationBaselineHash: wave.BaselineHash(policyJSON(week))}}})
+	record := wave.Record{Client: client, Namespace: "podjanitor", Name: "podjanitor"}
 
 	r := buildPlan(minute, pods, namespaces, t0)
-	if err := markHeld(&r, record, readLease(t, record), minute, decisionScope{}, pods, namespaces, t0); err != nil {
+	if err := markHeld(&r, record, readStored(t, record), minute, decisionScope{}, pods, namespaces, t0); err != nil {
 		t.Fatal(err)
 	}
 	held := map[string]bool{}
@@ -260,10 +260,10 @@ func TestPlanMarksHeldPods(t *testing.T) {
 		id:             "approved: podjanitor.io/approve-wave=" + id + " is there",
 		"0123456789ab": "not approved: podjanitor.io/approve-wave=0123456789ab names another change",
 	} {
-		lease := readLease(t, record)
-		lease.Annotations[wave.AnnotationApprove] = approval
+		stored := readStored(t, record)
+		stored.Lease.Annotations[wave.AnnotationApprove] = approval
 		r = buildPlan(minute, pods, namespaces, t0)
-		if err := markHeld(&r, record, lease, minute, decisionScope{}, pods, namespaces, t0); err != nil {
+		if err := markHeld(&r, record, stored, minute, decisionScope{}, pods, namespaces, t0); err != nil {
 			t.Fatal(err)
 		}
 		out.Reset()
@@ -278,7 +278,7 @@ func TestPlanMarksHeldPods(t *testing.T) {
 	// A plan of another policy file is not the held change: nothing is held.
 	other := evaluatorWithAfter(t, "2m")
 	r = buildPlan(other, pods, namespaces, t0)
-	if err := markHeld(&r, record, readLease(t, record), other, decisionScope{}, pods, namespaces, t0); err != nil || r.Hold != nil {
+	if err := markHeld(&r, record, readStored(t, record), other, decisionScope{}, pods, namespaces, t0); err != nil || r.Hold != nil {
 		t.Errorf("markHeld for another policy: hold %+v, %v; want none", r.Hold, err)
 	}
 }
@@ -302,7 +302,7 @@ func startFixtureWith(t *testing.T, opts Options, after string, ago time.Duratio
 	opts.Waves = &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
 		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}
 	f := newFixture(t, opts, pods...)
-	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	f.c.opts.Waves.Record.Client = f.client
 	if lease != nil {
 		if _, err := f.client.CoordinationV1().Leases("podjanitor").Create(f.ctx, lease, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -389,7 +389,7 @@ func TestFirstInstallOnABacklogIsHeld(t *testing.T) {
 	go func() { defer close(done); f.c.waves.run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	lease := waitLease(t, f, func(a map[string]string) bool { return a[wave.AnnotationHeld] == h.ID })
-	if _, ok := lease[wave.AnnotationBaselineHash]; ok {
+	if hash, _ := readStored(t, f.c.opts.Waves.Record).Baseline(); hash != "" {
 		t.Errorf("a policy recorded while the first install is held: %v", lease)
 	}
 	approve(t, f, h.ID)
@@ -413,7 +413,8 @@ func TestFirstInstallOnABacklogIsHeld(t *testing.T) {
 	}
 	minute := policyJSON(evaluatorWithAfter(t, "1m"))
 	waitLease(t, f, func(a map[string]string) bool {
-		return a[wave.AnnotationBaselineHash] == wave.BaselineHash(minute) && a[wave.AnnotationBaseline] == string(minute) && a[wave.AnnotationHeld] == ""
+		hash, baseline := readStored(t, f.c.opts.Waves.Record).Baseline()
+		return hash == wave.BaselineHash(minute) && string(baseline) == string(minute) && a[wave.AnnotationHeld] == ""
 	})
 }
 
@@ -430,7 +431,10 @@ func TestFirstInstallOnACleanClusterIsNotHeld(t *testing.T) {
 	go func() { defer close(done); f.c.waves.run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	week := policyJSON(evaluatorWithAfter(t, "7d"))
-	waitLease(t, f, func(a map[string]string) bool { return a[wave.AnnotationBaselineHash] == wave.BaselineHash(week) })
+	waitLease(t, f, func(map[string]string) bool {
+		hash, _ := readStored(t, f.c.opts.Waves.Record).Baseline()
+		return hash == wave.BaselineHash(week)
+	})
 }
 
 // TestPlanMarksAFirstInstallsPods: a held first install (no policy
@@ -446,9 +450,9 @@ func TestPlanMarksAFirstInstallsPods(t *testing.T) {
 	id := wave.ChangeID(nil, policyJSON(minute))
 	client := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor",
 		Annotations: map[string]string{wave.AnnotationHeld: id, wave.AnnotationHeldPods: "2", wave.AnnotationHeldSource: wave.SourceStartup}}})
-	record := wave.Record{Client: client.CoordinationV1(), Namespace: "podjanitor", Name: "podjanitor"}
+	record := wave.Record{Client: client, Namespace: "podjanitor", Name: "podjanitor"}
 	r := buildPlan(minute, pods, namespaces, t0)
-	if err := markHeld(&r, record, readLease(t, record), minute, decisionScope{}, pods, namespaces, t0); err != nil {
+	if err := markHeld(&r, record, readStored(t, record), minute, decisionScope{}, pods, namespaces, t0); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range r.Pods {
@@ -485,7 +489,7 @@ func namespaceWaveFixtureWith(t *testing.T, annotations map[string]string, lease
 		Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
 			Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}},
 	}, []*corev1.Namespace{ns}, pods...)
-	f.c.opts.Waves.Record.Client = f.client.CoordinationV1()
+	f.c.opts.Waves.Record.Client = f.client
 	if lease != nil {
 		if _, err := f.client.CoordinationV1().Leases("podjanitor").Create(f.ctx, lease, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -131,7 +130,7 @@ func New(ctx context.Context, informer cache.SharedIndexInformer, cfg Config) (*
 			c.holds.SetSpread(w.Spread)
 		}
 		if cfg.ConfigMaps != nil {
-			c.record = &Record{Client: cfg.ConfigMaps, Namespace: w.Record.Namespace, Name: RecordName(w.Record.Name)}
+			c.record = &Record{Client: cfg.ConfigMaps, Namespace: w.Record.Namespace, Name: wave.RecordName(w.Record.Name)}
 			c.acted = map[string]*metav1.ObjectMeta{}
 			c.recordWrite = rate.NewLimiter(rate.Every(actedInterval), actedBurst)
 		}
@@ -362,9 +361,9 @@ func (c *Controller) decider(m metav1.Object) wave.Decide {
 // start is then measured as a first install's, and the record written anew);
 // a record podjanitor may not read (RBAC) or that was too large to write
 // measures nothing and says so.
-func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) error {
+func (c *Controller) Resume(ctx context.Context, stored wave.Stored) error {
 	r := c.cfg.Waves.Record
-	recorded, err := wave.HeldScopesOn(lease)
+	recorded, err := stored.HeldScopes()
 	if err != nil {
 		// Written anew at the first look, whatever is held then.
 		c.published = map[string]wave.ScopeHold{"": {}}
@@ -374,12 +373,12 @@ func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) er
 	logger := klog.FromContext(ctx)
 	var changed []*metav1.ObjectMeta
 	if c.record != nil {
-		acted, err := c.readRecord(ctx)
+		acted, err := ActedIn(stored.ConfigMap)
 		switch {
 		case errors.Is(err, ErrRecordTooLarge):
 			logger.Info("Warning: the last leader could not record the namespaces it acted on; changes of their labels or keep annotation made while no podjanitor ran are not measured", "err", err.Error())
-		case apierrors.IsForbidden(err):
-			logger.Error(err, "Cannot read the namespaces the last leader acted on (RBAC: get configmaps by name in podjanitor's namespace); changes of their labels or keep annotation made while no podjanitor ran are not measured")
+		case stored.Forbidden != nil:
+			logger.Error(stored.Forbidden, "Cannot read the namespaces the last leader acted on (RBAC: get configmaps by name in podjanitor's namespace); changes of their labels or keep annotation made while no podjanitor ran are not measured")
 		case err != nil:
 			return fmt.Errorf("--hold-waves: the namespaces the last leader acted on: %w", err)
 		}
@@ -394,7 +393,7 @@ func (c *Controller) Resume(ctx context.Context, lease *coordinationv1.Lease) er
 		}
 		old, err := NamespaceFromJSON(name, rec.Before)
 		if err != nil {
-			return fmt.Errorf("--hold-waves: lease %s/%s: annotation %s: the held change of namespace %s: %w: %w", r.Namespace, r.Name, wave.AnnotationHeldNamespaces, name, wave.ErrBadRecord, err)
+			return fmt.Errorf("--hold-waves: configmap %s/%s: %s: the held change of namespace %s: %w: %w", r.Namespace, wave.RecordName(r.Name), wave.KeyHeldNamespaces, name, wave.ErrBadRecord, err)
 		}
 		old.UID = cur.GetUID()
 		logger.Info("Measuring again a namespace change the last leader held", "namespace", name, "change", rec.Change, "pods", rec.Pods)
@@ -450,20 +449,6 @@ func (c *Controller) cached(name string) (metav1.Object, bool) {
 	}
 	m, err := meta.Accessor(obj)
 	return m, err == nil
-}
-
-// readRecord reads the record ConfigMap, trying again on errors that may
-// pass for StartReadFor (wave.ReadAtStart).
-func (c *Controller) readRecord(ctx context.Context) (map[string]Acted, error) {
-	var acted map[string]Acted
-	err := wave.ReadAtStart(ctx, c.cfg.Waves.StartReadFor, func(err error) bool {
-		return !errors.Is(err, ErrRecordTooLarge) && !errors.Is(err, wave.ErrBadRecord) && !apierrors.IsForbidden(err)
-	}, func(ctx context.Context) error {
-		var err error
-		acted, err = c.record.Read(ctx)
-		return err
-	})
-	return acted, err
 }
 
 // took notes the namespace m as its handler took it: acted on, unless a
@@ -610,12 +595,18 @@ func (c *Controller) Publish(ctx context.Context) {
 	}
 	logger := klog.FromContext(ctx)
 	left, err := c.cfg.Waves.Record.PublishScopes(ctx, held)
+	if apierrors.IsForbidden(err) {
+		// Tried again when they change, not at every look.
+		logger.Error(err, "Cannot record the held namespace changes (RBAC: get, update and create the ConfigMap by name in podjanitor's namespace); a restart would not hold them again", "namespaces", len(held))
+		c.published = held
+		return
+	}
 	if err != nil {
 		logger.Error(err, "Cannot record the held namespace changes; a restart would not hold them again", "namespaces", len(held))
 		return
 	}
 	if len(left) > 0 {
-		logger.Info("Warning: too many held namespace changes to record on the Lease; a restart does not hold these again",
+		logger.Info("Warning: too many held namespace changes to record; a restart does not hold these again",
 			"count", len(left), "first", left[:min(len(left), 10)])
 	}
 	c.published = held

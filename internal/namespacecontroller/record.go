@@ -8,22 +8,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/podjanitor/podjanitor/internal/wave"
 )
 
 // Record is where the leader keeps what it acted on of each namespace (its
 // labels and the annotations decisions read, as namespaceJSON writes them):
-// a ConfigMap beside the record Lease, RecordName of its name. The next
+// keys of the record ConfigMap beside the record Lease (wave.RecordName). The next
 // start measures a namespace that differs from it (changed while no
 // podjanitor ran) as a change made while one ran. A Lease's annotations
 // (256 KiB) are too small for a cluster's namespaces; a ConfigMap takes
@@ -32,15 +28,6 @@ type Record struct {
 	Client          corev1client.ConfigMapsGetter
 	Namespace, Name string
 }
-
-// RecordName is the name of the ConfigMap of the Lease lease.
-func RecordName(lease string) string { return lease + recordSuffix }
-
-const recordSuffix = "-namespaces"
-
-// MaxLeaseName is the longest Lease name whose record's name is still a
-// valid object name (253 characters).
-const MaxLeaseName = 253 - len(recordSuffix)
 
 // The record's keys: recordKey its gzipped JSON (binaryData), or, when that
 // would not fit, recordLeftOut the number of namespaces that were not
@@ -51,8 +38,9 @@ const (
 )
 
 // maxRecord is the most recordKey takes: the API server takes 1 MiB of a
-// ConfigMap's data.
-var maxRecord = 1000 << 10
+// ConfigMap's data, which the rest of the record (the policy acted on, the
+// held namespace changes: wave.Record) shares.
+var maxRecord = 800 << 10
 
 // Acted is what the leader acted on of one namespace: the namespace (its
 // UID, so that one deleted and made again under its name is told apart) and
@@ -65,72 +53,48 @@ type Acted struct {
 // ErrRecordTooLarge says the namespaces did not fit the record.
 var ErrRecordTooLarge = errors.New("too many namespaces to record")
 
-// Read reads the record: nil and no error when there is none (a first
-// install, hold waves just turned on); ErrRecordTooLarge when the last
-// leader could not record its namespaces. A record that does not parse is
-// an error wrapping wave.ErrBadRecord.
-func (r Record) Read(ctx context.Context) (map[string]Acted, error) {
-	cm, err := r.Client.ConfigMaps(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+// ActedIn reads what the record cm (nil: none) says was acted on: nil and
+// no error when it records none (a first install, hold waves just turned
+// on); ErrRecordTooLarge when the last leader could not record its
+// namespaces. A record that does not parse is an error wrapping
+// wave.ErrBadRecord.
+func ActedIn(cm *corev1.ConfigMap) (map[string]Acted, error) {
+	if cm == nil {
 		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading configmap %s/%s: %w", r.Namespace, r.Name, err)
 	}
 	b, ok := cm.BinaryData[recordKey]
 	if !ok {
 		if n, ok := cm.Data[recordLeftOut]; ok {
-			return nil, fmt.Errorf("configmap %s/%s: %s namespaces: %w", r.Namespace, r.Name, n, ErrRecordTooLarge)
+			return nil, fmt.Errorf("configmap %s/%s: %s namespaces: %w", cm.Namespace, cm.Name, n, ErrRecordTooLarge)
 		}
-		return nil, r.bad(errors.New("no " + recordKey))
+		return nil, nil // the record's other parts alone: no namespace recorded yet
 	}
 	acted, err := decodeRecord(b)
 	if err != nil {
-		return nil, r.bad(err)
+		return nil, fmt.Errorf("configmap %s/%s: %w (delete it: no namespace change made while no podjanitor ran is then measured): %w",
+			cm.Namespace, cm.Name, wave.ErrBadRecord, err)
 	}
 	return acted, nil
 }
 
-func (r Record) bad(err error) error {
-	return fmt.Errorf("configmap %s/%s: %w (delete it: no namespace change made while no podjanitor ran is then measured): %w",
-		r.Namespace, r.Name, wave.ErrBadRecord, err)
-}
-
-// Write makes the record acted: encoded, created or updated when it differs.
-// It returns ErrRecordTooLarge (after recording that) when acted does not
-// fit.
+// Write makes the record acted: encoded, created or updated when it differs;
+// the record's other keys (wave.Record's) are left as they are. It returns
+// ErrRecordTooLarge (after recording that) when acted does not fit.
 func (r Record) Write(ctx context.Context, encoded []byte, count int) error {
-	cms := r.Client.ConfigMaps(r.Namespace)
-	want := func(cm *corev1.ConfigMap) {
-		cm.Data, cm.BinaryData = nil, nil
+	err := wave.UpdateConfigMap(ctx, r.Client, r.Namespace, r.Name, func(cm *corev1.ConfigMap) {
+		delete(cm.Data, recordLeftOut)
+		delete(cm.BinaryData, recordKey)
 		if len(encoded) > maxRecord {
-			cm.Data = map[string]string{recordLeftOut: strconv.Itoa(count)}
-		} else {
-			cm.BinaryData = map[string][]byte{recordKey: encoded}
-		}
-	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cm, err := cms.Get(ctx, r.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name,
-				Labels: map[string]string{"app.kubernetes.io/managed-by": "podjanitor"}}}
-			want(cm)
-			_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
-				return apierrors.NewConflict(corev1.Resource("configmaps"), r.Name, err)
+			if cm.Data == nil {
+				cm.Data = map[string]string{}
 			}
-			return err
+			cm.Data[recordLeftOut] = strconv.Itoa(count)
+			return
 		}
-		if err != nil {
-			return err
+		if cm.BinaryData == nil {
+			cm.BinaryData = map[string][]byte{}
 		}
-		before := cm.DeepCopy()
-		want(cm)
-		if reflect.DeepEqual(before.Data, cm.Data) && reflect.DeepEqual(before.BinaryData, cm.BinaryData) {
-			return nil
-		}
-		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
-		return err
+		cm.BinaryData[recordKey] = encoded
 	})
 	if err != nil {
 		return fmt.Errorf("recording the namespaces acted on in configmap %s/%s: %w", r.Namespace, r.Name, err)

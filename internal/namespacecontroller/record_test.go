@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -19,7 +20,47 @@ import (
 )
 
 func testRecord() Record {
-	return Record{Client: fake.NewClientset().CoreV1(), Namespace: "podjanitor", Name: RecordName("podjanitor")}
+	return Record{Client: fake.NewClientset().CoreV1(), Namespace: "podjanitor", Name: wave.RecordName("podjanitor")}
+}
+
+// readBack reads r's ConfigMap as a start does (ActedIn).
+func readBack(ctx context.Context, r Record) (map[string]Acted, error) {
+	cm, err := r.Client.ConfigMaps(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return ActedIn(nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ActedIn(cm)
+}
+
+// TestRecordKeepsTheOtherKeys: the namespaces' write leaves the record's
+// other parts (the policy acted on, the held namespace changes) as they
+// are.
+func TestRecordKeepsTheOtherKeys(t *testing.T) {
+	ctx := context.Background()
+	r := testRecord()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name},
+		Data: map[string]string{wave.KeyPolicy: `{"Rules":null}`, wave.KeyHeldNamespaces: "{}"}}
+	if _, err := r.Client.ConfigMaps(r.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readBack(ctx, r); err != nil || got != nil {
+		t.Fatalf("the other parts alone: %v, %v; want no namespace recorded", got, err)
+	}
+	acted := actedOf(3)
+	b, _ := encodeRecord(acted)
+	if err := r.Write(ctx, b, len(acted)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Client.ConfigMaps(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Data[wave.KeyPolicy] != cm.Data[wave.KeyPolicy] || got.Data[wave.KeyHeldNamespaces] != "{}" || len(got.BinaryData[recordKey]) == 0 {
+		t.Errorf("after the namespaces' write: data %v, binary keys %d; want the other keys kept", got.Data, len(got.BinaryData))
+	}
 }
 
 func actedOf(n int) map[string]Acted {
@@ -37,7 +78,7 @@ func actedOf(n int) map[string]Acted {
 func TestRecordRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	r := testRecord()
-	if got, err := r.Read(ctx); err != nil || got != nil {
+	if got, err := readBack(ctx, r); err != nil || got != nil {
 		t.Fatalf("no record: %v, %v; want none", got, err)
 	}
 	acted := actedOf(3)
@@ -48,7 +89,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	if err := r.Write(ctx, b, len(acted)); err != nil {
 		t.Fatal(err)
 	}
-	got, err := r.Read(ctx)
+	got, err := readBack(ctx, r)
 	if err != nil || len(got) != 3 || got["team-1"].UID != "uid-00000001" || string(got["team-1"].State) != string(acted["team-1"].State) {
 		t.Fatalf("read %v, %v; want what was written", got, err)
 	}
@@ -67,14 +108,14 @@ func TestRecordTooLarge(t *testing.T) {
 	if err := r.Write(ctx, b, len(acted)); !errors.Is(err, ErrRecordTooLarge) {
 		t.Fatalf("write: %v, want ErrRecordTooLarge", err)
 	}
-	if _, err := r.Read(ctx); !errors.Is(err, ErrRecordTooLarge) {
+	if _, err := readBack(ctx, r); !errors.Is(err, ErrRecordTooLarge) {
 		t.Fatalf("read: %v, want ErrRecordTooLarge", err)
 	}
 	maxRecord = 1 << 20
 	if err := r.Write(ctx, b, len(acted)); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := r.Read(ctx); err != nil || len(got) != 50 {
+	if got, err := readBack(ctx, r); err != nil || len(got) != 50 {
 		t.Fatalf("read %d, %v; want 50", len(got), err)
 	}
 }
@@ -131,7 +172,7 @@ func TestRecordInflateBound(t *testing.T) {
 	if _, err := r.Client.ConfigMaps(r.Namespace).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Read(context.Background()); !errors.Is(err, wave.ErrBadRecord) {
+	if _, err := readBack(context.Background(), r); !errors.Is(err, wave.ErrBadRecord) {
 		t.Fatalf("read of %d gzipped bytes inflating past %d: %v, want ErrBadRecord", b.Len(), maxRecordJSON, err)
 	}
 }

@@ -10,9 +10,11 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -28,27 +30,83 @@ const (
 	AnnotationHeld       = "podjanitor.io/held-wave"
 	AnnotationHeldPods   = "podjanitor.io/held-wave-pods"
 	AnnotationHeldSource = "podjanitor.io/held-wave-source"
-	// AnnotationBaseline is the policy the leader acts on (its rules as
-	// JSON), held or not: the next leader's start is measured against it,
-	// and podjanitor plan tells held pods from others by it.
-	// AnnotationBaselineHash is its SHA-256 (hex), recorded even when the
-	// policy is too large to record.
+	// AnnotationBaseline and AnnotationBaselineHash are where an earlier
+	// podjanitor recorded the policy acted on, on the Lease (now
+	// KeyPolicy and KeyPolicyHash in the record ConfigMap): read when the
+	// ConfigMap has no policy yet, and taken off the Lease once it has.
 	AnnotationBaseline     = "podjanitor.io/policy"
 	AnnotationBaselineHash = "podjanitor.io/policy-sha256"
 )
 
-// maxBaseline is the largest baseline written to the Lease; the API server
-// stores 256 KiB of annotations per object.
+// The record ConfigMap's keys of the cluster's policy acted on (held or
+// not): KeyPolicy its rules and scope as JSON, the next leader's start is
+// measured against it, and podjanitor plan tells held pods from others by
+// it; KeyPolicyHash its SHA-256 (hex), recorded even when the policy is too
+// large to record, and empty when none was acted on yet.
+const (
+	KeyPolicy     = "policy.json"
+	KeyPolicyHash = "policy.sha256"
+)
+
+// maxBaseline is the largest baseline recorded; with the held namespace
+// changes (maxHeldScopes) and the namespaces acted on, it stays within the
+// 1 MiB of data the API server stores per ConfigMap.
 const maxBaseline = 128 << 10
 
-// Record is where holds and approvals of the cluster's policy live: the
-// annotations of podjanitor's Lease (--leader-elect-resource-name) in its own
-// namespace. A namespace owner cannot write there, so cannot approve a
-// change of the cluster's rules; an approval there survives restarts and a
-// new leader.
+// Record is where holds and approvals live. The held change of the
+// cluster's policy and its approval are annotations of podjanitor's Lease
+// (--leader-elect-resource-name) in its own namespace: a namespace owner
+// cannot write there, so cannot approve a change of the cluster's rules;
+// an approval there survives restarts and a new leader. What was acted on
+// (the policy, the held namespace changes, the namespaces) is in the
+// ConfigMap beside it (RecordName), written only when it changes: the
+// Lease's renewals, every few seconds, carry none of it.
 type Record struct {
-	Client          coordinationclient.LeasesGetter
+	Client          kubernetes.Interface
 	Namespace, Name string
+}
+
+// RecordName is the name of the record ConfigMap of the Lease lease.
+func RecordName(lease string) string { return lease + recordSuffix }
+
+const recordSuffix = "-namespaces"
+
+// MaxLeaseName is the longest Lease name whose record's name is still a
+// valid object name (253 characters).
+const MaxLeaseName = 253 - len(recordSuffix)
+
+// Stored is the record as one read found it: the Lease and the ConfigMap
+// (nil: not there).
+type Stored struct {
+	Lease     *coordinationv1.Lease
+	ConfigMap *corev1.ConfigMap
+	// Forbidden is why the ConfigMap could not be read (RBAC of an earlier
+	// release): what the Lease records (as earlier releases wrote it) is
+	// all there is; nil when it was read.
+	Forbidden error
+}
+
+// value is the ConfigMap's key, or, when it has none, the Lease's legacy
+// annotation (written before the ConfigMap recorded it).
+func (s Stored) value(key, legacy string) (string, bool) {
+	if s.ConfigMap != nil {
+		if v, ok := s.ConfigMap.Data[key]; ok {
+			return v, true
+		}
+	}
+	if s.Lease != nil && legacy != "" {
+		v, ok := s.Lease.Annotations[legacy]
+		return v, ok
+	}
+	return "", false
+}
+
+// annotation is one of the Lease's annotations.
+func (s Stored) annotation(key string) string {
+	if s.Lease == nil {
+		return ""
+	}
+	return s.Lease.Annotations[key]
 }
 
 // Ref is the Lease, for the Events of held waves.
@@ -64,29 +122,104 @@ func (r Record) ApproveCommand(id string) string {
 // Approved returns the change ID a person approved ("" for none). A Lease
 // that does not exist approves nothing.
 func (r Record) Approved(ctx context.Context) (string, error) {
-	l, err := r.Read(ctx)
+	l, err := r.readLease(ctx)
 	if err != nil || l == nil {
 		return "", err
 	}
 	return l.Annotations[AnnotationApprove], nil
 }
 
-// Publish writes the held change (nil: none) and the baseline's JSON (nil:
-// none acted on yet) on the Lease, creating it if it does not exist (leader
-// election off), and takes off an approval of used (a change carried out,
-// reverted or held no more: an approval covers one occurrence of a change).
-func (r Record) Publish(ctx context.Context, h *Hold, baseline []byte, used ...string) error {
-	if err := r.update(ctx, func(l *coordinationv1.Lease) bool { return setHeld(l, h, baseline, used) }); err != nil {
+// Publish writes the held change (nil: none) on the Lease, creating it if
+// it does not exist (leader election off), and takes off an approval of
+// used (a change carried out, reverted or held no more: an approval covers
+// one occurrence of a change).
+func (r Record) Publish(ctx context.Context, h *Hold, used ...string) error {
+	if err := r.update(ctx, func(l *coordinationv1.Lease) bool { return setHeld(l, h, used) }); err != nil {
 		return fmt.Errorf("recording the held wave on lease %s/%s: %w", r.Namespace, r.Name, err)
 	}
 	return nil
+}
+
+// PublishBaseline records the policy acted on, baseline (its JSON; nil:
+// none acted on yet), in the record ConfigMap, and then takes the legacy
+// annotations of an earlier podjanitor off the Lease.
+func (r Record) PublishBaseline(ctx context.Context, baseline []byte) error {
+	want := map[string]string{KeyPolicyHash: ""}
+	if baseline != nil {
+		want[KeyPolicyHash] = BaselineHash(baseline)
+		if len(baseline) <= maxBaseline {
+			want[KeyPolicy] = string(baseline)
+		}
+	}
+	if err := r.updateData(ctx, want, KeyPolicy, KeyPolicyHash); err != nil {
+		return fmt.Errorf("recording the policy acted on in configmap %s/%s: %w", r.Namespace, RecordName(r.Name), err)
+	}
+	return r.dropLegacy(ctx, AnnotationBaseline, AnnotationBaselineHash)
+}
+
+// dropLegacy takes the annotations keys, which the ConfigMap now records,
+// off the Lease.
+func (r Record) dropLegacy(ctx context.Context, keys ...string) error {
+	err := r.update(ctx, func(l *coordinationv1.Lease) bool { return setAnnotations(l, nil, keys...) })
+	if err != nil {
+		return fmt.Errorf("taking the record of an earlier version off lease %s/%s: %w", r.Namespace, r.Name, err)
+	}
+	return nil
+}
+
+// updateData makes the record ConfigMap's keys what want says (absent from
+// want: none), creating the ConfigMap when it is not there; the other keys
+// (other parts of the record) are left as they are.
+func (r Record) updateData(ctx context.Context, want map[string]string, keys ...string) error {
+	return UpdateConfigMap(ctx, r.Client.CoreV1(), r.Namespace, RecordName(r.Name), func(cm *corev1.ConfigMap) {
+		for _, k := range keys {
+			if v, ok := want[k]; ok {
+				if cm.Data == nil {
+					cm.Data = map[string]string{}
+				}
+				cm.Data[k] = v
+			} else {
+				delete(cm.Data, k)
+			}
+		}
+	})
+}
+
+// UpdateConfigMap applies set to the ConfigMap namespace/name, retrying
+// conflicts, and writes it when that changed its data; one not there is
+// created (labelled as podjanitor's).
+func UpdateConfigMap(ctx context.Context, client corev1client.ConfigMapsGetter, namespace, name string, set func(*corev1.ConfigMap)) error {
+	cms := client.ConfigMaps(namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cm, err := cms.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name,
+				Labels: map[string]string{"app.kubernetes.io/managed-by": "podjanitor"}}}
+			set(cm)
+			_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return apierrors.NewConflict(corev1.Resource("configmaps"), name, err)
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		before := cm.DeepCopy()
+		set(cm)
+		if equality.Semantic.DeepEqual(before.Data, cm.Data) && equality.Semantic.DeepEqual(before.BinaryData, cm.BinaryData) {
+			return nil
+		}
+		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // update applies set to the Lease, retrying conflicts, and writes it when
 // set reports a change; a Lease not there is created, unless set changes
 // nothing on an empty one.
 func (r Record) update(ctx context.Context, set func(*coordinationv1.Lease) (changed bool)) error {
-	leases := r.Client.Leases(r.Namespace)
+	leases := r.Client.CoordinationV1().Leases(r.Namespace)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		l, err := leases.Get(ctx, r.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -113,7 +246,7 @@ func (r Record) update(ctx context.Context, set func(*coordinationv1.Lease) (cha
 
 // setHeld sets the Lease's hold annotations and takes off an approval of
 // used; it reports whether they changed.
-func setHeld(l *coordinationv1.Lease, h *Hold, baseline []byte, used []string) bool {
+func setHeld(l *coordinationv1.Lease, h *Hold, used []string) bool {
 	changed := false
 	if a, ok := l.Annotations[AnnotationApprove]; ok && slices.Contains(used, a) {
 		delete(l.Annotations, AnnotationApprove)
@@ -125,13 +258,7 @@ func setHeld(l *coordinationv1.Lease, h *Hold, baseline []byte, used []string) b
 		want[AnnotationHeldPods] = strconv.Itoa(h.Pods)
 		want[AnnotationHeldSource] = h.Source
 	}
-	if baseline != nil {
-		want[AnnotationBaselineHash] = BaselineHash(baseline)
-		if len(baseline) <= maxBaseline {
-			want[AnnotationBaseline] = string(baseline)
-		}
-	}
-	return setAnnotations(l, want, AnnotationHeld, AnnotationHeldPods, AnnotationHeldSource, AnnotationBaseline, AnnotationBaselineHash) || changed
+	return setAnnotations(l, want, AnnotationHeld, AnnotationHeldPods, AnnotationHeldSource) || changed
 }
 
 // setAnnotations makes the Lease's annotations keys what want says (absent
@@ -162,9 +289,9 @@ func BaselineHash(policy []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
-// Read reads the Lease: nil when it is not there.
-func (r Record) Read(ctx context.Context) (*coordinationv1.Lease, error) {
-	l, err := r.Client.Leases(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+// readLease reads the Lease: nil when it is not there.
+func (r Record) readLease(ctx context.Context) (*coordinationv1.Lease, error) {
+	l, err := r.Client.CoordinationV1().Leases(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -174,46 +301,48 @@ func (r Record) Read(ctx context.Context) (*coordinationv1.Lease, error) {
 	return l, nil
 }
 
-// BaselineOn is the policy the last leader acted on, as the Lease l (nil:
-// none) records it: its hash ("" for none recorded: a first install, or no
-// Lease) and its JSON (nil when it was too large to record, or does not
-// match the hash).
-func BaselineOn(l *coordinationv1.Lease) (hash string, policy []byte) {
-	if l == nil {
-		return "", nil
+// Read reads the record: the Lease and the ConfigMap, each nil when it is
+// not there. A ConfigMap podjanitor may not read is noted in Forbidden;
+// one it cannot read for another reason is an error, with the Lease read.
+func (r Record) Read(ctx context.Context) (Stored, error) {
+	l, err := r.readLease(ctx)
+	if err != nil {
+		return Stored{}, err
 	}
-	hash = l.Annotations[AnnotationBaselineHash]
-	if b, ok := l.Annotations[AnnotationBaseline]; ok && hash != "" && BaselineHash([]byte(b)) == hash {
+	name := RecordName(r.Name)
+	cm, err := r.Client.CoreV1().ConfigMaps(r.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return Stored{Lease: l}, nil
+	}
+	if apierrors.IsForbidden(err) {
+		return Stored{Lease: l, Forbidden: fmt.Errorf("reading configmap %s/%s: %w", r.Namespace, name, err)}, nil
+	}
+	if err != nil {
+		return Stored{Lease: l}, fmt.Errorf("reading configmap %s/%s: %w", r.Namespace, name, err)
+	}
+	return Stored{Lease: l, ConfigMap: cm}, nil
+}
+
+// Baseline is the policy the last leader acted on, as s records it: its
+// hash ("" for none recorded: a first install) and its JSON (nil when it was
+// too large to record, or does not match the hash).
+func (s Stored) Baseline() (hash string, policy []byte) {
+	hash, _ = s.value(KeyPolicyHash, AnnotationBaselineHash)
+	if b, ok := s.value(KeyPolicy, AnnotationBaseline); ok && hash != "" && BaselineHash([]byte(b)) == hash {
 		policy = []byte(b)
 	}
 	return hash, policy
 }
 
-// Held reads the hold the Lease records: the change's ID ("" for none or no
-// Lease), its wave's size, and the baseline's JSON.
-func (r Record) Held(ctx context.Context) (id string, pods int, baseline []byte, err error) {
-	l, err := r.Read(ctx)
-	if err != nil {
-		return "", 0, nil, err
-	}
-	id, pods, baseline = HeldOn(l)
-	return id, pods, baseline, nil
+// Held is the hold of the cluster's policy s records: the change's ID (""
+// for none), and its wave's size.
+func (s Stored) Held() (id string, pods int) {
+	pods, _ = strconv.Atoi(s.annotation(AnnotationHeldPods))
+	return s.annotation(AnnotationHeld), pods
 }
 
-// HeldOn reads the hold a Lease (nil: none) records: the change's ID ("" for
-// none), its wave's size, and the baseline's JSON (nil when it was too large
-// to record).
-func HeldOn(l *coordinationv1.Lease) (id string, pods int, baseline []byte) {
-	if l == nil {
-		return "", 0, nil
-	}
-	id = l.Annotations[AnnotationHeld]
-	pods, _ = strconv.Atoi(l.Annotations[AnnotationHeldPods])
-	if b, ok := l.Annotations[AnnotationBaseline]; ok {
-		baseline = []byte(b)
-	}
-	return id, pods, baseline
-}
+// Approval is the change ID a person approved on the Lease ("" for none).
+func (s Stored) Approval() string { return s.annotation(AnnotationApprove) }
 
 // Options are a Guard's settings for the controller (--hold-waves and the
 // --wave-* flags).
@@ -251,7 +380,7 @@ type Options struct {
 func (r Record) Keep(ctx context.Context, g *Guard, recorded string, clk clock.WithTicker, interval time.Duration, held func(Hold), approved func(Hold, []string)) {
 	logger := klog.FromContext(ctx).WithValues("lease", klog.KRef(r.Namespace, r.Name))
 	var published *Hold
-	var publishedBaseline string
+	var publishedBaseline *string // its hash; nil: not written yet
 	// used are changes whose approval, if any, comes off the Lease.
 	var used []string
 	ticker := clk.NewTicker(interval)
@@ -282,19 +411,32 @@ func (r Record) Keep(ctx context.Context, g *Guard, recorded string, clk clock.W
 		if published != nil && !sameHold(want, published) {
 			used = append(used, published.ID)
 		}
+		if !sameHold(want, published) || len(used) > 0 {
+			if err := r.Publish(ctx, want, used...); err != nil {
+				logger.Error(err, "Cannot record the held wave")
+			} else {
+				if want != nil && !sameHold(want, published) {
+					held(h)
+				}
+				published, used = want, nil
+			}
+		}
 		baseline := g.BaselinePolicy()
 		var baselineHash string
 		if baseline != nil {
 			baselineHash = BaselineHash(baseline)
 		}
-		if !sameHold(want, published) || baselineHash != publishedBaseline || len(used) > 0 {
-			if err := r.Publish(ctx, want, baseline, used...); err != nil {
-				logger.Error(err, "Cannot record the held wave and the policy acted on")
-			} else {
-				if want != nil && !sameHold(want, published) {
-					held(h)
-				}
-				published, publishedBaseline, used = want, baselineHash, nil
+		if publishedBaseline == nil || baselineHash != *publishedBaseline {
+			err := r.PublishBaseline(ctx, baseline)
+			switch {
+			case apierrors.IsForbidden(err):
+				// Tried again when it changes, not at every look.
+				logger.Error(err, "Cannot record the policy acted on (RBAC: get, update and create the ConfigMap by name in podjanitor's namespace); the next leader's start is measured as a first install's")
+				publishedBaseline = &baselineHash
+			case err != nil:
+				logger.Error(err, "Cannot record the policy acted on")
+			default:
+				publishedBaseline = &baselineHash
 			}
 		}
 		select {

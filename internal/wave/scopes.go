@@ -1,30 +1,32 @@
 package wave
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-
-	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
-// AnnotationHeldNamespaces records on the Lease the held changes of
+// KeyHeldNamespaces records in the record ConfigMap the held changes of
 // namespaces' labels or keep annotation (Holds of SourceNamespace), so that
 // a restart or a new leader holds them again instead of acting on the
 // changed labels: JSON, by namespace, each held change's ID, its wave's size
-// and what the namespace was before it (ScopeHold).
-const AnnotationHeldNamespaces = "podjanitor.io/held-namespaces"
+// and what the namespace was before it (ScopeHold). AnnotationHeldNamespaces
+// is where an earlier podjanitor recorded them, on the Lease: read when the
+// ConfigMap has no KeyHeldNamespaces yet.
+const (
+	KeyHeldNamespaces        = "held-namespaces.json"
+	AnnotationHeldNamespaces = "podjanitor.io/held-namespaces"
+)
 
-// maxHeldScopes is the most AnnotationHeldNamespaces takes: with the
-// baseline (maxBaseline) it stays within the 256 KiB of annotations the API
-// server stores per object.
+// maxHeldScopes is the most KeyHeldNamespaces takes (see maxBaseline).
 const maxHeldScopes = 64 << 10
 
-// ErrBadRecord is a record on the Lease that does not parse: reading it
-// again cannot help.
+// ErrBadRecord is a record that does not parse: reading it again cannot
+// help.
 var ErrBadRecord = errors.New("the record does not parse")
 
 // ScopeHold is one scope's held change as recorded: its ID, its wave's size
@@ -50,51 +52,54 @@ func (h *Holds) Snapshot() map[string]ScopeHold {
 	return out
 }
 
-// HeldScopesOn is the held changes of namespaces the Lease l (nil: none)
-// records: none when the annotation is not there. A record that does not
-// parse is an error (ErrBadRecord): its holds cannot be told, and acting on
-// the changes they held back could remove what a person was to approve
-// first.
-func HeldScopesOn(l *coordinationv1.Lease) (map[string]ScopeHold, error) {
-	if l == nil {
-		return nil, nil
-	}
-	v, ok := l.Annotations[AnnotationHeldNamespaces]
-	if !ok {
+// HeldScopes is the held changes of namespaces s records: none when it
+// records none. A record that does not parse is an error (ErrBadRecord):
+// its holds cannot be told, and acting on the changes they held back could
+// remove what a person was to approve first.
+func (s Stored) HeldScopes() (map[string]ScopeHold, error) {
+	v, ok := s.value(KeyHeldNamespaces, AnnotationHeldNamespaces)
+	if !ok || v == "" {
 		return nil, nil
 	}
 	var held map[string]ScopeHold
 	if err := json.Unmarshal([]byte(v), &held); err != nil {
-		return nil, fmt.Errorf("lease %s/%s: annotation %s: %w (remove it to release every held namespace change): %w",
-			l.Namespace, l.Name, AnnotationHeldNamespaces, ErrBadRecord, err)
+		return nil, fmt.Errorf("configmap %s/%s: %s: %w (delete it to release every held namespace change): %w",
+			s.namespace(), s.configMapName(), KeyHeldNamespaces, ErrBadRecord, err)
 	}
 	return held, nil
 }
 
-// PublishScopes records held (none: the annotation removed) on the Lease.
-// A record larger than maxHeldScopes keeps the namespaces that fit, by
-// name; it returns those left out, which a restart does not hold again.
+func (s Stored) namespace() string {
+	if s.Lease != nil {
+		return s.Lease.Namespace
+	}
+	if s.ConfigMap != nil {
+		return s.ConfigMap.Namespace
+	}
+	return ""
+}
+
+func (s Stored) configMapName() string {
+	if s.ConfigMap != nil {
+		return s.ConfigMap.Name
+	}
+	if s.Lease != nil {
+		return RecordName(s.Lease.Name)
+	}
+	return ""
+}
+
+// PublishScopes records held (none: an empty record) in the record
+// ConfigMap, and then takes the legacy annotation of an earlier podjanitor
+// off the Lease. A record larger than maxHeldScopes keeps the namespaces
+// that fit, by name; it returns those left out, which a restart does not
+// hold again.
 func (r Record) PublishScopes(ctx context.Context, held map[string]ScopeHold) (left []string, err error) {
 	value, left := encodeScopes(held)
-	err = r.update(ctx, func(l *coordinationv1.Lease) bool {
-		old, had := l.Annotations[AnnotationHeldNamespaces]
-		switch {
-		case value == "" && !had, value != "" && had && old == value:
-			return false
-		case value == "":
-			delete(l.Annotations, AnnotationHeldNamespaces)
-		default:
-			if l.Annotations == nil {
-				l.Annotations = map[string]string{}
-			}
-			l.Annotations[AnnotationHeldNamespaces] = value
-		}
-		return true
-	})
-	if err != nil {
-		return left, fmt.Errorf("recording the held namespace changes on lease %s/%s: %w", r.Namespace, r.Name, err)
+	if err := r.updateData(ctx, map[string]string{KeyHeldNamespaces: cmp.Or(value, "{}")}, KeyHeldNamespaces); err != nil {
+		return left, fmt.Errorf("recording the held namespace changes in configmap %s/%s: %w", r.Namespace, RecordName(r.Name), err)
 	}
-	return left, nil
+	return left, r.dropLegacy(ctx, AnnotationHeldNamespaces)
 }
 
 // encodeScopes is the annotation's value for held ("" for none), with the

@@ -28,16 +28,16 @@ func TestScopesRecordRoundTrip(t *testing.T) {
 			t.Fatalf("namespace %s not held", ns)
 		}
 	}
-	r := Record{Client: fake.NewClientset().CoordinationV1(), Namespace: "podjanitor", Name: "podjanitor"}
+	r := Record{Client: fake.NewClientset(), Namespace: "podjanitor", Name: "podjanitor"}
 	snap := h.Snapshot()
 	if left, err := r.PublishScopes(ctx, snap); err != nil || len(left) > 0 {
 		t.Fatalf("publish: %v, left out %v", err, left)
 	}
-	l, err := r.Read(ctx)
+	stored, err := r.Read(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := HeldScopesOn(l)
+	got, err := stored.HeldScopes()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,10 +53,10 @@ func TestScopesRecordRoundTrip(t *testing.T) {
 	if _, err := r.PublishScopes(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if l, err = r.Read(ctx); err != nil {
+	if stored, err = r.Read(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := HeldScopesOn(l); err != nil || got != nil {
+	if got, err := stored.HeldScopes(); err != nil || len(got) != 0 {
 		t.Errorf("after none held: %v, %v; want none", got, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os/exec"
 	"regexp"
@@ -243,10 +244,9 @@ func TestRestartWithTheSamePolicyHoldsNothing(t *testing.T) {
 	cfg := writePolicy(t, "", fmt.Sprintf(waveRule, "1s"))
 	first := startDaemon(t, "--namespace", ns, "--config", cfg, "--leader-elect-resource-namespace", ns)
 	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		l, err := client.CoordinationV1().Leases(ns).Get(ctx, "podjanitor", metav1.GetOptions{})
-		return err == nil && l.Annotations["podjanitor.io/policy-sha256"] != "", nil
+		return recorded(ctx, ns, "policy.sha256") != "", nil
 	}); err != nil {
-		t.Fatal("the policy acted on is not recorded on the Lease")
+		t.Fatal("the policy acted on is not recorded")
 	}
 	first.kill()
 	pods := wavePods(t, ns, "yes", 50)
@@ -257,6 +257,60 @@ func TestRestartWithTheSamePolicyHoldsNothing(t *testing.T) {
 	}
 	if d.logContains("Holding the removals") {
 		t.Error("a restart with the same policy held a wave")
+	}
+}
+
+// TestLeaseRenewalsCarryNoRecord: the leader of a policy of 200 rules
+// (about 30 KiB of JSON) records it in the ConfigMap beside its Lease, not
+// on the Lease: each renewal of the Lease (a whole object every retry
+// period) stays small, and writes no record. Before, the policy was an
+// annotation of the Lease, sent again with every renewal.
+func TestLeaseRenewalsCarryNoRecord(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	var rules strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&rules, "  - name: rule-%03d-with-a-name-long-enough-to-count\n    match: {labelSelector: \"wave=r%03d\"}\n    clock: created\n    after: %dh\n", i, i, i+1)
+	}
+	cfg := writePolicy(t, "", rules.String())
+	startDaemon(t, "--namespace", ns, "--config", cfg, "--leader-elect", "--leader-elect-resource-namespace", ns,
+		"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms")
+	var cmVersion string
+	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "podjanitor-namespaces", metav1.GetOptions{})
+		if err != nil || len(cm.Data["policy.json"]) < 20<<10 {
+			return false, nil
+		}
+		cmVersion = cm.ResourceVersion
+		return true, nil
+	}); err != nil {
+		t.Fatal("the policy acted on is not recorded in the ConfigMap")
+	}
+	time.Sleep(time.Second) // the namespaces' first write, after the policy's
+	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctxFor(t), "podjanitor-namespaces", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmVersion = cm.ResourceVersion
+	renewals := map[string]bool{}
+	for range 12 {
+		l, err := client.CoordinationV1().Leases(ns).Get(ctxFor(t), "podjanitor", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		renewals[l.ResourceVersion] = true
+		b, _ := json.Marshal(l)
+		if len(b) > 2<<10 {
+			t.Fatalf("the Lease is %d bytes (annotations %v), want under 2 KiB: a renewal carries a record", len(b), slices.Collect(maps.Keys(l.Annotations)))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if len(renewals) < 4 {
+		t.Errorf("%d versions of the Lease seen in 6 s at a 500 ms retry period, want renewals", len(renewals))
+	}
+	cm, err = client.CoreV1().ConfigMaps(ns).Get(ctxFor(t), "podjanitor-namespaces", metav1.GetOptions{})
+	if err != nil || cm.ResourceVersion != cmVersion {
+		t.Errorf("the record was written during %d renewals with nothing changed (version %s, then %s): %v", len(renewals), cmVersion, cm.ResourceVersion, err)
 	}
 }
 
@@ -336,12 +390,11 @@ func TestNamespaceHoldOutlastsARestart(t *testing.T) {
 	}); err != nil {
 		t.Fatal("the namespace's change is not held")
 	}
-	// Recorded on the Lease as the hold starts.
+	// Recorded as the hold starts.
 	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		l, err := client.CoordinationV1().Leases(ns).Get(ctx, "podjanitor", metav1.GetOptions{})
-		return err == nil && strings.Contains(l.Annotations["podjanitor.io/held-namespaces"], id), nil
+		return strings.Contains(recorded(ctx, ns, "held-namespaces.json"), id), nil
 	}); err != nil {
-		t.Errorf("the namespace's held change %s is not recorded on the Lease", id)
+		t.Errorf("the namespace's held change %s is not recorded", id)
 	}
 	time.Sleep(2 * time.Second) // past every pod's 1s, held
 	noneRemoved(t, r.removals, pods)
@@ -480,10 +533,9 @@ func TestRestartInAWiderScopeIsHeld(t *testing.T) {
 			args := []string{"--namespace", ns, "--config", cfg, "--leader-elect-resource-namespace", ns}
 			first := startDaemon(t, append(args, c.first...)...)
 			if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-				l, err := client.CoordinationV1().Leases(ns).Get(ctx, "podjanitor", metav1.GetOptions{})
-				return err == nil && strings.Contains(l.Annotations["podjanitor.io/policy"], `"scope"`), nil
+				return strings.Contains(recorded(ctx, ns, "policy.json"), `"scope"`), nil
 			}); err != nil {
-				t.Fatal("the scope acted in is not recorded on the Lease")
+				t.Fatal("the scope acted in is not recorded")
 			}
 			first.kill()
 			pods := createPods(t, n, func(i int) *corev1.Pod {
@@ -551,12 +603,11 @@ func TestApprovalIsUsedOnce(t *testing.T) {
 	}
 
 	writePolicy(t, cfg, fmt.Sprintf(waveRule, "168h"))
-	// The revert is acted on once the Lease records it (168h in ns).
+	// The revert is acted on once the record has it (168h in ns).
 	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		l, err := client.CoordinationV1().Leases(ns).Get(ctx, "podjanitor", metav1.GetOptions{})
-		return err == nil && strings.Contains(l.Annotations["podjanitor.io/policy"], `"After":604800000000000`), nil
+		return strings.Contains(recorded(ctx, ns, "policy.json"), `"After":604800000000000`), nil
 	}); err != nil {
-		t.Fatal("the reverted policy is not recorded on the Lease")
+		t.Fatal("the reverted policy is not recorded")
 	}
 	second := createPods(t, n, func(i int) *corev1.Pod { return pod(ns, fmt.Sprintf("again-%04d", i), label("wave", "yes")) })
 	writePolicy(t, cfg, fmt.Sprintf(waveRule, "1s"))
@@ -692,4 +743,14 @@ func TestWaveBeyondTheWindowIsHeld(t *testing.T) {
 	for _, p := range pods {
 		r.waitRemoved(t, p, time.Minute)
 	}
+}
+
+// recorded is the key of the record ConfigMap beside the Lease podjanitor
+// in ns ("" when it is not there).
+func recorded(ctx context.Context, ns, key string) string {
+	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "podjanitor-namespaces", metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return cm.Data[key]
 }
