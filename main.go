@@ -150,8 +150,9 @@ func daemon(ctx context.Context, o *flagValues) error {
 		PodSelector:          podSelector,
 		RedecisionInterval:   o.redecisionInterval,
 		Waves:                o.waves.options(clients.kube, o.lease),
-		Scope:                decisionScope{Namespace: o.scope.namespace, LabelSelector: o.scope.labelSelector, TenantPolicies: o.tenants.enabled},
-		MayRemove:            mayRemove,
+		Scope: decisionScope{Namespace: o.scope.namespace, LabelSelector: o.scope.labelSelector, TenantPolicies: o.tenants.enabled,
+			Tenant: newTenantScope(o.tenants.restrictions, o.tenants.limits)},
+		MayRemove: mayRemove,
 	})
 	if err != nil {
 		return err

@@ -117,5 +117,5 @@ func (o Options) scope() decisionScope {
 	if o.Evaluator != nil {
 		prefix = o.Evaluator.Prefix
 	}
-	return newDecisionScope(o.Scope.Namespace, o.Scope.LabelSelector, o.Scope.TenantPolicies, o.DryRun, prefix)
+	return newDecisionScope(o.Scope.Namespace, o.Scope.LabelSelector, o.Scope.TenantPolicies, o.Scope.Tenant, o.DryRun, prefix)
 }

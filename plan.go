@@ -194,7 +194,8 @@ func plan(ctx context.Context, o *flagValues, out io.Writer) error {
 	if err != nil { // a reader without access to the record still gets the plan
 		klog.Background().Info("Cannot tell held pods from others", "err", err)
 	}
-	scope := newDecisionScope(o.scope.namespace, o.scope.labelSelector, o.tenants.enabled, false, o.scope.annotationPrefix)
+	scope := newDecisionScope(o.scope.namespace, o.scope.labelSelector, o.tenants.enabled,
+		newTenantScope(o.tenants.restrictions, o.tenants.limits), false, o.scope.annotationPrefix)
 	if err := markHeld(&report, record, stored, evaluator, scope, pods, namespaces, report.GeneratedAt); err != nil {
 		return err
 	}

@@ -9,6 +9,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/podjanitor/podjanitor/internal/events"
 	"github.com/podjanitor/podjanitor/internal/podcache"
+	"github.com/podjanitor/podjanitor/internal/tenant"
 	"github.com/podjanitor/podjanitor/internal/wave"
 	"github.com/podjanitor/podjanitor/policy"
 )
@@ -63,18 +66,47 @@ type decisionScope struct {
 	AnnotationPrefix string `json:"annotationPrefix"`
 	TenantPolicies   bool   `json:"tenantPolicies"`
 	DryRun           bool   `json:"dryRun"`
+	// Tenant is what the cluster admin allows tenant policies (the
+	// --tenant-* restrictions and limits), with TenantPolicies; nil in a
+	// record written before they were recorded: taken as the current ones.
+	Tenant *tenantScope `json:"tenant,omitempty"`
+}
+
+// tenantScope is what the cluster admin allows tenant policies. A policy
+// they refuse shows it in its status, which the tenant policies' holds
+// measure; the protected namespaces and priority classes also take pods
+// out of every policy's reach with no status to show it, which a start
+// measures (recordedEvaluator).
+type tenantScope struct {
+	Restrictions policy.Restrictions `json:"restrictions"`
+	Limits       tenant.Limits       `json:"limits"`
+}
+
+// newTenantScope is the tenant scope as recorded: its lists sorted.
+func newTenantScope(r policy.Restrictions, l tenant.Limits) *tenantScope {
+	r.ForbiddenClocks, r.ForbiddenActions = slices.Sorted(slices.Values(r.ForbiddenClocks)), slices.Sorted(slices.Values(r.ForbiddenActions))
+	r.ProtectedNamespaces, r.ProtectedPriorityClasses = slices.Sorted(slices.Values(r.ProtectedNamespaces)), slices.Sorted(slices.Values(r.ProtectedPriorityClasses))
+	return &tenantScope{Restrictions: r, Limits: l}
 }
 
 // newDecisionScope is a scope as recorded: the default annotation prefix
-// as none, the label selector as it prints once parsed.
-func newDecisionScope(namespace, labelSelector string, tenants, dryRun bool, prefix string) decisionScope {
+// as none, the label selector as it prints once parsed; with tenant
+// policies, what tenants allow them (nil: none restricted).
+func newDecisionScope(namespace, labelSelector string, tenantPolicies bool, tenants *tenantScope, dryRun bool, prefix string) decisionScope {
 	if prefix == policy.DefaultAnnotationPrefix {
 		prefix = ""
 	}
 	if sel, err := labels.Parse(labelSelector); err == nil {
 		labelSelector = sel.String()
 	}
-	return decisionScope{Namespace: namespace, LabelSelector: labelSelector, AnnotationPrefix: prefix, TenantPolicies: tenants, DryRun: dryRun}
+	switch {
+	case !tenantPolicies:
+		tenants = nil
+	case tenants == nil:
+		tenants = newTenantScope(policy.Restrictions{}, tenant.Limits{})
+	}
+	return decisionScope{Namespace: namespace, LabelSelector: labelSelector, AnnotationPrefix: prefix,
+		TenantPolicies: tenantPolicies, Tenant: tenants, DryRun: dryRun}
 }
 
 // recordedPolicy is what the Lease records as the policy acted on: the
@@ -150,6 +182,9 @@ func parseRecord(b []byte, current decisionScope) (*policy.Policy, decisionScope
 	if r.Scope == nil {
 		return p, current, true
 	}
+	if r.Scope.TenantPolicies && r.Scope.Tenant == nil {
+		r.Scope.Tenant = current.Tenant
+	}
 	return p, *r.Scope, true
 }
 
@@ -172,6 +207,9 @@ func recordedEvaluator(running policy.Evaluator, rules *policy.Policy, recorded,
 	if !recorded.TenantPolicies && current.TenantPolicies {
 		e.Tenants = nil
 	}
+	if e.Tenants != nil && recorded.Tenant != nil {
+		e.Tenants = protectedAs{rest: e.Tenants, restrictions: recorded.Tenant.Restrictions}
+	}
 	annotationsOnly := e
 	annotationsOnly.Policy, annotationsOnly.Tenants = nil, nil
 	unknown := recorded.AnnotationPrefix != current.AnnotationPrefix || recorded.TenantPolicies && !current.TenantPolicies
@@ -182,6 +220,22 @@ func recordedEvaluator(running policy.Evaluator, rules *policy.Policy, recorded,
 		}
 		return e
 	}
+}
+
+// protectedAs is rest's tenant policies as if made under restrictions'
+// protected namespaces and priority classes.
+type protectedAs struct {
+	rest         policy.Tenants
+	restrictions policy.Restrictions
+}
+
+func (p protectedAs) For(namespace string) []*policy.TenantPolicy {
+	list := p.rest.For(namespace)
+	out := make([]*policy.TenantPolicy, len(list))
+	for i, t := range list {
+		out[i] = t.ProtectedAs(p.restrictions)
+	}
+	return out
 }
 
 // inScopeOf reports whether a pod was in scope s: its namespace and label
@@ -267,7 +321,7 @@ func (w *policyWaves) start(ctx context.Context, stored wave.Stored) {
 	}
 	w.guard.Rebase(recorded, oldDecide)
 	logger := klog.FromContext(ctx)
-	scopeChanged := recorded != nil && scope != w.scope
+	scopeChanged := recorded != nil && !reflect.DeepEqual(scope, w.scope)
 	if h, held := w.guard.Change(wave.SourceStartup, current, w.decider(e), podcache.Pods(w.pods), w.now()); held {
 		logger.Info("Holding the removals of the start: its policy makes too many pods due at once against the one recorded on the Lease (none: a first install)",
 			"change", h.ID, "pods", h.Pods, "firstInstall", recorded == nil, "scopeChanged", scopeChanged,

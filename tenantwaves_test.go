@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -1095,4 +1097,73 @@ func policyInFourNamespaces(t *testing.T) *tenantFixture {
 		f.drain()
 	}
 	return f
+}
+
+// TestStartProtectingAPriorityClassIsHeld: a namespace's policy kept its 12
+// pods of priority class batch for 30 days, under a cluster rule of 1h; the
+// next start protects batch from tenant policies
+// (--tenant-protected-priority-classes), which takes the policy off those
+// pods with no change of its status: the cluster's rule makes all 12 due.
+// The restrictions acted on are recorded with the scope, so the start is
+// measured against them and held. Before, they were not recorded: the same
+// rules in the same scope held nothing, and all 12 went.
+func TestStartProtectingAPriorityClassIsHeld(t *testing.T) {
+	p := lifetimePolicy("team-a", "keep", v1alpha1.PodLifetimeRule{Name: "keep", Clock: "created", After: "720h"})
+	p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", ObservedGeneration: p.Generation}}
+	var pods []*corev1.Pod
+	for i := range 12 {
+		pod := tenantPod(fmt.Sprintf("p%03d", i), "team-a", t0.Add(-2*time.Hour), nil)
+		pod.Spec.PriorityClassName = "batch"
+		pods = append(pods, pod)
+	}
+	protecting := policy.Restrictions{ProtectedPriorityClasses: []string{"batch"}}
+	opts := Options{Evaluator: evaluatorWithAfter(t, "1h"),
+		Scope: decisionScope{TenantPolicies: true, Tenant: newTenantScope(protecting, tenant.Limits{})}}
+	opts.Waves = &wave.Options{Threshold: wave.Threshold{Pods: 10, Percent: 50, MinPods: 10}, Window: time.Minute,
+		Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}}
+	f := newTenantFixtureWith(t, opts, protecting, nil, pods, func(pj *pjfake.Clientset) {
+		if err := pj.Tracker().Add(p); err != nil {
+			t.Fatal(err)
+		}
+	})
+	f.c.opts.Waves.Record.Client = f.client
+	recorded := decisionScope{TenantPolicies: true, Tenant: newTenantScope(policy.Restrictions{}, tenant.Limits{})}
+	b := recordJSON(f.c.evaluator.Load(), recorded)
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor",
+		Annotations: map[string]string{wave.AnnotationBaseline: string(b), wave.AnnotationBaselineHash: wave.BaselineHash(b)}}}
+	if _, err := f.client.CoordinationV1().Leases("podjanitor").Create(f.ctx, lease, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.start(pods)
+	f.drain()
+	if h, held := f.c.waves.Held(); !held || h.Pods != 12 {
+		t.Fatalf("held %+v, %v; want the 12 pods the protection hands to the cluster's rule", h, held)
+	}
+	if n := len(f.podWrites()); n != 0 {
+		t.Errorf("%d pods removed on protecting their priority class, want none before an approval", n)
+	}
+}
+
+// TestStartUnderTheSameRestrictionsHoldsNothing: the restrictions recorded
+// are the ones the start runs with (given in another order): nothing held,
+// and a record written before restrictions were recorded is taken as the
+// current ones (an upgrade holds nothing).
+func TestStartUnderTheSameRestrictionsHoldsNothing(t *testing.T) {
+	for name, recorded := range map[string]*tenantScope{
+		"same, other order": newTenantScope(policy.Restrictions{ProtectedPriorityClasses: []string{"batch", "alpha"}}, tenant.Limits{}),
+		"not recorded":      nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			current := decisionScope{TenantPolicies: true, Tenant: newTenantScope(policy.Restrictions{ProtectedPriorityClasses: []string{"alpha", "batch"}}, tenant.Limits{})}
+			b, _ := json.Marshal(recordedPolicy{Rules: evaluatorWithAfter(t, "1h").Policy.Rules, Scope: &decisionScope{TenantPolicies: true, Tenant: recorded}})
+			rules, s, ok := parseRecord(b, current)
+			if !ok || rules == nil || !reflect.DeepEqual(s, current) {
+				t.Errorf("recorded %s parses as %+v (tenant %+v), %v; want the current scope", b, s, s.Tenant, ok)
+			}
+			e := evaluatorWithAfter(t, "1h")
+			if same := string(recordJSON(e, current)) == string(recordJSON(e, decisionScope{TenantPolicies: true, Tenant: recorded})); same != (recorded != nil) {
+				t.Errorf("the record is the same bytes as the start's: %v, want %v", same, recorded != nil)
+			}
+		})
+	}
 }

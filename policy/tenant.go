@@ -45,6 +45,15 @@ func (p protection) covers(pod *corev1.Pod) bool {
 	return slices.Contains(p.namespaces, pod.Namespace) || slices.Contains(p.classes, pod.Spec.PriorityClassName)
 }
 
+// ProtectedAs is t as if made under the protected namespaces and priority
+// classes of r: a start measures by it what a change of them brings
+// forward.
+func (t *TenantPolicy) ProtectedAs(r Restrictions) *TenantPolicy {
+	c := *t
+	c.protected = protection{namespaces: r.ProtectedNamespaces, classes: r.ProtectedPriorityClasses}
+	return &c
+}
+
 // Key is "<namespace>/<name>", as Decision.Policy names it.
 func (t *TenantPolicy) Key() string { return t.Namespace + "/" + t.Name }
 
