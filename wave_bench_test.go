@@ -113,3 +113,59 @@ func heldChange(c *Controller) (wave.Hold, bool) {
 	}
 	return c.waves.Held()
 }
+
+// BenchmarkGuard measures the wave guard alone (--hold-waves) at 10,000 and
+// 150,000 Running pods in one namespace: a reload of the policy file (every
+// cached pod decided by the old and the new rules: policyWaves.reload), and
+// one namespace's change of labels (its pods decided with the namespace as
+// it was and as it is: the namespace controller's Measure, which the
+// informer's update calls before the namespace's pods are decided again).
+// The reloads switch between `after: 7d` and `after: 8d` and the labels
+// between tier=a and tier=b, so nothing is held and each op measures every
+// pod. Run it with
+//
+//	go test -run '^$' -bench Guard -benchtime 10x -count 6 .
+func BenchmarkGuard(b *testing.B) {
+	klog.SetLogger(klog.Background().V(10)) // quiet: nothing logs at V(10)
+	for _, n := range []int{10000, 150000} {
+		start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+		clk := testingclock.NewFakeClock(start)
+		client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench", Labels: map[string]string{"tier": "a"}}})
+		pods := make([]*corev1.Pod, 0, n)
+		for i := range n {
+			pods = append(pods, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("pod-%06d", i), UID: types.UID(fmt.Sprint(i)),
+					ResourceVersion: "1", CreationTimestamp: metav1.NewTime(start.Add(-time.Duration(i) * time.Second))},
+				Status: corev1.PodStatus{Phase: corev1.PodRunning},
+			})
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		evaluators := []*policy.Evaluator{benchEvaluator(b, "7d"), benchEvaluator(b, "8d")}
+		opts := Options{Evaluator: evaluators[0],
+			Waves: &wave.Options{Threshold: wave.Threshold{Pods: 100, Percent: 10, MinPods: 10}, Window: 5 * time.Minute}}
+		c := newBenchController(b, ctx, clk, client, pods, opts, nil)
+		b.Run(fmt.Sprintf("reload/pods=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				c.waves.reload(evaluators[(i+1)%2])
+			}
+			if _, held := heldChange(c); held {
+				b.Fatal("a reload between 7d and 8d was held")
+			}
+		})
+		b.Run(fmt.Sprintf("namespace/pods=%d", n), func(b *testing.B) {
+			tiers := []*metav1.ObjectMeta{
+				{Name: "bench", Labels: map[string]string{"tier": "a"}},
+				{Name: "bench", Labels: map[string]string{"tier": "b"}},
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				namespacesOf(c).Measure(tiers[i%2], tiers[(i+1)%2])
+			}
+			if _, _, held := namespacesOf(c).Holds().Held("bench"); held {
+				b.Fatal("a label that decides nothing was held")
+			}
+		})
+		cancel()
+	}
+}

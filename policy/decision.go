@@ -14,6 +14,15 @@ import (
 // DefaultAnnotationPrefix is the annotation prefix when Evaluator.Prefix is empty.
 const DefaultAnnotationPrefix = "podjanitor.io"
 
+// ApproveWaveAnnotation approves a held change, on the object a person
+// approves it on (podjanitor's Lease, a Namespace, a PodLifetimePolicy),
+// whatever the prefix; a value longer than MaxApproveWave is no change ID,
+// and the caches do not keep it.
+const (
+	ApproveWaveAnnotation = "podjanitor.io/approve-wave"
+	MaxApproveWave        = 64
+)
+
 // Annotation names, under the prefix: "podjanitor.io/ttl".
 const (
 	AnnotationTTL              = "ttl"

@@ -179,9 +179,9 @@ func validateRule(rule Rule) error {
 	}
 	if _, ok := clockReasons[rule.Clock]; !ok {
 		if rule.Clock == "" {
-			return fmt.Errorf("clock: required, one of %s", quotedList(clockNames()))
+			return fmt.Errorf("clock: required, one of %s", QuotedClocks())
 		}
-		return fmt.Errorf("clock: unknown clock %q, want one of %s", rule.Clock, quotedList(clockNames()))
+		return fmt.Errorf("clock: unknown clock %q, want one of %s", rule.Clock, QuotedClocks())
 	}
 	if allowed, ok := clockPhases[rule.Clock]; ok {
 		for i, phase := range rule.Match.Phases {
@@ -271,12 +271,16 @@ func validatePriorityClassNames(field string, names []string) error {
 	return nil
 }
 
-// Clocks are the clocks a rule may count from.
+// Clocks are the clocks a rule may count from, in the order errors list
+// them; the CRD's validation (hack/crdgen) lists them from here too.
 func Clocks() []Clock { return clockNames() }
 
 func clockNames() []Clock {
 	return []Clock{ClockFinished, ClockPending, ClockCrashLooping, ClockCreated}
 }
+
+// QuotedClocks are Clocks as errors list them: "finished", "pending", ….
+func QuotedClocks() string { return quotedList(clockNames()) }
 
 func quotedList[S ~string](values []S) string {
 	quoted := make([]string, len(values))

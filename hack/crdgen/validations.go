@@ -73,8 +73,8 @@ var validations = map[string]map[string]any{
 var maxRules = policy.TenantMaxItems["rules"]
 
 var (
-	clocks      = []string{"finished", "pending", "crashLooping", "created"}
-	clockList   = `"finished", "pending", "crashLooping", "created"`
+	clocks      = clockStrings()
+	clockList   = policy.QuotedClocks()
 	phaseList   = `['Pending', 'Running', 'Succeeded', 'Failed', 'Unknown']`
 	clockPhases = `{'finished': ['Succeeded', 'Failed'], 'pending': ['Pending'], 'crashLooping': ['Pending', 'Running']}`
 
@@ -245,6 +245,15 @@ func merge(ms ...map[string]any) map[string]any {
 		for k, v := range m {
 			out[k] = v
 		}
+	}
+	return out
+}
+
+// clockStrings are policy.Clocks as strings.
+func clockStrings() []string {
+	var out []string
+	for _, c := range policy.Clocks() {
+		out = append(out, string(c))
 	}
 	return out
 }

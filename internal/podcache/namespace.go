@@ -3,14 +3,13 @@ package podcache
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/podjanitor/podjanitor/policy"
 )
 
-// ApproveWaveAnnotation approves a namespace's held change (wave.AnnotationApprove);
-// a value longer than maxApproveWave is no change ID and is not kept.
-const (
-	ApproveWaveAnnotation = "podjanitor.io/approve-wave"
-	maxApproveWave        = 64
-)
+// ApproveWaveAnnotation approves a namespace's held change; a value longer
+// than policy.MaxApproveWave is no change ID and is not kept.
+const ApproveWaveAnnotation = policy.ApproveWaveAnnotation
 
 // NamespaceTransform returns the namespace informer's transform: of each
 // namespace's metadata, only what decisions read (labels for rules'
@@ -33,7 +32,7 @@ func NamespaceTransform(keepKey string) cache.TransformFunc {
 		if value, ok := m.Annotations[keepKey]; ok {
 			lean.Annotations = map[string]string{keepKey: value}
 		}
-		if value, ok := m.Annotations[ApproveWaveAnnotation]; ok && len(value) <= maxApproveWave {
+		if value, ok := m.Annotations[ApproveWaveAnnotation]; ok && len(value) <= policy.MaxApproveWave {
 			if lean.Annotations == nil {
 				lean.Annotations = map[string]string{}
 			}

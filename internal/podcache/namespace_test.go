@@ -5,6 +5,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podjanitor/podjanitor/policy"
 )
 
 // TestNamespaceTransformKeepsLabelsAndKeep proves that the namespace cache
@@ -35,7 +37,7 @@ func TestNamespaceTransformKeepsLabelsAndKeep(t *testing.T) {
 // TestNamespaceTransformKeepsTheApproval: the approval of a held change of
 // the namespace is kept, a value longer than a change ID is not.
 func TestNamespaceTransformKeepsTheApproval(t *testing.T) {
-	for value, kept := range map[string]bool{"0123456789ab": true, string(make([]byte, maxApproveWave+1)): false} {
+	for value, kept := range map[string]bool{"0123456789ab": true, string(make([]byte, policy.MaxApproveWave+1)): false} {
 		full := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "ci", Annotations: map[string]string{ApproveWaveAnnotation: value}}}
 		got, err := NamespaceTransform("podjanitor.io/keep")(full)
 		if err != nil {

@@ -62,12 +62,9 @@ func RuleSpecs(obj *v1alpha1.PodLifetimePolicy) []policy.TenantRuleSpec {
 }
 
 // approveWaveAnnotation is the one annotation of a tenant's that the cache
-// keeps: the approval of a held change of the policy (wave.AnnotationApprove),
-// when it is no longer than a change ID could be.
-const (
-	approveWaveAnnotation = "podjanitor.io/approve-wave"
-	maxApproveWave        = 64
-)
+// keeps: the approval of a held change of the policy, when it is no longer
+// than a change ID could be (policy.MaxApproveWave).
+const approveWaveAnnotation = policy.ApproveWaveAnnotation
 
 // Transform is the tenant policy informer's transform: the cache keeps
 // what conversion and status read (name, namespace, UID, generation,
@@ -95,7 +92,7 @@ func Transform(maxBytes int) cache.TransformFunc {
 			p.Spec.Rules = nil
 		}
 		kept := map[string]string{rulesBytesAnnotation: strconv.Itoa(size)}
-		if v, ok := p.Annotations[approveWaveAnnotation]; ok && len(v) <= maxApproveWave {
+		if v, ok := p.Annotations[approveWaveAnnotation]; ok && len(v) <= policy.MaxApproveWave {
 			kept[approveWaveAnnotation] = v
 		}
 		p.Annotations = kept

@@ -18,13 +18,15 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/podjanitor/podjanitor/policy"
 )
 
 // The annotations of the record Lease.
 const (
 	// AnnotationApprove is what a person sets to a held change's ID to
 	// approve it: kubectl annotate lease -n NS NAME podjanitor.io/approve-wave=ID.
-	AnnotationApprove = "podjanitor.io/approve-wave"
+	AnnotationApprove = policy.ApproveWaveAnnotation
 	// AnnotationHeld is the held change's ID, AnnotationHeldPods its wave's
 	// size, AnnotationHeldSource what changed; podjanitor writes them.
 	AnnotationHeld       = "podjanitor.io/held-wave"
