@@ -218,6 +218,25 @@ func waitLease(t *testing.T, f *fixture, cond func(map[string]string) bool) map[
 	return annotations
 }
 
+// waitRecord waits, stepping the record's clock, until cond holds of the
+// record (the Lease and the ConfigMap, either there or not).
+func waitRecord(t *testing.T, f *fixture, cond func(wave.Stored) bool) {
+	t.Helper()
+	var s wave.Stored
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if s, err = f.c.opts.Waves.Record.Read(ctx); err != nil || !cond(s) {
+			f.clock.Step(waveRecordInterval)
+			return false, nil
+		}
+		return true, nil
+	}); err != nil {
+		hash, policy := s.Baseline()
+		id, _ := s.Held()
+		t.Fatalf("the record: policy %s (%s), held %q", policy, hash, id)
+	}
+}
+
 // TestPlanMarksHeldPods: plan marks HELD the due pods of the held change its
 // policy file is (the Lease records the change and the policy acted on), not
 // those due under that policy, and prints the approval command.
@@ -412,9 +431,10 @@ func TestFirstInstallOnABacklogIsHeld(t *testing.T) {
 		t.Errorf("%d pods removed in all after the approval, want 13", len(removed))
 	}
 	minute := policyJSON(evaluatorWithAfter(t, "1m"))
-	waitLease(t, f, func(a map[string]string) bool {
-		hash, baseline := readStored(t, f.c.opts.Waves.Record).Baseline()
-		return hash == wave.BaselineHash(minute) && string(baseline) == string(minute) && a[wave.AnnotationHeld] == ""
+	waitRecord(t, f, func(s wave.Stored) bool {
+		hash, baseline := s.Baseline()
+		id, _ := s.Held()
+		return hash == wave.BaselineHash(minute) && string(baseline) == string(minute) && id == ""
 	})
 }
 
@@ -431,8 +451,8 @@ func TestFirstInstallOnACleanClusterIsNotHeld(t *testing.T) {
 	go func() { defer close(done); f.c.waves.run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	week := policyJSON(evaluatorWithAfter(t, "7d"))
-	waitLease(t, f, func(map[string]string) bool {
-		hash, _ := readStored(t, f.c.opts.Waves.Record).Baseline()
+	waitRecord(t, f, func(s wave.Stored) bool {
+		hash, _ := s.Baseline()
 		return hash == wave.BaselineHash(week)
 	})
 }
