@@ -1,6 +1,6 @@
 // Package namespacecontroller is podjanitor's controller of namespaces: what
-// decisions read of a namespace (its labels and keep annotation) as the
-// namespace cache has it (Info), the re-decision of a namespace's pods when
+// decisions read of a namespace (its labels and keep annotation) as its
+// change was measured (Info), the re-decision of a namespace's pods when
 // that changes, the hold of a change that makes too many of them due at once
 // (--hold-waves) with its approval (used once) and its record on the Lease,
 // the record of what was acted on of each namespace for the next start
@@ -84,6 +84,11 @@ type Controller struct {
 	namespaces cache.Indexer
 	synced     cache.InformerSynced
 	warnings   Warnings
+	// measured is, by name, each namespace as its handler took it, after
+	// measuring its change (*policy.Namespace): what pods are decided by
+	// (Info). The cache has a change a moment before the handler measures
+	// it; a pod decided in that moment goes by what was measured.
+	measured sync.Map
 
 	// holds are the held changes by namespace; nil without Config.Waves.
 	holds *wave.Holds
@@ -146,9 +151,18 @@ func New(ctx context.Context, informer cache.SharedIndexInformer, cfg Config) (*
 // HasSynced reports whether the handler has taken the informer's initial list.
 func (c *Controller) HasSynced() bool { return c.synced() }
 
-// Info is what the namespace cache knows of a namespace (podcache.NamespaceInfo).
+// Info is what decisions read of a namespace: its labels and keep as its
+// handler last took them, once their change was measured (nil: not known).
 func (c *Controller) Info(name string) *policy.Namespace {
-	return podcache.NamespaceInfo(c.namespaces, name)
+	if ns, ok := c.measured.Load(name); ok {
+		return ns.(*policy.Namespace)
+	}
+	return nil
+}
+
+// setMeasured makes m what decisions read of its namespace.
+func (c *Controller) setMeasured(m metav1.Object) {
+	c.measured.Store(m.GetName(), &policy.Namespace{Labels: m.GetLabels(), Annotations: m.GetAnnotations()})
 }
 
 // WarnOnce says whether the namespace is to be warned about its invalid
@@ -172,6 +186,7 @@ func (c *Controller) eventHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj interface{}, isInInitialList bool) {
 			if m, err := meta.Accessor(obj); err == nil {
+				c.setMeasured(m)
 				c.took(m)
 			}
 			if !isInInitialList {
@@ -183,6 +198,7 @@ func (c *Controller) eventHandler() cache.ResourceEventHandler {
 			curMeta, err2 := meta.Accessor(cur)
 			if err1 == nil && err2 == nil {
 				c.Measure(oldMeta, curMeta)
+				c.setMeasured(curMeta)
 				c.took(curMeta)
 				if oldMeta.GetDeletionTimestamp() == nil && curMeta.GetDeletionTimestamp() != nil {
 					c.cfg.Terminating(curMeta.GetName())
@@ -200,6 +216,7 @@ func (c *Controller) eventHandler() cache.ResourceEventHandler {
 				c.warnings.Forget(m)
 			}
 			if name, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				c.measured.Delete(name)
 				c.forgetActed(name)
 			}
 			// A deleted namespace's held change goes with it: a namespace
