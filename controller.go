@@ -331,7 +331,7 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 	r policy.Restrictions, statusInterval time.Duration) (*tenantcontroller.Controller, error) {
 	t, err := tenantcontroller.New(ctx, tenantcontroller.Config{
 		Informer: informer, Client: client, Restrictions: r, StatusInterval: statusInterval,
-		Pods: c.pods, Namespaces: c.namespaceCache, Evaluator: c.evaluator.Load, Now: c.now, Clock: c.clock,
+		Pods: c.pods, Namespaces: c.namespaceCache, NamespaceInfo: c.namespaces.Info, Evaluator: c.evaluator.Load, Now: c.now, Clock: c.clock,
 		WriteTimeout: c.opts.WriteTimeout, Waves: c.opts.Waves, DryRun: c.opts.DryRun,
 		Reporter: c.reporter, Metrics: c.metrics, Redecide: c.enqueueNamespace, Requeue: c.feed.Add,
 	})

@@ -61,8 +61,11 @@ type Config struct {
 	// policy.
 	StatusInterval time.Duration
 	// Pods is the pod cache with its namespace index; Namespaces the
-	// namespace cache (podcache.NamespaceTransform).
+	// namespace cache (podcache.NamespaceTransform), for a namespace's
+	// deletion; NamespaceInfo what decisions read of a namespace (its
+	// change measured: the namespace controller's Info).
 	Pods, Namespaces cache.Indexer
+	NamespaceInfo    func(name string) *policy.Namespace
 	// Evaluator is the running evaluator, for a wave's decisions.
 	Evaluator func() *policy.Evaluator
 	// Now is the API server's time as the process estimates it.
@@ -627,7 +630,7 @@ func (c *Controller) tenantDecider(namespace string, list []*policy.TenantPolicy
 	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) {
 		e := *c.cfg.Evaluator()
 		e.Tenants = over
-		return e.Decide(pod, podcache.NamespaceInfo(c.cfg.Namespaces, pod.Namespace), now)
+		return e.Decide(pod, c.cfg.NamespaceInfo(pod.Namespace), now)
 	}
 }
 
@@ -638,7 +641,7 @@ func (c *Controller) annotationsDecider(namespace string) wave.Decide {
 	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) {
 		e := *c.cfg.Evaluator()
 		e.Policy, e.Tenants = nil, nil
-		return e.Decide(pod, podcache.NamespaceInfo(c.cfg.Namespaces, namespace), now)
+		return e.Decide(pod, c.cfg.NamespaceInfo(namespace), now)
 	}
 }
 
