@@ -248,6 +248,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 		return nil, err
 	}
 	c.namespaces, c.namespaceCache = ns, namespaceInformer.GetIndexer()
+	go ns.Run(ctx)
 	if h := ns.Holds(); h != nil {
 		c.holders = append(c.holders, h)
 	}

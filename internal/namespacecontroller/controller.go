@@ -32,6 +32,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -84,10 +85,14 @@ type Controller struct {
 	namespaces cache.Indexer
 	synced     cache.InformerSynced
 	warnings   Warnings
-	// measured is, by name, each namespace as its handler took it, after
-	// measuring its change (*policy.Namespace): what pods are decided by
-	// (Info). The cache has a change a moment before the handler measures
-	// it; a pod decided in that moment goes by what was measured.
+	// queue has the names of the namespaces the informer heard of a
+	// change of; sync takes each.
+	queue workqueue.TypedRateLimitingInterface[string]
+	// measured is, by name, each namespace as sync last took it, after
+	// measuring its change (*taken): what pods are decided by (Info), and
+	// what its next change is measured from. The cache has a change a
+	// moment before sync measures it; a pod decided in that moment goes by
+	// what was measured.
 	measured sync.Map
 
 	// holds are the held changes by namespace; nil without Config.Waves.
@@ -119,12 +124,14 @@ type Controller struct {
 }
 
 // New follows the namespaces of informer (podcache.NamespaceTransform's
-// metadata). It starts nothing.
+// metadata). It starts nothing: Run takes the changes it hears of.
 func New(ctx context.Context, informer cache.SharedIndexInformer, cfg Config) (*Controller, error) {
 	logger := klog.FromContext(ctx)
 	c := &Controller{
-		cfg:          cfg,
-		namespaces:   informer.GetIndexer(),
+		cfg:        cfg,
+		namespaces: informer.GetIndexer(),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "namespaces"}),
 		used:         map[string]string{},
 		changed:      make(chan struct{}, 1),
 		recordWrites: rate.NewLimiter(recordRate, RecordBurst),
@@ -151,18 +158,37 @@ func New(ctx context.Context, informer cache.SharedIndexInformer, cfg Config) (*
 // HasSynced reports whether the handler has taken the informer's initial list.
 func (c *Controller) HasSynced() bool { return c.synced() }
 
-// Info is what decisions read of a namespace: its labels and keep as its
-// handler last took them, once their change was measured (nil: not known).
+// taken is a namespace as sync took it: its metadata (name, UID, labels,
+// annotations, deletion) and what decisions read of it.
+type taken struct {
+	meta *metav1.ObjectMeta
+	info *policy.Namespace
+}
+
+// Info is what decisions read of a namespace: its labels and keep as sync
+// last took them, once their change was measured (nil: not known).
 func (c *Controller) Info(name string) *policy.Namespace {
-	if ns, ok := c.measured.Load(name); ok {
-		return ns.(*policy.Namespace)
+	if t, ok := c.lastTaken(name); ok {
+		return t.info
 	}
 	return nil
 }
 
-// setMeasured makes m what decisions read of its namespace.
-func (c *Controller) setMeasured(m metav1.Object) {
-	c.measured.Store(m.GetName(), &policy.Namespace{Labels: m.GetLabels(), Annotations: m.GetAnnotations()})
+func (c *Controller) lastTaken(name string) (*taken, bool) {
+	t, ok := c.measured.Load(name)
+	if !ok {
+		return nil, false
+	}
+	return t.(*taken), true
+}
+
+// take makes m what decisions read of its namespace, and notes it acted on.
+func (c *Controller) take(m metav1.Object) {
+	c.measured.Store(m.GetName(), &taken{
+		meta: &metav1.ObjectMeta{Name: m.GetName(), UID: m.GetUID(), Labels: m.GetLabels(), Annotations: m.GetAnnotations(), DeletionTimestamp: m.GetDeletionTimestamp()},
+		info: &policy.Namespace{Labels: m.GetLabels(), Annotations: m.GetAnnotations()},
+	})
+	c.took(m)
 }
 
 // WarnOnce says whether the namespace is to be warned about its invalid
@@ -177,67 +203,97 @@ func (c *Controller) Lead() { c.leading.Store(true) }
 // Holds are the held changes by namespace; nil without Config.Waves.
 func (c *Controller) Holds() *wave.Holds { return c.holds }
 
-// eventHandler decides a namespace's pods again when what decisions read
-// of it changes: its labels or keep annotation, or its arrival after the
-// initial list (its pods, seen first, were left alone until then). The
-// initial list enqueues nothing: every cached pod is queued already, and
-// workers start only once both caches have synced.
+// eventHandler takes the informer's initial list at once (what decisions
+// read from the start; a start's measure against the record is Resume's),
+// and queues the name of every namespace it hears of after that: added,
+// changed or deleted. sync takes them in turn, so that changes that come
+// together are measured together, from what was measured last.
 func (c *Controller) eventHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj interface{}, isInInitialList bool) {
-			if m, err := meta.Accessor(obj); err == nil {
-				c.setMeasured(m)
-				c.took(m)
+			if m, err := meta.Accessor(obj); err == nil && isInInitialList {
+				c.take(m)
+				return
 			}
-			if !isInInitialList {
-				c.redecide(obj)
-			}
+			c.enqueue(obj)
 		},
-		UpdateFunc: func(old, cur interface{}) {
-			oldMeta, err1 := meta.Accessor(old)
-			curMeta, err2 := meta.Accessor(cur)
-			if err1 == nil && err2 == nil {
-				c.Measure(oldMeta, curMeta)
-				c.setMeasured(curMeta)
-				c.took(curMeta)
-				if oldMeta.GetDeletionTimestamp() == nil && curMeta.GetDeletionTimestamp() != nil {
-					c.cfg.Terminating(curMeta.GetName())
-				}
-			}
-			if err1 != nil || err2 != nil || !maps.Equal(oldMeta.GetAnnotations(), curMeta.GetAnnotations()) {
-				c.warnings.Forget(curMeta)
-				c.redecide(cur)
-			} else if !maps.Equal(oldMeta.GetLabels(), curMeta.GetLabels()) {
-				c.redecide(cur)
-			}
-		},
-		DeleteFunc: func(obj interface{}) {
-			if m, err := meta.Accessor(obj); err == nil {
-				c.warnings.Forget(m)
-			}
-			if name, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-				c.measured.Delete(name)
-				c.forgetActed(name)
-			}
-			// A deleted namespace's held change goes with it: a namespace
-			// made again under its name starts with nothing held.
-			if name, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil && c.holds != nil {
-				if c.holds.End(name, "namespace/"+name) {
-					c.mayHaveChanged()
-				}
-			}
-		},
+		UpdateFunc: func(_, cur interface{}) { c.enqueue(cur) },
+		DeleteFunc: c.enqueue,
 	}
 }
 
-// redecide decides the pods of a namespace again (Config.Redecide).
-func (c *Controller) redecide(obj interface{}) {
-	m, err := meta.Accessor(obj)
+func (c *Controller) enqueue(obj interface{}) {
+	name, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
 		utilruntime.HandleError(err)
 		return
 	}
-	c.cfg.Redecide(m.GetName())
+	c.queue.Add(name)
+}
+
+// Run takes the queued namespaces until ctx ends, one at a time (a
+// namespace's change is measured against its pods in the pod cache).
+func (c *Controller) Run(ctx context.Context) {
+	defer utilruntime.HandleCrashWithContext(ctx)
+	go func() {
+		<-ctx.Done()
+		c.queue.ShutDown()
+	}()
+	for c.processNext() {
+	}
+}
+
+func (c *Controller) processNext() bool {
+	name, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(name)
+	c.sync(name)
+	c.queue.Forget(name)
+	return true
+}
+
+// sync takes the namespace name as the cache has it now, against what was
+// taken of it last: a change of its labels or keep annotation is measured
+// (Measure: held when its wave is too large), an approval on it taken, and
+// its pods decided again by it; one not taken before is new, its pods
+// decided as they are. One the cache no longer has, or has under another
+// UID (deleted and made again), takes its held change and its record with
+// it: a namespace made again under its name starts with nothing held.
+func (c *Controller) sync(name string) {
+	prev, known := c.lastTaken(name)
+	cur, exists := c.cached(name)
+	if known && (!exists || cur.GetUID() != prev.meta.UID) {
+		c.measured.Delete(name)
+		c.warnings.Forget(prev.meta)
+		c.forgetActed(name)
+		if c.holds != nil && c.holds.End(name, "namespace/"+name) {
+			c.mayHaveChanged()
+		}
+		known = false
+	}
+	if !exists {
+		return
+	}
+	if !known {
+		c.take(cur)
+		c.cfg.Redecide(name)
+		return
+	}
+	c.Measure(prev.meta, cur)
+	annotationsChanged := !maps.Equal(prev.meta.Annotations, cur.GetAnnotations())
+	redecide := annotationsChanged || !maps.Equal(prev.meta.Labels, cur.GetLabels())
+	c.take(cur)
+	if annotationsChanged {
+		c.warnings.Forget(cur)
+	}
+	if prev.meta.DeletionTimestamp == nil && cur.GetDeletionTimestamp() != nil {
+		c.cfg.Terminating(name)
+	}
+	if redecide {
+		c.cfg.Redecide(name)
+	}
 }
 
 // Measure measures a change (the informer's update calls it) of a namespace's labels or keep annotation
@@ -415,11 +471,13 @@ func (c *Controller) Resume(ctx context.Context, stored wave.Stored) error {
 		old.UID = cur.GetUID()
 		logger.Info("Measuring again a namespace change the last leader held", "namespace", name, "change", rec.Change, "pods", rec.Pods)
 		c.Measure(old, cur)
+		c.take(cur) // measured: a change of it queued meanwhile is measured from here
 	}
 	for _, old := range changed {
 		if cur, ok := c.cached(old.Name); ok && cur.GetUID() == old.UID {
 			logger.V(2).Info("Measuring a namespace change made while no podjanitor ran", "namespace", old.Name)
 			c.Measure(old, cur)
+			c.take(cur)
 		}
 	}
 	if len(changed) > 0 {

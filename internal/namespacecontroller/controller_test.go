@@ -42,6 +42,7 @@ func TestInfoIsWhatWasMeasured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	go c.Run(ctx)
 	factory.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), c.HasSynced) {
 		t.Fatal("namespace cache did not sync")
