@@ -949,19 +949,28 @@ func TestLeavingDryRunHoldsTenantDuePods(t *testing.T) {
 	f, pods := tenantStartFixtureWith(t, Options{Scope: scope}, 12, p)
 	recorded := scope
 	recorded.DryRun = true
+	f.startHeldAgainst(recorded, pods, "leaving --dry-run")
+}
+
+// startHeldAgainst starts f against a record of its rules acted on in the
+// scope recorded (on the Lease, as an earlier version wrote it), and checks
+// that the start holds every one of pods and removes none (what: the
+// change the start is).
+func (f *tenantFixture) startHeldAgainst(recorded decisionScope, pods []*corev1.Pod, what string) {
+	f.t.Helper()
 	b := recordJSON(f.c.evaluator.Load(), recorded)
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor",
 		Annotations: map[string]string{wave.AnnotationBaseline: string(b), wave.AnnotationBaselineHash: wave.BaselineHash(b)}}}
 	if _, err := f.client.CoordinationV1().Leases("podjanitor").Create(f.ctx, lease, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+		f.t.Fatal(err)
 	}
 	f.start(pods)
 	f.drain()
-	if h, held := f.c.waves.Held(); !held || h.Pods != 12 {
-		t.Fatalf("held %+v, %v; want the 12 pods the tenant policy makes due", h, held)
+	if h, held := f.c.waves.Held(); !held || h.Pods != len(pods) {
+		f.t.Fatalf("%s: held %+v, %v; want the %d pods it makes due", what, h, held, len(pods))
 	}
 	if n := len(f.podWrites()); n != 0 {
-		t.Errorf("%d pods removed on leaving --dry-run, want none before an approval", n)
+		f.t.Errorf("%s: %d pods removed, want none before an approval", what, n)
 	}
 }
 
@@ -1127,21 +1136,8 @@ func TestStartProtectingAPriorityClassIsHeld(t *testing.T) {
 		}
 	})
 	f.c.opts.Waves.Record.Client = f.client
-	recorded := decisionScope{TenantPolicies: true, Tenant: newTenantScope(policy.Restrictions{}, tenant.Limits{})}
-	b := recordJSON(f.c.evaluator.Load(), recorded)
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "podjanitor", Name: "podjanitor",
-		Annotations: map[string]string{wave.AnnotationBaseline: string(b), wave.AnnotationBaselineHash: wave.BaselineHash(b)}}}
-	if _, err := f.client.CoordinationV1().Leases("podjanitor").Create(f.ctx, lease, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	f.start(pods)
-	f.drain()
-	if h, held := f.c.waves.Held(); !held || h.Pods != 12 {
-		t.Fatalf("held %+v, %v; want the 12 pods the protection hands to the cluster's rule", h, held)
-	}
-	if n := len(f.podWrites()); n != 0 {
-		t.Errorf("%d pods removed on protecting their priority class, want none before an approval", n)
-	}
+	f.startHeldAgainst(decisionScope{TenantPolicies: true, Tenant: newTenantScope(policy.Restrictions{}, tenant.Limits{})}, pods,
+		"protecting the pods' priority class")
 }
 
 // TestStartUnderTheSameRestrictionsHoldsNothing: the restrictions recorded

@@ -60,14 +60,7 @@ func BenchmarkPolicyReload(b *testing.B) {
 			start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 			clk := testingclock.NewFakeClock(start)
 			client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}})
-			var pods []*corev1.Pod
-			for i := range n {
-				pods = append(pods, &corev1.Pod{
-					ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("pod-%05d", i), UID: types.UID(fmt.Sprint(i)),
-						ResourceVersion: "1", CreationTimestamp: metav1.NewTime(start.Add(-time.Duration(i) * time.Second))},
-					Status: corev1.PodStatus{Phase: corev1.PodRunning},
-				})
-			}
+			pods := benchPods(n, start)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			evaluators := []*policy.Evaluator{benchEvaluator(b, "7d"), benchEvaluator(b, "8d")}
@@ -131,14 +124,7 @@ func BenchmarkGuard(b *testing.B) {
 		start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 		clk := testingclock.NewFakeClock(start)
 		client := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench", Labels: map[string]string{"tier": "a"}}})
-		pods := make([]*corev1.Pod, 0, n)
-		for i := range n {
-			pods = append(pods, &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("pod-%06d", i), UID: types.UID(fmt.Sprint(i)),
-					ResourceVersion: "1", CreationTimestamp: metav1.NewTime(start.Add(-time.Duration(i) * time.Second))},
-				Status: corev1.PodStatus{Phase: corev1.PodRunning},
-			})
-		}
+		pods := benchPods(n, start)
 		ctx, cancel := context.WithCancel(context.Background())
 		evaluators := []*policy.Evaluator{benchEvaluator(b, "7d"), benchEvaluator(b, "8d")}
 		opts := Options{Evaluator: evaluators[0],
@@ -168,4 +154,18 @@ func BenchmarkGuard(b *testing.B) {
 		})
 		cancel()
 	}
+}
+
+// benchPods are n Running pods of namespace bench, created a second apart
+// before start.
+func benchPods(n int, start time.Time) []*corev1.Pod {
+	pods := make([]*corev1.Pod, 0, n)
+	for i := range n {
+		pods = append(pods, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("pod-%06d", i), UID: types.UID(fmt.Sprint(i)),
+				ResourceVersion: "1", CreationTimestamp: metav1.NewTime(start.Add(-time.Duration(i) * time.Second))},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning},
+		})
+	}
+	return pods
 }
