@@ -332,7 +332,7 @@ func (c *Controller) SetTenantPolicies(ctx context.Context, informer cache.Share
 	r policy.Restrictions, statusInterval time.Duration) (*tenantcontroller.Controller, error) {
 	t, err := tenantcontroller.New(ctx, tenantcontroller.Config{
 		Informer: informer, Client: client, Restrictions: r, StatusInterval: statusInterval,
-		Pods: c.pods, Namespaces: c.namespaceCache, NamespaceInfo: c.namespaces.Info, Evaluator: c.evaluator.Load, Now: c.now, Clock: c.clock,
+		Pods: c.pods, Namespaces: c.namespaceCache, NamespaceInfo: c.namespaces.Info, Evaluator: c.actedEvaluator, Now: c.now, Clock: c.clock,
 		WriteTimeout: c.opts.WriteTimeout, Waves: c.opts.Waves, DryRun: c.opts.DryRun,
 		Reporter: c.reporter, Metrics: c.metrics, Redecide: c.enqueueNamespace, Requeue: c.feed.Add,
 	})
@@ -702,12 +702,23 @@ func (c *Controller) decider(e *policy.Evaluator) wave.Decide {
 	}
 }
 
-// namespaceDecider decides pods as the running evaluator does, with ns for
-// their namespace, for a wave of a namespace's change.
+// namespaceDecider decides pods by the rules acted on (actedEvaluator),
+// with ns for their namespace, for a wave of a namespace's change.
 func (c *Controller) namespaceDecider(ns *policy.Namespace) wave.Decide {
 	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) {
-		return c.evaluator.Load().Decide(pod, ns, now)
+		return c.actedEvaluator().Decide(pod, ns, now)
 	}
+}
+
+// actedEvaluator is the evaluator of the cluster's rules acted on: the
+// running one, but while a change of them is held (policyWaves.acted).
+// The waves of the namespaces' and the tenant policies' changes are
+// measured by it.
+func (c *Controller) actedEvaluator() *policy.Evaluator {
+	if c.waves != nil {
+		return c.waves.acted()
+	}
+	return c.evaluator.Load()
 }
 
 // startWave measures the start against what the last leader acted on, as

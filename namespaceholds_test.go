@@ -386,3 +386,64 @@ func TestNamespaceHoldRecordWriteFailing(t *testing.T) {
 		t.Errorf("the hold is not recorded once the API server takes the write: %q", v)
 	}
 }
+
+// TestNamespaceChangeMeasuredAgainstTheRulesActedOn: a reload from 7d to
+// 1m is held (team-b's 12 pods); then team-a's keep comes off. Under the
+// rules acted on (7d) that brings none of team-a's 12 pods forward: the
+// namespace's change is not held on its own, and its pods, due only by the
+// held 1m, wait in the reload's hold, which one approval on the Lease ends
+// for all 24. Before, the namespace's change was measured by the held rules
+// and held too: two approvals, each of which let none of them go.
+func TestNamespaceChangeMeasuredAgainstTheRulesActedOn(t *testing.T) {
+	a := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", UID: "uid-team-a", Annotations: map[string]string{"podjanitor.io/keep": "true"}}}
+	b := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-b", UID: "uid-team-b"}}
+	var pods []*corev1.Pod
+	for _, ns := range []string{"team-a", "team-b"} {
+		for i := range 12 {
+			p := apitest.Pod(fmt.Sprintf("p%03d", i), t0.Add(-time.Hour), corev1.PodSucceeded, nil)
+			p.Namespace = ns
+			pods = append(pods, p)
+		}
+	}
+	f := newFixtureWithNamespaces(t, Options{
+		Evaluator: evaluatorWithAfter(t, "7d"),
+		Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
+			Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}},
+	}, []*corev1.Namespace{a, b}, pods...)
+	f.c.opts.Waves.Record.Client = f.client
+	namespacesOf(f.c).Lead()
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	f.reload("1m", pods)
+	h, held := f.c.waves.Held()
+	if !held || h.Pods != 12 {
+		t.Fatalf("reload held %+v, %v; want team-b's 12 pods", h, held)
+	}
+	f.setNamespaceAnnotations(a, nil, 12)
+	if hn, _, ok := namespacesOf(f.c).Holds().Held("team-a"); ok {
+		t.Errorf("team-a's change held on its own (%+v), though under the rules acted on it brings nothing forward", hn)
+	}
+	if n := f.deletes(); n != 0 {
+		t.Fatalf("%d pods removed while the reload is held, want none", n)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); f.c.waves.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitLease(t, f, func(a map[string]string) bool { return a[wave.AnnotationHeld] == h.ID })
+	approve(t, f, h.ID)
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		f.clock.Step(waveRecordInterval)
+		return f.c.queue.Len() > 0, nil
+	}); err != nil {
+		t.Fatal("the approval decided nothing again")
+	}
+	time.Sleep(50 * time.Millisecond) // the rest of the approved keys
+	for f.c.queue.Len() > 0 {
+		f.next()
+	}
+	if n := f.deletes(); n != 24 {
+		t.Errorf("%d pods removed after the reload's approval, want all 24", n)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,6 +53,17 @@ type policyWaves struct {
 	// recordedHold is the hold the last leader recorded on the Lease, as
 	// the start read it ("" for none): run takes an approval of it.
 	recordedHold string
+
+	// actedRules is the evaluator of the rules acted on while a change of
+	// them is held (acted), made once per held change and running evaluator.
+	actedRules *actedRules
+}
+
+type actedRules struct {
+	mu      sync.Mutex
+	hold    string
+	running *policy.Evaluator
+	acted   *policy.Evaluator
 }
 
 // decisionScope is what, besides the policy's rules, decides which pods the
@@ -119,13 +131,45 @@ type recordedPolicy struct {
 
 // newPolicyWaves guards the policy of e against large waves.
 func newPolicyWaves(o *wave.Options, e *policy.Evaluator, w policyWaves, onHeld func(source string, n int)) *policyWaves {
-	w.options = o
+	w.options, w.actedRules = o, &actedRules{}
 	w.guard = wave.NewGuard(o.Threshold, o.Window, recordJSON(e, w.scope), w.decider(e), onHeld)
 	return &w
 }
 
 // Held returns the held change, if any.
 func (w *policyWaves) Held() (wave.Hold, bool) { return w.guard.Held() }
+
+// acted is the evaluator of the rules acted on: the running one, or, while
+// a change of them is held, the running one with the rules before that
+// change (the guard's baseline; none for a first install's). Another
+// scope's change (a namespace's, a tenant policy's) is measured by it, so
+// that it is measured against what was acted on, not against a held change
+// of the file's rules (whose hold holds the pods it brings forward).
+func (w *policyWaves) acted() *policy.Evaluator {
+	running := w.evaluator()
+	h, held := w.guard.Held()
+	if !held {
+		return running
+	}
+	a := w.actedRules
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.hold == h.ID && a.running == running {
+		return a.acted
+	}
+	var rules *policy.Policy
+	if b := w.guard.BaselinePolicy(); b != nil {
+		r, _, ok := parseRecord(b, w.scope)
+		if !ok {
+			return running
+		}
+		rules = r
+	}
+	e := *running
+	e.Policy = rules
+	a.hold, a.running, a.acted = h.ID, running, &e
+	return &e
+}
 
 // CheckPod says whether the held change holds the due pod, and the deadline
 // it had before the change.

@@ -66,7 +66,9 @@ type Config struct {
 	// change measured: the namespace controller's Info).
 	Pods, Namespaces cache.Indexer
 	NamespaceInfo    func(name string) *policy.Namespace
-	// Evaluator is the running evaluator, for a wave's decisions.
+	// Evaluator is the evaluator of the cluster's rules acted on, for a
+	// wave's decisions (the running one, but while a change of them is
+	// held).
 	Evaluator func() *policy.Evaluator
 	// Now is the API server's time as the process estimates it.
 	Now          func() time.Time
