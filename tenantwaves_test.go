@@ -262,7 +262,8 @@ func heldPolicy(id string) *v1alpha1.PodLifetimePolicy {
 	p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
 	p.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: 1,
 		Reason: wave.ReasonRemovalsHeld, Message: tenantcontroller.HeldMessage(p, wave.Hold{ID: id, Pods: 12}), LastTransitionTime: metav1.NewTime(t0)}}
-	p.Status.HeldChange = &v1alpha1.HeldChange{ID: id, Pods: 12}
+	since := metav1.NewTime(t0.Add(-time.Hour))
+	p.Status.HeldChange = &v1alpha1.HeldChange{ID: id, Pods: 12, Since: &since}
 	return p
 }
 
@@ -305,6 +306,21 @@ func TestTenantWaveHeldAcrossARestart(t *testing.T) {
 	}
 	if h, _, ok := tenantsOf(f.c).Holds().Held("team-a"); !ok || h.ID != "0123456789ab" {
 		t.Fatalf("held %+v, %v; want the recorded change held", h, ok)
+	}
+	// The status says since when, as the last leader wrote it; a change
+	// held anew says now.
+	p, err := tenantsOf(f.c).Lister().PodLifetimePolicies("team-a").Get("cleanup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := tenantPolicy(f.c, "team-a/cleanup")
+	if got := tenantsOf(f.c).Status(p, seen).HeldChange; got == nil || got.ID != "0123456789ab" || got.Since == nil || !got.Since.Equal(p.Status.HeldChange.Since) {
+		t.Errorf("status.heldChange %+v, want the change held since %v", got, p.Status.HeldChange.Since)
+	}
+	anew := p.DeepCopy()
+	anew.Status.HeldChange = nil
+	if got := tenantsOf(f.c).Status(anew, seen).HeldChange; got == nil || got.Since == nil || !got.Since.Time.Equal(f.c.now().UTC().Truncate(time.Second)) {
+		t.Errorf("status.heldChange %+v of a change held anew, want since %v", got, f.c.now())
 	}
 	f.annotatePolicy("team-a", "cleanup", "0123456789ab")
 	f.waitQueued(len(pods))

@@ -900,7 +900,7 @@ func (c *Controller) Status(p *v1alpha1.PodLifetimePolicy, seen Seen) v1alpha1.P
 		status.PodsWithDeadline, status.NextDeadline = 0, nil
 		if h, held := c.tenantHeld(p); held && seen.Err.Reason == DeletingReason {
 			cond.Reason, cond.Message = wave.ReasonRemovalsHeld, HeldMessage(p, h)
-			status.HeldChange = heldChange(p, h)
+			status.HeldChange = heldChange(p, h, c.cfg.Now())
 		}
 	} else {
 		cond.Status, cond.Reason = metav1.ConditionTrue, InUseReason
@@ -908,7 +908,7 @@ func (c *Controller) Status(p *v1alpha1.PodLifetimePolicy, seen Seen) v1alpha1.P
 		if h, held := c.tenantHeld(p); held {
 			cond.Status, cond.Reason = metav1.ConditionFalse, wave.ReasonRemovalsHeld
 			cond.Message = HeldMessage(p, h)
-			status.HeldChange = heldChange(p, h)
+			status.HeldChange = heldChange(p, h, c.cfg.Now())
 		} else if h, object, held := c.holds.SpreadHeld(p.Namespace, c.cfg.Now()); held && object == p.Namespace+"/"+p.Name {
 			// Not acted on yet: a restart measures the policy again, and
 			// holds it with the other namespaces' changes again.
@@ -1242,8 +1242,12 @@ func (c *Controller) MarkNamespaces(namespaces []string) {
 }
 
 // heldChange is the status.heldChange of p, part of the held change h.
-func heldChange(p *v1alpha1.PodLifetimePolicy, h wave.Hold) *v1alpha1.HeldChange {
-	return &v1alpha1.HeldChange{ID: h.ID, Pods: int32(h.Pods), Approve: ApproveCommand(p.Namespace, p.Name, h.ID)}
+func heldChange(p *v1alpha1.PodLifetimePolicy, h wave.Hold, now time.Time) *v1alpha1.HeldChange {
+	since := metav1.NewTime(now.UTC().Truncate(time.Second))
+	if was := p.Status.HeldChange; was != nil && was.ID == h.ID && was.Since != nil {
+		since = *was.Since // the same change, held since then (a restart, a new leader)
+	}
+	return &v1alpha1.HeldChange{ID: h.ID, Pods: int32(h.Pods), Since: &since, Approve: ApproveCommand(p.Namespace, p.Name, h.ID)}
 }
 
 // HeldMessage is the Ready condition's message of a policy whose

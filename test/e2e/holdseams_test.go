@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
@@ -47,19 +46,18 @@ func TestTwoPoliciesOfOneHeldChange(t *testing.T) {
 	heldID := func(name, not string) string {
 		t.Helper()
 		var cond *metav1.Condition
+		var held *v1alpha1.HeldChange
 		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 			p, err := policies.Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return false, nil
 			}
-			cond = meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
-			return cond != nil && cond.Reason == "RemovalsHeld" && strings.Contains(cond.Message, "holds 150 pod removal(s)") &&
-				!strings.HasPrefix(cond.Message, "change "+not+" "), nil
+			cond, held = meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady), p.Status.HeldChange
+			return cond != nil && cond.Reason == "RemovalsHeld" && held != nil && held.Pods == 150 && held.ID != not && held.Since != nil, nil
 		}); err != nil {
-			t.Fatalf("%s: Ready %+v, want RemovalsHeld with 150 pods, not by change %q", name, cond, not)
+			t.Fatalf("%s: Ready %+v, heldChange %+v; want RemovalsHeld with 150 pods since a time, not by change %q", name, cond, held, not)
 		}
-		id, _, _ := strings.Cut(strings.TrimPrefix(cond.Message, "change "), " ")
-		return id
+		return held.ID
 	}
 	both := heldID("z-extra", "")
 	heldID("a-short", "")

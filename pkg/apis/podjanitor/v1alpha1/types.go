@@ -129,6 +129,9 @@ type HeldChange struct {
 	ID string `json:"id"`
 	// Pods is how many pod removals it held when it came.
 	Pods int32 `json:"pods"`
+	// Since is when podjanitor first held it (to the second).
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
 	// Approve is the command that approves it on this policy.
 	Approve string `json:"approve"`
 }
