@@ -317,7 +317,7 @@ func markHeld(r *planReport, record wave.Record, stored wave.Stored, e *policy.E
 		}
 		pod := byKey[entry.Namespace+"/"+entry.Pod]
 		old := baseline(pod)
-		if d, err := old.Decide(pod, namespaces[entry.Namespace], now); err == nil && d.HasDeadline() && !d.Deadline.After(now) {
+		if held, _ := wave.HeldBy(decideBy(&old, namespaces[entry.Namespace]), pod, now); !held {
 			continue
 		}
 		entry.Held = true
@@ -358,7 +358,7 @@ func markNamespaceHeld(r *planReport, stored wave.Stored, e *policy.Evaluator, p
 			if !entry.Overdue || entry.Held || entry.Namespace != name {
 				continue
 			}
-			if d, err := e.Decide(byKey[entry.Namespace+"/"+entry.Pod], &before, now); err == nil && d.HasDeadline() && !d.Deadline.After(now) {
+			if held, _ := wave.HeldBy(decideBy(e, &before), byKey[entry.Namespace+"/"+entry.Pod], now); !held {
 				continue
 			}
 			entry.Held, entry.HeldChange = true, h.Change
@@ -408,7 +408,7 @@ func markTenantHeld(r *planReport, e *policy.Evaluator, pods []*corev1.Pod, name
 			if !entry.Overdue || entry.Held || entry.Namespace != t.Namespace {
 				continue
 			}
-			if d, err := other.Decide(byKey[entry.Namespace+"/"+entry.Pod], namespaces[entry.Namespace], now); err == nil && d.HasDeadline() && !d.Deadline.After(now) {
+			if held, _ := wave.HeldBy(decideBy(&other, namespaces[entry.Namespace]), byKey[entry.Namespace+"/"+entry.Pod], now); !held {
 				continue
 			}
 			entry.Held, entry.HeldChange = true, t.Held.Change
@@ -542,4 +542,10 @@ func printPlan(out io.Writer, r planReport) error {
 		}
 	}
 	return nil
+}
+
+// decideBy decides pods by e with ns for their namespace: a baseline for
+// wave.HeldBy.
+func decideBy(e *policy.Evaluator, ns *policy.Namespace) wave.Decide {
+	return func(pod *corev1.Pod, now time.Time) (policy.Decision, error) { return e.Decide(pod, ns, now) }
 }

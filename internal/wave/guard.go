@@ -154,18 +154,28 @@ func (g *Guard) Check(key string, pod *corev1.Pod, now time.Time) (held bool, de
 		g.forgetLocked(key)
 		return false, time.Time{}
 	}
-	if g.baseline != nil {
-		d, err := g.baseline(pod, now)
-		if err == nil && d.HasDeadline() {
-			if !d.Deadline.After(now) {
-				g.forgetLocked(key)
-				return false, time.Time{}
-			}
-			deadline = d.Deadline
-		}
+	if held, deadline = HeldBy(g.baseline, pod, now); !held {
+		g.forgetLocked(key)
+		return false, time.Time{}
 	}
 	g.addLocked(key)
 	return true, deadline
+}
+
+// HeldBy says whether a held change holds a pod that the running rules
+// make due now: it does unless the rules acted on before it, baseline
+// (nil: none), make the pod due now too; deadline is the one they give it
+// (zero for none), when it goes, hold or not. The daemon's holds and
+// podjanitor plan's HELD marks both say it by this.
+func HeldBy(baseline Decide, pod *corev1.Pod, now time.Time) (held bool, deadline time.Time) {
+	if baseline == nil {
+		return true, time.Time{}
+	}
+	d, err := baseline(pod, now)
+	if err != nil || !d.HasDeadline() {
+		return true, time.Time{}
+	}
+	return d.Deadline.After(now), d.Deadline
 }
 
 // Forget drops a pod that is gone or not due: it is held no more.
