@@ -275,23 +275,19 @@ func TestLeaseRenewalsCarryNoRecord(t *testing.T) {
 	cfg := writePolicy(t, "", rules.String())
 	startDaemon(t, "--namespace", ns, "--config", cfg, "--leader-elect", "--leader-elect-resource-namespace", ns,
 		"--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms")
-	var cmVersion string
+	// The leader's first writes: the policy and the namespaces acted on.
 	if err := wait.PollUntilContextTimeout(ctxFor(t), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		cm, err := client.CoreV1().ConfigMaps(ns).Get(ctx, "podjanitor-namespaces", metav1.GetOptions{})
-		if err != nil || len(cm.Data["policy.json"]) < 20<<10 {
-			return false, nil
-		}
-		cmVersion = cm.ResourceVersion
-		return true, nil
+		return err == nil && len(cm.Data["policy.json"]) >= 20<<10 && len(cm.BinaryData["namespaces.json.gz"]) > 0, nil
 	}); err != nil {
-		t.Fatal("the policy acted on is not recorded in the ConfigMap")
+		t.Fatal("the policy and the namespaces acted on are not recorded in the ConfigMap")
 	}
-	time.Sleep(time.Second) // the namespaces' first write, after the policy's
+	time.Sleep(time.Second)
 	cm, err := client.CoreV1().ConfigMaps(ns).Get(ctxFor(t), "podjanitor-namespaces", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmVersion = cm.ResourceVersion
+	cmVersion := cm.ResourceVersion
 	renewals := map[string]bool{}
 	for range 12 {
 		l, err := client.CoordinationV1().Leases(ns).Get(ctxFor(t), "podjanitor", metav1.GetOptions{})
