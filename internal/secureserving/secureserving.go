@@ -333,6 +333,11 @@ func (a *auth) authenticate(ctx context.Context, key cacheKey, token string, kno
 		return user, nil
 	}
 	return once(ctx, &a.tokenFlight, key, func(ctx context.Context) (*authnv1.UserInfo, error) {
+		// A flight that ended between the look above and this one's start
+		// has cached its answer: no second review for it.
+		if user, _, ok := a.tokens.get(key, a.now()); ok {
+			return user, nil
+		}
 		return a.reviewToken(ctx, key, token, known)
 	})
 }
@@ -425,7 +430,15 @@ func (a *auth) authorize(ctx context.Context, user *authnv1.UserInfo, verb, path
 	case ok && allowed && known && expires.Sub(now) < AllowTTL/4:
 		go once(context.WithoutCancel(ctx), &a.accessFlight, key, review)
 	case !ok:
-		if allowed, err = once(ctx, &a.accessFlight, key, review); err != nil {
+		unlessCached := func(ctx context.Context) (bool, error) {
+			// As authenticate's: a flight that ended since the look above
+			// has cached its answer.
+			if allowed, _, ok := a.access.get(key, a.now()); ok {
+				return allowed, nil
+			}
+			return review(ctx)
+		}
+		if allowed, err = once(ctx, &a.accessFlight, key, unlessCached); err != nil {
 			return false, err
 		}
 	}
