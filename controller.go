@@ -722,7 +722,7 @@ func (c *Controller) actedEvaluator() *policy.Evaluator {
 }
 
 // startWave measures the start against what the last leader acted on, as
-// the record Lease holds it, before any worker decides: the namespace
+// the record holds it, before any worker decides: the namespace
 // changes it held are held again, and the cluster's policy is measured
 // against the one recorded (policyWaves.start). The Lease cannot be read:
 // the start fails, rather than act on a change it cannot measure. A record

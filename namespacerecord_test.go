@@ -81,7 +81,7 @@ func TestNamespaceChangedWhileDownIsHeld(t *testing.T) {
 		t.Fatalf("held %+v, %v; want the change held with 12 pods", h, ok)
 	}
 	if !strings.Contains(f.heldNamespacesRecorded(), h.ID) {
-		t.Error("the hold is not recorded on the Lease")
+		t.Error("the hold is not recorded")
 	}
 	// Recorded as it was acted on: a second restart still holds it.
 	again := f.recordedNamespacesOrSame()

@@ -50,7 +50,7 @@ type policyWaves struct {
 	// scope is what, besides the rules, decides which pods this process
 	// removes; it is recorded with them (recordJSON).
 	scope decisionScope
-	// recordedHold is the hold the last leader recorded on the Lease, as
+	// recordedHold is the hold the last leader published on the Lease, as
 	// the start read it ("" for none): run takes an approval of it.
 	recordedHold string
 
@@ -69,7 +69,7 @@ type actedRules struct {
 // decisionScope is what, besides the policy's rules, decides which pods the
 // leader removes: the pods it watches, the annotations it reads, whether
 // tenant policies apply, whether it removes at all. The leader records it
-// with the rules on the Lease, so that a start with a wider scope (a label
+// with the rules in the record, so that a start with a wider scope (a label
 // selector dropped, another namespace, tenant policies turned on, leaving
 // --dry-run) is measured like a change of the rules.
 type decisionScope struct {
@@ -195,7 +195,7 @@ func (w *policyWaves) reload(e *policy.Evaluator) {
 func policyJSON(e *policy.Evaluator) []byte { return recordJSON(e, decisionScope{}) }
 
 // recordJSON is what names a policy acted on in a scope, in a change ID and
-// on the Lease: its rules and the scope as JSON, so that a comment or a
+// in the record: its rules and the scope as JSON, so that a comment or a
 // reformatting of the file is no change, and a start in another scope is.
 func recordJSON(e *policy.Evaluator, s decisionScope) []byte {
 	r := recordedPolicy{Scope: &s}
@@ -367,11 +367,11 @@ func (w *policyWaves) start(ctx context.Context, stored wave.Stored) {
 	logger := klog.FromContext(ctx)
 	scopeChanged := recorded != nil && !reflect.DeepEqual(scope, w.scope)
 	if h, held := w.guard.Change(wave.SourceStartup, current, w.decider(e), podcache.Pods(w.pods), w.now()); held {
-		logger.Info("Holding the removals of the start: its policy makes too many pods due at once against the one recorded on the Lease (none: a first install)",
+		logger.Info("Holding the removals of the start: its policy makes too many pods due at once against the one recorded (none: a first install)",
 			"change", h.ID, "pods", h.Pods, "firstInstall", recorded == nil, "scopeChanged", scopeChanged,
 			"recordedScope", scope, "scope", w.scope, "approve", w.options.Record.ApproveCommand(h.ID))
 	} else {
-		logger.Info("Started with a policy or scope other than the one recorded on the Lease; its wave is small enough",
+		logger.Info("Started with a policy or scope other than the one recorded; its wave is small enough",
 			"firstInstall", recorded == nil, "scopeChanged", scopeChanged)
 	}
 }

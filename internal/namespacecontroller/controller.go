@@ -2,7 +2,7 @@
 // decisions read of a namespace (its labels and keep annotation) as its
 // change was measured (Info), the re-decision of a namespace's pods when
 // that changes, the hold of a change that makes too many of them due at once
-// (--hold-waves) with its approval (used once) and its record on the Lease,
+// (--hold-waves) with its approval (used once) and its record (wave.Record),
 // the record of what was acted on of each namespace for the next start
 // (Record, a ConfigMap), a fresh read
 // before a removal (Reader), one warning per invalid keep value (Warnings),
@@ -66,7 +66,7 @@ type Config struct {
 	// Terminating is told of a namespace whose deletion began.
 	Terminating func(namespace string)
 	// ConfigMaps keeps, with Waves, what the leader acted on of each
-	// namespace in a ConfigMap beside the record Lease (Record), for the
+	// namespace in the record ConfigMap beside the Lease (Record), for the
 	// next start to measure the changes made while no podjanitor ran; nil:
 	// none kept.
 	ConfigMaps corev1client.ConfigMapsGetter
@@ -78,7 +78,7 @@ type Config struct {
 // them due at once (a Warning Event on the Namespace says how to approve it:
 // podjanitor.io/approve-wave=<change-id> on the Namespace, which only those
 // who may update Namespaces can set). The leader records the held changes on
-// the record Lease, so that a restart or a new leader measures them again
+// the record, so that a restart or a new leader measures them again
 // (Resume) rather than act on a change nobody approved.
 type Controller struct {
 	cfg        Config
@@ -97,7 +97,7 @@ type Controller struct {
 
 	// holds are the held changes by namespace; nil without Config.Waves.
 	holds *wave.Holds
-	// published is what the record Lease holds of them, as the start read
+	// published is what the record holds of them, as the start read
 	// it and runRecord wrote it since; changed wakes runRecord.
 	published map[string]wave.ScopeHold
 	changed   chan struct{}
@@ -418,7 +418,7 @@ func (c *Controller) decider(m metav1.Object) wave.Decide {
 // Resume measures, at the start, the namespaces against what the last
 // leader acted on, so that a restart or a new leader does not act on a
 // change nobody approved:
-//   - the namespace changes it held (recorded on the record Lease:
+//   - the namespace changes it held (recorded in the record:
 //     runRecord) are held again: each namespace whose labels or keep
 //     annotation are still not the ones acted on before its change is
 //     measured from those, as the change was then; one put back meanwhile,
@@ -615,12 +615,12 @@ func (c *Controller) writeRecord(ctx context.Context) {
 	c.recordErr, c.written = "", encoded
 }
 
-// RecordInterval is how often the record Lease is looked at again.
+// RecordInterval is how often the record is looked at again.
 const RecordInterval = 2 * time.Second
 
-// RunRecord keeps the record Lease's list of held namespace changes
-// (wave.AnnotationHeldNamespaces) the same as the leader's holds until ctx
-// ends: written as soon as they change (a hold is on the Lease one write
+// RunRecord keeps the record's held namespace changes (wave.KeyHeldNamespaces)
+// the same as the leader's holds, and the namespaces acted on, until ctx
+// ends: written as soon as they change (a hold is recorded one write
 // after it starts, and gone one write after its approval, revert or the
 // namespace's deletion), and looked at again every RecordInterval, so that
 // a write that failed is made again.
@@ -659,7 +659,7 @@ const (
 	RecordBurst = 5
 )
 
-// Publish writes the held namespace changes to the record Lease when they
+// Publish writes the held namespace changes to the record when they
 // differ from what it holds, within recordRate.
 func (c *Controller) Publish(ctx context.Context) {
 	held := c.holds.Snapshot()

@@ -19,7 +19,7 @@ import (
 
 // Record is where the leader keeps what it acted on of each namespace (its
 // labels and the annotations decisions read, as namespaceJSON writes them):
-// keys of the record ConfigMap beside the record Lease (wave.RecordName). The next
+// keys of the record ConfigMap beside the Lease (wave.RecordName). The next
 // start measures a namespace that differs from it (changed while no
 // podjanitor ran) as a change made while one ran. A Lease's annotations
 // (256 KiB) are too small for a cluster's namespaces; a ConfigMap takes
