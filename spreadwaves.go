@@ -79,8 +79,8 @@ func (w *spreadWaves) run(ctx context.Context) {
 	// reverted, or approved, while none ran).
 	stale := false
 	if record.Client != nil {
-		if s, err := record.Read(ctx); err == nil && s.Lease != nil {
-			_, stale = s.Lease.Annotations[wave.AnnotationHeldSpread]
+		if l, err := record.ReadLease(ctx); err == nil && l != nil {
+			_, stale = l.Annotations[wave.AnnotationHeldSpread]
 		}
 	}
 	for {

@@ -124,7 +124,7 @@ func (r Record) ApproveCommand(id string) string {
 // Approved returns the change ID a person approved ("" for none). A Lease
 // that does not exist approves nothing.
 func (r Record) Approved(ctx context.Context) (string, error) {
-	l, err := r.readLease(ctx)
+	l, err := r.ReadLease(ctx)
 	if err != nil || l == nil {
 		return "", err
 	}
@@ -291,8 +291,8 @@ func BaselineHash(policy []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
-// readLease reads the Lease: nil when it is not there.
-func (r Record) readLease(ctx context.Context) (*coordinationv1.Lease, error) {
+// ReadLease reads the Lease alone: nil when it is not there.
+func (r Record) ReadLease(ctx context.Context) (*coordinationv1.Lease, error) {
 	l, err := r.Client.CoordinationV1().Leases(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
@@ -307,7 +307,7 @@ func (r Record) readLease(ctx context.Context) (*coordinationv1.Lease, error) {
 // not there. A ConfigMap podjanitor may not read is noted in Forbidden;
 // one it cannot read for another reason is an error, with the Lease read.
 func (r Record) Read(ctx context.Context) (Stored, error) {
-	l, err := r.readLease(ctx)
+	l, err := r.ReadLease(ctx)
 	if err != nil {
 		return Stored{}, err
 	}
