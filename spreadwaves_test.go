@@ -190,6 +190,9 @@ func TestSpreadHoldUnderLeaseErrors(t *testing.T) {
 	f, namespaces := spreadFixture(t, 4)
 	var mu sync.Mutex
 	failing := true
+	// The spread's record loop already calls the client: the reactor
+	// chain is changed under the Fake's lock (PrependReactor takes none).
+	f.client.Lock()
 	f.client.PrependReactor("*", "leases", func(a core.Action) (bool, runtime.Object, error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -198,6 +201,7 @@ func TestSpreadHoldUnderLeaseErrors(t *testing.T) {
 		}
 		return true, nil, apierrors.NewInternalError(errors.New("injected"))
 	})
+	f.client.Unlock()
 	f.takeKeepOffAll(namespaces)
 	h, _, ok := f.c.spread.Held()
 	if !ok {
