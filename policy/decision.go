@@ -109,6 +109,13 @@ type Decision struct {
 	// ClockSkew is set when a finish or transition time lay in the future and
 	// was treated as now.
 	ClockSkew bool
+	// RemovalNotice is how long before Deadline the pod's owner is told
+	// (a RemovalScheduled Event) by the deciding rule's own removalNotice;
+	// 0: the --removal-notice default.
+	RemovalNotice time.Duration
+	// Count is the pod's place in its group when the deciding rule keeps
+	// a number of pods (keepNewest, maxPods); nil otherwise.
+	Count *CountPlace
 }
 
 // HasDeadline reports whether the pod must go at some point.
@@ -339,4 +346,22 @@ func notAfter(t, now time.Time) (_ time.Time, skewed bool) {
 		return now, true
 	}
 	return t, false
+}
+
+// CountPlace is where a pod stands among the pods a rule that keeps a
+// number of them decides (Rule.KeepNewest, Rule.MaxPods).
+type CountPlace struct {
+	// Group names the pod's group ("owner Job/build-7", "label app=web").
+	Group string
+	// Rank is the pod's place in Group, 0 the newest; Size the group's pods.
+	Rank, Size int
+	// KeepNewest is the rule's: the group's newest KeepNewest pods stay.
+	KeepNewest int32
+	// NamespaceRank is the pod's place among the rule's pods of its
+	// namespace, 0 the newest; MaxPods the rule's bound on them.
+	NamespaceRank int
+	MaxPods       int32
+	// Known is false when the pod's place is not known (not counted yet):
+	// it is kept by its rank, and MaxPods does not apply.
+	Known bool
 }
