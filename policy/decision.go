@@ -150,6 +150,10 @@ type Evaluator struct {
 	// Tenants holds the namespaces' own rules (tenant policies), tried
 	// before Policy's; nil means none.
 	Tenants Tenants
+	// Ranks places pods in the groups of the rules that keep a number of
+	// pods (keepNewest, maxPods); nil: no place is known, and such a rule
+	// keeps its pods.
+	Ranks Ranks
 }
 
 // AnnotationKey is the full key of an annotation name: "podjanitor.io/ttl".
@@ -192,10 +196,7 @@ func (e *Evaluator) Decide(pod *corev1.Pod, ns *Namespace, now time.Time) (Decis
 		return decision, err
 	}
 	if !annotated {
-		decision = e.decideByTenants(pod, ns, now)
-		if !decision.HasDeadline() && e.Policy != nil {
-			decision = e.Policy.decide(pod, ns, now)
-		}
+		decision = e.decideByRules(pod, ns, now)
 	}
 	if !decision.HasDeadline() {
 		return decision, nil

@@ -47,6 +47,10 @@ type Policy struct {
 
 	selectors   []labels.Selector // parsed Rules[i].Match.LabelSelector
 	nsSelectors []labels.Selector // parsed Rules[i].Match.NamespaceSelector
+	// seq numbers the Policy (nextSeq); counts: a rule keeps a number of
+	// pods.
+	seq    uint64
+	counts bool
 }
 
 // Rule is one rule of a policy file.
@@ -64,6 +68,19 @@ type Rule struct {
 	// GracePeriodSeconds overrides the pod's termination grace period; nil
 	// keeps the pod's own. At least 1: 0 would force-delete the pod.
 	GracePeriodSeconds *int64
+	// KeepNewest, when above 0, keeps the newest KeepNewest pods of each
+	// group (GroupBy) of the pods the rule decides: they have no deadline
+	// while they are among them; the others go at the rule's clock.
+	KeepNewest int32
+	// GroupBy groups pods for KeepNewest: GroupByOwner ("", the default)
+	// or GroupByLabelPrefix and a label key.
+	GroupBy string
+	// MaxPods, when above 0, bounds the pods the rule decides in a
+	// namespace: past the newest MaxPods, pods go at once.
+	MaxPods int32
+	// RemovalNotice, when above 0, is how long before its deadline a pod's
+	// owner is told (Decision.RemovalNotice).
+	RemovalNotice time.Duration
 }
 
 // Match selects the pods a rule applies to; an empty field matches every pod.

@@ -10,36 +10,85 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// decide returns the decision of the first rule whose match and clock apply to pod.
-func (p *Policy) decide(pod *corev1.Pod, ns *Namespace, now time.Time) Decision {
+// match is the first rule of p whose match and clock apply to pod, and
+// when its clock started.
+func (p *Policy) match(pod *corev1.Pod, ns *Namespace) (i int, start time.Time, ok bool) {
 	for i := range p.Rules {
 		rule := &p.Rules[i]
 		if !rule.matches(pod, ns, p.selector(i), p.nsSelector(i)) {
 			continue
 		}
-		start, ok := rule.clockStart(pod)
-		if !ok {
-			continue
-		}
-		var skewed bool
-		if rule.Clock != ClockCreated {
-			start, skewed = fromNode(pod, start, now)
-		}
-		action := rule.Action
-		if action == "" {
-			action = DefaultAction(pod)
-		}
-		return Decision{
-			Deadline:           start.Add(rule.After),
-			Action:             action,
-			Source:             "rule/" + rule.Name,
-			Reason:             clockReasons[rule.Clock],
-			Rule:               rule.Name,
-			GracePeriodSeconds: gracePeriod(rule.GracePeriodSeconds),
-			ClockSkew:          skewed,
+		if start, ok := rule.clockStart(pod); ok {
+			return i, start, true
 		}
 	}
-	return Decision{}
+	return 0, time.Time{}, false
+}
+
+// decision is the decision of rule i of p for pod, whose clock started at
+// start.
+func (p *Policy) decision(i int, start time.Time, pod *corev1.Pod, now time.Time) Decision {
+	rule := &p.Rules[i]
+	var skewed bool
+	if rule.Clock != ClockCreated {
+		start, skewed = fromNode(pod, start, now)
+	}
+	action := rule.Action
+	if action == "" {
+		action = DefaultAction(pod)
+	}
+	return Decision{
+		Deadline:           start.Add(rule.After),
+		Action:             action,
+		Source:             "rule/" + rule.Name,
+		Reason:             clockReasons[rule.Clock],
+		Rule:               rule.Name,
+		GracePeriodSeconds: gracePeriod(rule.GracePeriodSeconds),
+		ClockSkew:          skewed,
+		RemovalNotice:      rule.RemovalNotice,
+	}
+}
+
+// ruleOf is the rule that decides pod by the rules, its own annotations
+// aside: the first whose match and clock apply, in the namespace's tenant
+// policies (by name) and then in the policy file. kube-system, the
+// critical priority classes and what a tenant policy was made to protect
+// are out of the tenant policies' reach whatever their rules say.
+func (e *Evaluator) ruleOf(pod *corev1.Pod, ns *Namespace) (ruleRef, bool) {
+	if e.Tenants != nil && pod.Namespace != metav1.NamespaceSystem && !slices.Contains(CriticalPriorityClasses, pod.Spec.PriorityClassName) {
+		for _, t := range e.Tenants.For(pod.Namespace) {
+			if t == nil || t.Policy == nil || t.Namespace != pod.Namespace || t.protected.covers(pod) {
+				continue
+			}
+			if i, start, ok := t.Policy.match(pod, ns); ok {
+				return ruleRef{t: t, p: t.Policy, i: i, start: start}, true
+			}
+		}
+	}
+	if e.Policy != nil {
+		if i, start, ok := e.Policy.match(pod, ns); ok {
+			return ruleRef{p: e.Policy, i: i, start: start}, true
+		}
+	}
+	return ruleRef{}, false
+}
+
+// decideByRules is the decision of the rule that decides pod (ruleOf);
+// the zero Decision when none does.
+func (e *Evaluator) decideByRules(pod *corev1.Pod, ns *Namespace, now time.Time) Decision {
+	ref, ok := e.ruleOf(pod, ns)
+	if !ok {
+		return Decision{}
+	}
+	d := ref.p.decision(ref.i, ref.start, pod, now)
+	if t := ref.t; t != nil {
+		d.Policy, d.PolicyUID, d.PolicyGeneration = t.Key(), t.UID, t.Generation
+		d.Source = TenantSourcePrefix + t.Name + "/" + d.Source
+	}
+	if ref.rule().counts() {
+		e.count(&d, ref, pod, ns, pod.Namespace+"/"+pod.Name)
+	}
+	return d
 }
 
 // gracePeriod passes a rule's grace period on only when it is at least one

@@ -172,6 +172,12 @@ func (r Restrictions) check(rule Rule) error {
 	if r.MaxAfter > 0 && rule.After > r.MaxAfter {
 		return fmt.Errorf("after: %s is more than the %s the cluster admin allows at most", FormatDuration(rule.After), FormatDuration(r.MaxAfter))
 	}
+	if r.MinAfter > 0 && rule.MaxPods > 0 {
+		return fmt.Errorf("maxPods: the pods past it go at once, sooner than the %s the cluster admin allows at least", FormatDuration(r.MinAfter))
+	}
+	if r.MaxAfter > 0 && rule.KeepNewest > 0 {
+		return fmt.Errorf("keepNewest: the newest pods have no deadline, longer than the %s the cluster admin allows at most", FormatDuration(r.MaxAfter))
+	}
 	running := mayMatchPhase(rule, corev1.PodRunning)
 	if r.NoRunningPods && running {
 		return fmt.Errorf("match.phases: the cluster admin forbids removing Running pods; the rule may match them (list phases without Running, or use the finished or pending clock)")
@@ -220,29 +226,6 @@ func mayMatchPhase(rule Rule, phase corev1.PodPhase) bool {
 	}
 	allowed, ok := clockPhases[rule.Clock]
 	return !ok || slices.Contains(allowed, phase)
-}
-
-// decideByTenants returns the decision of the namespace's tenant policies:
-// the first policy, by name, with a rule whose match and clock apply; the
-// zero Decision when none has. kube-system, the critical priority classes
-// and the namespaces and priority classes the policy was made to protect are out of their
-// reach whatever their rules say.
-func (e *Evaluator) decideByTenants(pod *corev1.Pod, ns *Namespace, now time.Time) Decision {
-	if e.Tenants == nil || pod.Namespace == metav1.NamespaceSystem || slices.Contains(CriticalPriorityClasses, pod.Spec.PriorityClassName) {
-		return Decision{}
-	}
-	for _, t := range e.Tenants.For(pod.Namespace) {
-		if t == nil || t.Policy == nil || t.Namespace != pod.Namespace || t.protected.covers(pod) {
-			continue
-		}
-		d := t.Policy.decide(pod, ns, now)
-		if d.HasDeadline() {
-			d.Policy, d.PolicyUID, d.PolicyGeneration = t.Key(), t.UID, t.Generation
-			d.Source = TenantSourcePrefix + t.Name + "/" + d.Source
-			return d
-		}
-	}
-	return Decision{}
 }
 
 // TenantPolicyOf is the namespace and name of the tenant policy that

@@ -22,6 +22,10 @@ type TenantRuleSpec struct {
 	MinRestarts        *int32
 	Action             string
 	GracePeriodSeconds *int64
+	KeepNewest         *int32
+	GroupBy            *string
+	MaxPods            *int32
+	RemovalNotice      *string
 }
 
 // ParseTenantRules is ParseRules on rules already decoded: the same checks,
@@ -34,7 +38,7 @@ func ParseTenantRules(rules []TenantRuleSpec) (*Policy, error) {
 	if err := checkTenantBounds(rules); err != nil {
 		return nil, err
 	}
-	p := &Policy{}
+	p := &Policy{seq: nextSeq()}
 	for i, spec := range rules {
 		rule, err := spec.rule()
 		if err == nil {
@@ -47,6 +51,7 @@ func ParseTenantRules(rules []TenantRuleSpec) (*Policy, error) {
 		p.Rules = append(p.Rules, rule)
 		p.selectors = append(p.selectors, selector)
 		p.nsSelectors = append(p.nsSelectors, labels.Everything())
+		p.counts = p.counts || rule.counts()
 	}
 	return p, nil
 }
@@ -71,6 +76,9 @@ func (s TenantRuleSpec) rule() (Rule, error) {
 			return Rule{}, fmt.Errorf("minRestarts: only allowed with clock %q, not %q", ClockCrashLooping, s.Clock)
 		}
 		rule.MinRestarts = *s.MinRestarts
+	}
+	if err := setCount(&rule, s.KeepNewest, s.GroupBy, s.MaxPods, s.RemovalNotice); err != nil {
+		return Rule{}, err
 	}
 	return rule, nil
 }

@@ -25,6 +25,7 @@ type tenantRuleFile struct {
 	MinRestarts        *int32      `json:"minRestarts"`
 	Action             Action      `json:"action"`
 	GracePeriodSeconds *int64      `json:"gracePeriodSeconds"`
+	countFile
 }
 
 type tenantMatch struct {
@@ -131,7 +132,7 @@ func ParseRules(data []byte) (*Policy, error) {
 	if err := checkBounds(value, "rules", "rules"); err != nil {
 		return nil, err
 	}
-	p := &Policy{}
+	p := &Policy{seq: nextSeq()}
 	for i, raw := range raws {
 		rule, err := decodeTenantRule(raw)
 		if err == nil {
@@ -144,6 +145,7 @@ func ParseRules(data []byte) (*Policy, error) {
 		p.Rules = append(p.Rules, rule)
 		p.selectors = append(p.selectors, selector)
 		p.nsSelectors = append(p.nsSelectors, labels.Everything())
+		p.counts = p.counts || rule.counts()
 	}
 	return p, nil
 }

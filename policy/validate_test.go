@@ -82,10 +82,10 @@ func TestParseRulesDecides(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := created.Add(time.Hour)
-	if d := p.decide(newPod(labelled("app", "web")), nil, now); d.Rule != "web" || !d.Deadline.Equal(created.Add(2*time.Hour)) {
+	if d := (&Evaluator{Policy: p}).decideByRules(newPod(labelled("app", "web")), nil, now); d.Rule != "web" || !d.Deadline.Equal(created.Add(2*time.Hour)) {
 		t.Errorf("web pod: %+v", d)
 	}
-	if d := p.decide(newPod(labelled("app", "db")), nil, now); d.Rule != "" {
+	if d := (&Evaluator{Policy: p}).decideByRules(newPod(labelled("app", "db")), nil, now); d.Rule != "" {
 		t.Errorf("db pod matched: %+v", d)
 	}
 }

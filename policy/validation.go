@@ -32,6 +32,7 @@ type ruleFile struct {
 	MinRestarts        *int32  `json:"minRestarts"`
 	Action             Action  `json:"action"`
 	GracePeriodSeconds *int64  `json:"gracePeriodSeconds"`
+	countFile
 }
 
 // LoadFile reads and parses a policy file; errors start with the path.
@@ -74,7 +75,7 @@ func Parse(data []byte) (*Policy, error) {
 	case len(file.Rules) == 0:
 		return nil, errors.New("rules: at least one rule is required")
 	}
-	p := &Policy{}
+	p := &Policy{seq: nextSeq()}
 	for i, raw := range file.Rules {
 		rule, err := decodeRule(raw)
 		if err != nil {
@@ -92,7 +93,7 @@ func NewPolicy(rules ...Rule) (*Policy, error) {
 	if len(rules) == 0 {
 		return nil, errors.New("rules: at least one rule is required")
 	}
-	p := &Policy{}
+	p := &Policy{seq: nextSeq()}
 	for _, rule := range rules {
 		if err := p.add(rule); err != nil {
 			return nil, err
@@ -127,6 +128,9 @@ func decodeRule(raw json.RawMessage) (Rule, error) {
 		}
 		rule.MinRestarts = *file.MinRestarts
 	}
+	if err := setCount(&rule, file.KeepNewest, file.GroupBy, file.MaxPods, file.RemovalNotice); err != nil {
+		return Rule{}, err
+	}
 	return rule, nil
 }
 
@@ -153,6 +157,7 @@ func (p *Policy) add(rule Rule) error {
 	p.Rules = append(p.Rules, rule)
 	p.selectors = append(p.selectors, selector)
 	p.nsSelectors = append(p.nsSelectors, nsSelector)
+	p.counts = p.counts || rule.counts()
 	return nil
 }
 
@@ -195,6 +200,9 @@ func validateRule(rule Rule) error {
 	}
 	if rule.MinRestarts < 0 {
 		return fmt.Errorf("minRestarts: %d is negative", rule.MinRestarts)
+	}
+	if err := validateCount(rule); err != nil {
+		return err
 	}
 	if rule.MinRestarts > 0 && rule.Clock != ClockCrashLooping {
 		return fmt.Errorf("minRestarts: only allowed with clock %q, not %q", ClockCrashLooping, rule.Clock)
