@@ -59,6 +59,10 @@ type Controller struct {
 	// has taken the informer's initial list.
 	pods       cache.Indexer
 	podsSynced cache.InformerSynced
+	// groups are the places of pods under the rules that keep a number of
+	// them, ranks the evaluators' view of them (counting.go).
+	groups *policy.Groups
+	ranks  policy.Ranks
 	// namespaces is the namespace controller: what the namespace cache
 	// knows of a pod's namespace, its warnings and its holds; a namespace
 	// change decides its pods again. nsReader reads a due pod's namespace
@@ -215,6 +219,9 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 		return c.namespacePodKeys(namespace)
 	}, c.enqueueKey,
 		func() bool { return int64(c.queue.Len()) < c.room.Load() })
+	c.ranks = c.newRanks()
+	opts.Evaluator = c.withRanks(opts.Evaluator)
+	c.opts.Evaluator = opts.Evaluator
 	c.evaluator.Store(opts.Evaluator)
 	if opts.Waves != nil {
 		// One Spread for the namespaces' and the tenant policies' changes
@@ -264,7 +271,10 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 				c.enqueue(cur)
 			}
 		},
-		DeleteFunc: c.enqueue,
+		DeleteFunc: func(obj interface{}) {
+			c.unplace(obj)
+			c.enqueue(obj)
+		},
 	}, cache.HandlerOptions{Logger: &logger})
 	if err != nil {
 		return nil, fmt.Errorf("adding pod event handler: %w", err)
@@ -366,6 +376,7 @@ func (c *Controller) tenantNamespaceTerminating(namespace string) {
 // tenant policies stay. A change whose wave is too large is held first
 // (holdWave), before any worker decides by the new policy.
 func (c *Controller) SetEvaluator(e *policy.Evaluator) error {
+	e = c.withRanks(e)
 	if c.tenants != nil {
 		copied := *e
 		copied.Tenants = c.tenants.Store()
@@ -593,6 +604,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	}
 	if !exists {
 		logger.V(4).Info("Pod is gone")
+		c.place(key, nil, nil, nil)
 		c.state.forget(key)
 		c.trackTenantDeadline(key, policy.Decision{})
 		c.holdWave(logger, key, nil, policy.Decision{}, time.Time{})
@@ -609,7 +621,9 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	}
 
 	now := c.now()
-	decision, err := c.evaluator.Load().Decide(pod, c.namespaces.Info(pod.Namespace), now)
+	e, ns := c.evaluator.Load(), c.namespaces.Info(pod.Namespace)
+	c.place(key, pod, e, ns)
+	decision, err := e.Decide(pod, ns, now)
 	c.trackTenantDeadline(key, decision)
 	if err != nil {
 		var invalid *policy.AnnotationError

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -55,7 +56,7 @@ type countFile struct {
 func setCount(rule *Rule, keepNewest *int32, groupBy *string, maxPods *int32, notice *string) error {
 	if keepNewest != nil {
 		if *keepNewest < 1 {
-			return fmt.Errorf("keepNewest: %d keeps no pod; at least 1, or leave it out", *keepNewest)
+			return errors.New("keepNewest: at least 1 (leave it out to keep no pod by count)")
 		}
 		rule.KeepNewest = *keepNewest
 	}
@@ -67,7 +68,7 @@ func setCount(rule *Rule, keepNewest *int32, groupBy *string, maxPods *int32, no
 	}
 	if maxPods != nil {
 		if *maxPods < 1 {
-			return fmt.Errorf("maxPods: %d keeps no pod; at least 1, or leave it out", *maxPods)
+			return errors.New("maxPods: at least 1 (leave it out to bound no namespace)")
 		}
 		rule.MaxPods = *maxPods
 	}
@@ -84,10 +85,14 @@ func setCount(rule *Rule, keepNewest *int32, groupBy *string, maxPods *int32, no
 // validateCount checks a rule's count and notice fields.
 func validateCount(rule Rule) error {
 	switch {
-	case rule.KeepNewest < 0 || rule.KeepNewest > MaxKeepNewest:
-		return fmt.Errorf("keepNewest: %d is not between 1 and %d", rule.KeepNewest, MaxKeepNewest)
-	case rule.MaxPods < 0 || rule.MaxPods > MaxMaxPods:
-		return fmt.Errorf("maxPods: %d is not between 1 and %d", rule.MaxPods, MaxMaxPods)
+	case rule.KeepNewest < 0:
+		return errors.New("keepNewest: at least 1 (leave it out to keep no pod by count)")
+	case rule.KeepNewest > MaxKeepNewest:
+		return fmt.Errorf("keepNewest: at most %d", MaxKeepNewest)
+	case rule.MaxPods < 0:
+		return errors.New("maxPods: at least 1 (leave it out to bound no namespace)")
+	case rule.MaxPods > MaxMaxPods:
+		return fmt.Errorf("maxPods: at most %d", MaxMaxPods)
 	case rule.RemovalNotice < 0:
 		return fmt.Errorf("removalNotice: %s is negative", rule.RemovalNotice)
 	case rule.GroupBy == "" || rule.GroupBy == GroupByOwner:
@@ -95,12 +100,8 @@ func validateCount(rule Rule) error {
 	case rule.KeepNewest == 0:
 		return errors.New("groupBy: only with keepNewest")
 	}
-	key, ok := strings.CutPrefix(rule.GroupBy, GroupByLabelPrefix)
-	if !ok {
-		return fmt.Errorf("groupBy: %q is not %q or %q followed by a label key", rule.GroupBy, GroupByOwner, GroupByLabelPrefix)
-	}
-	if errs := validation.IsQualifiedName(key); len(errs) > 0 {
-		return fmt.Errorf("groupBy: %q is not a label key: %s", key, strings.Join(errs, "; "))
+	if key, ok := strings.CutPrefix(rule.GroupBy, GroupByLabelPrefix); !ok || len(validation.IsQualifiedName(key)) > 0 {
+		return fmt.Errorf(`groupBy: %q is not "owner" or "label:" and a label key (like "label:app.kubernetes.io/name")`, rule.GroupBy)
 	}
 	return nil
 }
@@ -412,6 +413,9 @@ type BatchRanks struct {
 	memo map[string]batch
 }
 
+// maxBatchMemo bounds what a BatchRanks remembers.
+const maxBatchMemo = 4096
+
 type batch struct {
 	version uint64
 	groups  *Groups
@@ -424,10 +428,16 @@ func (b *BatchRanks) Place(e *Evaluator, pod *corev1.Pod, ns *Namespace, m Membe
 		version = b.Version(pod.Namespace)
 	}
 	memoKey := pod.Namespace + "\x00" + e.rulesID(pod.Namespace)
+	if ns != nil {
+		memoKey += "\x00" + labels.Set(ns.Labels).String()
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	got, ok := b.memo[memoKey]
 	if !ok || got.version != version {
+		if len(b.memo) >= maxBatchMemo {
+			clear(b.memo) // rules and namespaces gone by
+		}
 		got = batch{version: version, groups: NewGroups()}
 		for _, p := range b.Pods(pod.Namespace) {
 			key := p.Namespace + "/" + p.Name
@@ -447,7 +457,11 @@ func (e *Evaluator) rulesID(namespace string) string {
 	if e.Tenants != nil {
 		for _, t := range e.Tenants.For(namespace) {
 			if t != nil && t.Policy != nil {
-				b.WriteString(strconv.FormatUint(t.Policy.seq, 10) + ",")
+				b.WriteString(strconv.FormatUint(t.Policy.seq, 10))
+				if len(t.protected.namespaces)+len(t.protected.classes) > 0 {
+					fmt.Fprint(&b, t.protected)
+				}
+				b.WriteByte(',')
 			}
 		}
 	}
@@ -455,4 +469,21 @@ func (e *Evaluator) rulesID(namespace string) string {
 		b.WriteString(strconv.FormatUint(e.Policy.seq, 10))
 	}
 	return b.String()
+}
+
+// Counted places pods by Live where it has them (the running evaluator's
+// places, set pod by pod), and by counting their namespace (Batch) for
+// the evaluators of other rules: a change measured against the rules
+// acted on.
+type Counted struct {
+	Live  *Groups
+	Batch *BatchRanks
+}
+
+// Place is Ranks' Place.
+func (c Counted) Place(e *Evaluator, pod *corev1.Pod, ns *Namespace, m Member) (rank, size int, displaced time.Time, ok bool) {
+	if rank, size, displaced, ok := c.Live.Place(e, pod, ns, m); ok {
+		return rank, size, displaced, ok
+	}
+	return c.Batch.Place(e, pod, ns, m)
 }

@@ -396,13 +396,13 @@ func TestTenantRuleCounts(t *testing.T) {
 
 func TestCountValidation(t *testing.T) {
 	for _, c := range []struct{ rule, want string }{
-		{"keepNewest: 0", "keepNewest: 0 keeps no pod"},
-		{"keepNewest: -2", "keepNewest: -2 keeps no pod"},
-		{"keepNewest: 100001", "keepNewest: 100001 is not between 1 and 100000"},
-		{"maxPods: 0", "maxPods: 0 keeps no pod"},
+		{"keepNewest: 0", "keepNewest: at least 1"},
+		{"keepNewest: -2", "keepNewest: at least 1"},
+		{"keepNewest: 100001", "keepNewest: at most 100000"},
+		{"maxPods: 0", "maxPods: at least 1"},
 		{`groupBy: owner`, "groupBy: only with keepNewest"},
-		{"keepNewest: 2\n    groupBy: job", `groupBy: "job" is not "owner" or "label:" followed by a label key`},
-		{"keepNewest: 2\n    groupBy: \"label:bad key\"", `groupBy: "bad key" is not a label key`},
+		{"keepNewest: 2\n    groupBy: job", `groupBy: "job" is not "owner" or "label:" and a label key`},
+		{"keepNewest: 2\n    groupBy: \"label:bad key\"", `groupBy: "label:bad key" is not "owner" or "label:" and a label key`},
 		{"removalNotice: 5x", "removalNotice:"},
 		{"keepNewest: two", "keepNewest"},
 	} {

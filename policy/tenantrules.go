@@ -117,6 +117,7 @@ func checkTenantBounds(rules []TenantRuleSpec) *RulesError {
 			func() *RulesError { return str(at+".action", "rules[].action", r.Action) },
 			func() *RulesError { return str(at+".after", "rules[].after", r.After) },
 			func() *RulesError { return str(at+".clock", "rules[].clock", r.Clock) },
+			func() *RulesError { return str(at+".groupBy", "rules[].groupBy", deref(r.GroupBy)) },
 			func() *RulesError {
 				return str(at+".match.labelSelector", "rules[].match.labelSelector", r.LabelSelector)
 			},
@@ -135,6 +136,7 @@ func checkTenantBounds(rules []TenantRuleSpec) *RulesError {
 			},
 			func() *RulesError { return list(at+".match.reasons", "rules[].match.reasons", r.Reasons) },
 			func() *RulesError { return str(at+".name", "rules[].name", r.Name) },
+			func() *RulesError { return str(at+".removalNotice", "rules[].removalNotice", deref(r.RemovalNotice)) },
 		} {
 			if err := err(); err != nil {
 				return err
@@ -156,7 +158,7 @@ func TenantRulesSize(rules []TenantRuleSpec) int {
 		}
 	}
 	for _, r := range rules {
-		n += 64 + len(r.Name) + len(r.LabelSelector) + len(r.Clock) + len(r.After) + len(r.Action)
+		n += 64 + len(r.Name) + len(r.LabelSelector) + len(r.Clock) + len(r.After) + len(r.Action) + len(deref(r.GroupBy)) + len(deref(r.RemovalNotice))
 		strs(r.OwnerKinds.Include)
 		strs(r.OwnerKinds.Exclude)
 		strs(r.PriorityClassNames.Include)
@@ -167,4 +169,11 @@ func TenantRulesSize(rules []TenantRuleSpec) int {
 		}
 	}
 	return n
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

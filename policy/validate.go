@@ -55,6 +55,8 @@ var (
 		"rules[].clock":                              64,
 		"rules[].after":                              64,
 		"rules[].action":                             64,
+		"rules[].groupBy":                            330,
+		"rules[].removalNotice":                      64,
 		"rules[].match.labelSelector":                1024,
 		"rules[].match.ownerKinds.include[]":         253,
 		"rules[].match.ownerKinds.exclude[]":         253,

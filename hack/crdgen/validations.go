@@ -28,6 +28,7 @@ var validations = map[string]map[string]any{
 		rule(`has(self.name) && self.name != ''`, msg("required"), field(".name")),
 		rule(`has(self.clock) && self.clock != ''`, msg(`required, one of `+clockList), field(".clock")),
 		rule(`has(self.after)`, msg(`required (use "0s" to remove at once)`), field(".after")),
+		rule(`!has(self.groupBy) || has(self.keepNewest)`, msg("only with keepNewest"), field(".groupBy")),
 		rule(`!has(self.minRestarts) || self.?clock.orValue('') == 'crashLooping'`,
 			msgExpr(`'only allowed with clock "crashLooping", not ' + strings.quote(has(self.clock) ? self.clock : '')`), field(".minRestarts")),
 		// A clock applies to some phases only (policy clockPhases).
@@ -47,6 +48,27 @@ var validations = map[string]map[string]any{
 		rule(durationError+` == ''`, msgExpr(durationError)),
 	),
 	"spec.rules[].minRestarts": cel(rule(`self >= 0`, msgExpr(negativeInt+` + ' is negative'`))),
+	"spec.rules[].keepNewest": cel(
+		rule(`self >= 1`, msg("at least 1 (leave it out to keep no pod by count)")),
+		rule(fmt.Sprintf(`self <= %d`, policy.MaxKeepNewest), msg(fmt.Sprintf("at most %d", policy.MaxKeepNewest))),
+	),
+	"spec.rules[].maxPods": cel(
+		rule(`self >= 1`, msg("at least 1 (leave it out to bound no namespace)")),
+		rule(fmt.Sprintf(`self <= %d`, policy.MaxMaxPods), msg(fmt.Sprintf("at most %d", policy.MaxMaxPods))),
+	),
+	// policy.GroupByOwner, or GroupByLabelPrefix and a label key
+	// (validation.IsQualifiedName: a name of at most 63 characters, after
+	// a DNS subdomain prefix of at most 253 and a slash).
+	"spec.rules[].groupBy": cel(
+		rule(`self == '' || self == 'owner' || self.startsWith('label:') && `+binds([][2]string{
+			{"k", `self.substring(6)`},
+			{"slash", `k.lastIndexOf('/')`},
+		}, `k.matches('^`+labelKey+`$') && size(k) - slash - 1 <= 63 && slash <= 253`),
+			msgExpr(`strings.quote(self) + ' is not "owner" or "label:" and a label key (like "label:app.kubernetes.io/name")'`)),
+	),
+	"spec.rules[].removalNotice": cel(
+		rule(durationError+` == ''`, msgExpr(durationError)),
+	),
 	"spec.rules[].action": cel(
 		rule(`self in ['', 'delete', 'evict']`, msgExpr(`'unknown action ' + strings.quote(self) + ', want "delete" or "evict"'`)),
 	),
@@ -125,6 +147,10 @@ var durationError = binds([][2]string{
 	`badNumber == '.' ? 'expected a number at ' + strings.quote(bad) : `+
 	`badUnit == '' ? 'missing unit after ' + strings.quote(badNumber) + ' (use one of ns, us, ms, s, m, h, d, w)' : `+
 	`'unknown unit ' + strings.quote(badUnit)`)
+
+// labelKey is a label key's grammar (the prefix's and the name's
+// lengths aside).
+const labelKey = `(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:[.][a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?`
 
 // selectorValid is whether self parses with labels.Parse: its grammar
 // (k8s.io/apimachinery/pkg/labels: requirements "key", "!key",

@@ -56,6 +56,7 @@ func RuleSpecs(obj *v1alpha1.PodLifetimePolicy) []policy.TenantRuleSpec {
 			PriorityClassNames: policy.IncludeExclude{Include: r.Match.PriorityClassNames.Include, Exclude: r.Match.PriorityClassNames.Exclude},
 			Phases:             r.Match.Phases, Reasons: r.Match.Reasons,
 			Clock: r.Clock, After: r.After, MinRestarts: r.MinRestarts, Action: r.Action, GracePeriodSeconds: r.GracePeriodSeconds,
+			KeepNewest: r.KeepNewest, GroupBy: r.GroupBy, MaxPods: r.MaxPods, RemovalNotice: r.RemovalNotice,
 		}
 	}
 	return specs

@@ -342,6 +342,18 @@ func generatedRuleLists() []any {
 	for _, g := range []any{-5, -1, 0, 1, 30, 9223372036854775807, "30", 1.5} {
 		add(one("gracePeriodSeconds", g))
 	}
+	// Retention by count and the notice.
+	for _, n := range []any{1, 3, 0, -1, 100000, 100001, "3", 1.5, nil} {
+		add(one("keepNewest", n), one("maxPods", n))
+		for _, g := range []any{"owner", "", "label:app", "label:app.kubernetes.io/name", "label:", "label:bad key", "label:-a",
+			"label:" + strings.Repeat("k", 64), "label:" + strings.Repeat("p", 254) + "/k", "label:a/b/c", "Owner", "job", 5} {
+			add(one("keepNewest", n, "groupBy", g))
+		}
+	}
+	add(one("maxPods", 1000000), one("maxPods", 1000001))
+	for _, d := range []any{"10m", "0s", "", "-1m", "5x", "1h30m", 600, nil} {
+		add(one("removalNotice", d))
+	}
 	// Phases against clocks.
 	phases := []string{"Pending", "Running", "Succeeded", "Failed", "Unknown", "running", "", "Done"}
 	for range 60 {

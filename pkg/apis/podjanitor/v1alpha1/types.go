@@ -59,6 +59,25 @@ type PodLifetimeRule struct {
 	// least 1 (0 would force-delete the pod).
 	// +optional
 	GracePeriodSeconds *int64 `json:"gracePeriodSeconds,omitempty"`
+	// KeepNewest keeps the newest pods of each group (groupBy) of the pods
+	// the rule decides: they have no deadline while they are among the
+	// newest; the others go at the rule's clock. Newest is by finish time
+	// for finished pods, by creation for the others.
+	// +optional
+	KeepNewest *int32 `json:"keepNewest,omitempty"`
+	// GroupBy groups pods for keepNewest: "owner" (the default: the
+	// controlling owner, a Job, a ReplicaSet, a StatefulSet) or
+	// "label:<key>" (a label's value).
+	// +optional
+	GroupBy *string `json:"groupBy,omitempty"`
+	// MaxPods bounds the pods the rule decides in the namespace: past the
+	// newest maxPods, pods go at once.
+	// +optional
+	MaxPods *int32 `json:"maxPods,omitempty"`
+	// RemovalNotice is how long before its deadline a pod's owner is told
+	// with a RemovalScheduled Event: "10m", "1h".
+	// +optional
+	RemovalNotice *string `json:"removalNotice,omitempty"`
 }
 
 // PodLifetimeMatch selects pods; an empty field matches every pod.

@@ -217,6 +217,26 @@ func (in *PodLifetimeRule) DeepCopyInto(out *PodLifetimeRule) {
 		*out = new(int64)
 		**out = **in
 	}
+	if in.KeepNewest != nil {
+		in, out := &in.KeepNewest, &out.KeepNewest
+		*out = new(int32)
+		**out = **in
+	}
+	if in.GroupBy != nil {
+		in, out := &in.GroupBy, &out.GroupBy
+		*out = new(string)
+		**out = **in
+	}
+	if in.MaxPods != nil {
+		in, out := &in.MaxPods, &out.MaxPods
+		*out = new(int32)
+		**out = **in
+	}
+	if in.RemovalNotice != nil {
+		in, out := &in.RemovalNotice, &out.RemovalNotice
+		*out = new(string)
+		**out = **in
+	}
 	return
 }
 
