@@ -49,6 +49,53 @@ type planEntry struct {
 	// policy's change, HeldChange).
 	Held       bool   `json:"held,omitempty"`
 	HeldChange string `json:"heldChange,omitempty"`
+	// Rank is the pod's place when its rule keeps a number of pods.
+	Rank *planRank `json:"rank,omitempty"`
+}
+
+// planRank is a pod's place among the pods of a rule that keeps a number
+// of them (keepNewest, maxPods): 1 is the newest.
+type planRank struct {
+	Group      string `json:"group,omitempty"`
+	Rank       int    `json:"rank,omitempty"`
+	Of         int    `json:"of,omitempty"`
+	KeepNewest int32  `json:"keepNewest,omitempty"`
+	// InNamespace is the pod's place among the rule's pods of its
+	// namespace, which MaxPods bounds.
+	InNamespace int   `json:"inNamespace,omitempty"`
+	MaxPods     int32 `json:"maxPods,omitempty"`
+}
+
+// newPlanRank is d's place, nil when its rule keeps no number of pods.
+func newPlanRank(c *policy.CountPlace) *planRank {
+	if c == nil || !c.Known {
+		return nil
+	}
+	return &planRank{Group: c.Group, Rank: c.Rank + 1, Of: c.Size, KeepNewest: c.KeepNewest, InNamespace: c.NamespaceRank + 1, MaxPods: c.MaxPods}
+}
+
+// String is how the table shows the place: "2/5 owner Job/a, keeps 3".
+func (r *planRank) String() string {
+	if r == nil {
+		return ""
+	}
+	var parts []string
+	if r.KeepNewest > 0 {
+		parts = append(parts, fmt.Sprintf("%d/%d %s, keeps %d", r.Rank, r.Of, r.Group, r.KeepNewest))
+	}
+	if r.MaxPods > 0 {
+		parts = append(parts, fmt.Sprintf("%d in namespace, max %d", r.InNamespace, r.MaxPods))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// planRanks places pods by counting them, for plan's decisions.
+func planRanks(pods []*corev1.Pod) policy.Ranks {
+	byNamespace := map[string][]*corev1.Pod{}
+	for _, p := range pods {
+		byNamespace[p.Namespace] = append(byNamespace[p.Namespace], p)
+	}
+	return &policy.BatchRanks{Pods: func(namespace string) []*corev1.Pod { return byNamespace[namespace] }}
 }
 
 // planHold is the held change of the policy file, as podjanitor's Lease
@@ -106,6 +153,9 @@ type planReport struct {
 	Pods        []planEntry    `json:"pods"`
 	Totals      map[string]int `json:"totals"`
 	Invalid     []planInvalid  `json:"invalid"`
+	// KeptForRank are the pods a rule keeps for their place among the
+	// newest of their group (keepNewest): no deadline while they are.
+	KeptForRank []planEntry `json:"keptForRank,omitempty"`
 	// TenantPolicies are the tenant policies read; absent without --tenant-policies.
 	TenantPolicies []planTenant `json:"tenantPolicies,omitempty"`
 	Scanned        int          `json:"scanned"`
@@ -186,6 +236,7 @@ func plan(ctx context.Context, o *flagValues, out io.Writer) error {
 		}
 		evaluator.Tenants = used
 	}
+	evaluator.Ranks = planRanks(pods)
 	report := buildPlan(evaluator, pods, namespaces, clients.clock.Now().Add(clients.apiClock.Offset()))
 	report.TenantPolicies = tenants
 	markTenantHeld(&report, evaluator, pods, namespaces, report.GeneratedAt)
@@ -253,6 +304,11 @@ func listNamespaces(ctx context.Context, client metadata.Interface, scope scopeF
 // namespace is not in namespaces is left alone, as the daemon leaves it.
 func buildPlan(e *policy.Evaluator, pods []*corev1.Pod, namespaces map[string]*policy.Namespace, now time.Time) planReport {
 	r := planReport{GeneratedAt: now.UTC(), Totals: map[string]int{}, Pods: []planEntry{}, Invalid: []planInvalid{}, Scanned: len(pods)}
+	if e.Ranks == nil {
+		ranked := *e
+		ranked.Ranks = planRanks(pods)
+		e = &ranked
+	}
 	for _, pod := range pods {
 		d, err := e.Decide(pod, namespaces[pod.Namespace], now)
 		if err != nil {
@@ -260,15 +316,28 @@ func buildPlan(e *policy.Evaluator, pods []*corev1.Pod, namespaces map[string]*p
 			continue
 		}
 		if !d.HasDeadline() {
+			if rank := newPlanRank(d.Count); rank != nil && !d.Kept {
+				r.KeptForRank = append(r.KeptForRank, planEntry{Namespace: pod.Namespace, Pod: pod.Name, Source: d.Source, Rule: d.Rule, Policy: d.Policy, Rank: rank})
+			}
 			continue
 		}
 		left := d.Deadline.Sub(now)
 		r.Pods = append(r.Pods, planEntry{
 			Namespace: pod.Namespace, Pod: pod.Name, Source: d.Source, Reason: d.Reason, Rule: d.Rule, Policy: d.Policy,
-			Action: string(d.Action), Deadline: d.Deadline.UTC(), In: relative(left), Overdue: left <= 0,
+			Action: string(d.Action), Deadline: d.Deadline.UTC(), In: relative(left), Overdue: left <= 0, Rank: newPlanRank(d.Count),
 		})
 		r.Totals[d.Source]++
 	}
+	sort.SliceStable(r.KeptForRank, func(i, j int) bool {
+		a, b := r.KeptForRank[i], r.KeptForRank[j]
+		if a.Namespace != b.Namespace {
+			return a.Namespace < b.Namespace
+		}
+		if a.Rank.Group != b.Rank.Group {
+			return a.Rank.Group < b.Rank.Group
+		}
+		return a.Rank.Rank < b.Rank.Rank
+	})
 	sort.SliceStable(r.Pods, func(i, j int) bool {
 		a, b := r.Pods[i], r.Pods[j]
 		if !a.Deadline.Equal(b.Deadline) {
@@ -473,7 +542,14 @@ func relative(d time.Duration) string {
 
 func printPlan(out io.Writer, r planReport) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAMESPACE\tPOD\tBY\tACTION\tDEADLINE\tWHEN")
+	ranked := slices.ContainsFunc(r.Pods, func(e planEntry) bool { return e.Rank != nil })
+	rankColumn := func(e planEntry) string {
+		if !ranked {
+			return ""
+		}
+		return "\t" + e.Rank.String()
+	}
+	fmt.Fprintln(w, "NAMESPACE\tPOD\tBY\tACTION\tDEADLINE\tWHEN"+map[bool]string{true: "\tRANK"}[ranked])
 	for _, e := range r.Pods {
 		when := e.In
 		switch {
@@ -482,7 +558,7 @@ func printPlan(out io.Writer, r planReport) error {
 		case e.Held && r.Hold != nil:
 			when = "HELD " + r.Hold.Change
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Namespace, e.Pod, e.Source, e.Action, e.Deadline.Format(time.RFC3339), when)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s%s\n", e.Namespace, e.Pod, e.Source, e.Action, e.Deadline.Format(time.RFC3339), when, rankColumn(e))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -495,6 +571,17 @@ func printPlan(out io.Writer, r planReport) error {
 	sort.Strings(sources)
 	for _, s := range sources {
 		fmt.Fprintf(out, "  %-40s %d\n", s, r.Totals[s])
+	}
+	if len(r.KeptForRank) > 0 {
+		fmt.Fprintf(out, "\n%d pod(s) kept for their rank (no deadline while among the newest of their group):\n", len(r.KeptForRank))
+		w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "  NAMESPACE\tPOD\tBY\tRANK")
+		for _, e := range r.KeptForRank {
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", e.Namespace, e.Pod, e.Source, e.Rank)
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
 	}
 	if h := r.Hold; h != nil {
 		held := 0

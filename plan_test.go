@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/policy"
@@ -129,6 +130,53 @@ func TestPlanSaysWhenInWords(t *testing.T) {
 	} {
 		if got := relative(d); got != want {
 			t.Errorf("relative(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// TestPlanShowsRank: a rule that keeps the newest pods of each Job shows
+// each pod's place: those past the newest with their deadline, the others
+// kept for their rank.
+func TestPlanShowsRank(t *testing.T) {
+	p, err := policy.Parse([]byte(`apiVersion: podjanitor.io/v1alpha1
+kind: PodJanitorPolicy
+rules:
+  - name: failed-job-pods
+    match: {phases: [Failed]}
+    clock: created
+    after: 0s
+    keepNewest: 2
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []*corev1.Pod
+	for i, name := range []string{"run-0", "run-1", "run-2", "run-3"} {
+		pod := apitest.Pod(name, t0.Add(time.Duration(i)*time.Minute), corev1.PodFailed, nil)
+		pod.OwnerReferences = []metav1.OwnerReference{{Kind: "Job", Name: "nightly", UID: "uid-nightly", Controller: new(true)}}
+		pods = append(pods, pod)
+	}
+	r := buildPlan(&policy.Evaluator{Policy: p}, pods, map[string]*policy.Namespace{"default": {}}, t0.Add(time.Hour))
+	var due, kept []string
+	for _, e := range r.Pods {
+		due = append(due, e.Pod+" "+e.Rank.String())
+	}
+	for _, e := range r.KeptForRank {
+		kept = append(kept, e.Pod+" "+e.Rank.String())
+	}
+	if diff := cmp.Diff([]string{"run-0 4/4 owner Job/nightly, keeps 2", "run-1 3/4 owner Job/nightly, keeps 2"}, due); diff != "" {
+		t.Errorf("due (-want,+got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"run-3 1/4 owner Job/nightly, keeps 2", "run-2 2/4 owner Job/nightly, keeps 2"}, kept); diff != "" {
+		t.Errorf("kept (-want,+got):\n%s", diff)
+	}
+	var out bytes.Buffer
+	if err := printPlan(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"RANK", "2 pod(s) kept for their rank", "run-3", "1/4 owner Job/nightly, keeps 2"} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("table output lacks %q:\n%s", line, out.String())
 		}
 	}
 }
