@@ -1,0 +1,137 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podjanitor/podjanitor/internal/apitest"
+	"github.com/podjanitor/podjanitor/policy"
+)
+
+// keepTwoFailed keeps the two newest failed pods of each owner, and
+// removes the others at once.
+func keepTwoFailed(t *testing.T) *policy.Evaluator {
+	t.Helper()
+	p, err := policy.Parse([]byte(`apiVersion: podjanitor.io/v1alpha1
+kind: PodJanitorPolicy
+rules:
+  - name: failed
+    match: {phases: [Failed]}
+    clock: finished
+    after: 0s
+    keepNewest: 2
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &policy.Evaluator{Policy: p}
+}
+
+// jobPod is a Failed pod of Job "nightly" that finished (as its creation
+// tells: no container status) ago before t0.
+func jobPod(name string, ago time.Duration) *corev1.Pod {
+	pod := apitest.Pod(name, t0.Add(-ago), corev1.PodFailed, nil)
+	pod.OwnerReferences = []metav1.OwnerReference{{Kind: "Job", Name: "nightly", UID: types.UID("uid-nightly"), Controller: new(true)}}
+	return pod
+}
+
+// drain handles the keys in the queue until it is empty (at most limit).
+func (f *fixture) drain(limit int) {
+	f.t.Helper()
+	for i := 0; f.c.queue.Len() > 0; i++ {
+		if i == limit {
+			f.t.Fatalf("the queue still holds %d keys after %d", f.c.queue.Len(), limit)
+		}
+		f.next()
+	}
+}
+
+// TestKeepNewestRemovesWhatANewPodPushesOut: the workers place each pod as
+// they decide it, whatever the order; the pod a newer one pushes out of the
+// newest two is decided again and removed, and the newest two stay. A pod
+// that comes later pushes the next one out.
+func TestKeepNewestRemovesWhatANewPodPushesOut(t *testing.T) {
+	pods := []*corev1.Pod{jobPod("run-1", 3*time.Minute), jobPod("run-2", 2*time.Minute), jobPod("run-3", time.Minute)}
+	f := newFixture(t, Options{Evaluator: keepTwoFailed(t)}, pods...)
+	for _, p := range pods { // oldest first: each is among the newest when decided
+		f.c.queue.Add(keyOf(p))
+	}
+	f.drain(10)
+	if got := f.deletedNames(); !slices.Equal(got, []string{"run-1"}) {
+		t.Fatalf("deleted %v, want run-1 alone (pushed out by run-3)", got)
+	}
+
+	newest := jobPod("run-4", 0)
+	if _, err := f.client.CoreV1().Pods("default").Create(f.ctx, newest, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.setPod(newest)
+	f.process(keyOf(newest))
+	f.drain(10)
+	if got := f.deletedNames(); !slices.Equal(got, []string{"run-1", "run-2"}) {
+		t.Fatalf("deleted %v, want run-1 then run-2 (pushed out by run-4)", got)
+	}
+}
+
+// TestKeepNewestPodGoneLetsTheNextIn: a newer pod deleted (by someone
+// else) before the pod it pushed out is removed brings that pod back among
+// the newest: it is decided again and stays.
+func TestKeepNewestPodGoneLetsTheNextIn(t *testing.T) {
+	pods := []*corev1.Pod{jobPod("run-1", 3*time.Minute), jobPod("run-2", 2*time.Minute), jobPod("run-3", time.Minute)}
+	f := newFixture(t, Options{Evaluator: keepTwoFailed(t)}, pods...)
+	for _, p := range pods[1:] {
+		f.process(keyOf(p))
+	}
+	f.process(keyOf(pods[0])) // run-1 is placed third: past the newest two
+	if got := f.deletedNames(); !slices.Equal(got, []string{"run-1"}) {
+		t.Fatalf("deleted %v, want run-1", got)
+	}
+
+	// Five pods; the newest is deleted by its owner between the decisions.
+	more := []*corev1.Pod{jobPod("a-1", 9*time.Minute), jobPod("a-2", 8*time.Minute)}
+	for _, p := range more {
+		p.OwnerReferences[0].UID = "uid-other"
+		if _, err := f.client.CoreV1().Pods("default").Create(f.ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.setPod(p)
+	}
+	third := jobPod("a-3", 7*time.Minute)
+	third.OwnerReferences[0].UID = "uid-other"
+	f.setPod(third)
+	for _, p := range append(more, third) {
+		f.process(keyOf(p))
+	}
+	// a-1 was pushed out by a-3 and waits in the queue; a-3 goes away.
+	obj, _, _ := f.c.pods.GetByKey("default/a-3")
+	if err := f.c.pods.Delete(obj); err != nil {
+		t.Fatal(err)
+	}
+	f.c.unplace(obj)
+	f.drain(10)
+	if got := f.deletedNames(); slices.Contains(got, "a-1") || slices.Contains(got, "a-2") {
+		t.Errorf("deleted %v: a-1 and a-2 are the newest two once a-3 is gone", got)
+	}
+}
+
+// TestNoCountingRulesNoPlaces: without a rule that counts, no pod takes a
+// place (the cost of a decision is one load more).
+func TestNoCountingRulesNoPlaces(t *testing.T) {
+	var pods []*corev1.Pod
+	for i := range 5 {
+		pods = append(pods, jobPod(fmt.Sprintf("p-%d", i), time.Duration(i)*time.Minute))
+	}
+	f := newFixture(t, Options{Evaluator: &policy.Evaluator{}}, pods...)
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	if !f.c.groups.Empty() {
+		t.Error("pods took places without a rule that counts")
+	}
+}
