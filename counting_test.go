@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
+	"github.com/podjanitor/podjanitor/internal/wave"
 	"github.com/podjanitor/podjanitor/policy"
 )
 
@@ -133,5 +134,89 @@ func TestNoCountingRulesNoPlaces(t *testing.T) {
 	}
 	if !f.c.groups.Empty() {
 		t.Error("pods took places without a rule that counts")
+	}
+}
+
+// keepNewestEvaluator keeps the n newest failed pods of each owner, the
+// others go at once.
+func keepNewestEvaluator(t *testing.T, n int) *policy.Evaluator {
+	t.Helper()
+	e, err := policyEvaluator("podjanitor.io")([]byte(fmt.Sprintf(`apiVersion: podjanitor.io/v1alpha1
+kind: PodJanitorPolicy
+rules:
+  - name: failed
+    match: {phases: [Failed]}
+    clock: finished
+    after: 0s
+    keepNewest: %d
+`, n)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestLoweredKeepNewestIsHeld: a reload that lowers keepNewest from 100 to
+// 3 over a Job of 30 failed pods drops 27 out of the newest at once: a
+// wave, held; none goes until it is approved. Lowering it to 25 drops 5:
+// no hold, they go.
+func TestLoweredKeepNewestIsHeld(t *testing.T) {
+	var pods []*corev1.Pod
+	for i := range 30 {
+		pods = append(pods, jobPod(fmt.Sprintf("run-%02d", i), time.Hour-time.Duration(i)*time.Minute))
+	}
+	f := newFixture(t, Options{
+		Evaluator: keepNewestEvaluator(t, 100),
+		Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
+			Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}},
+	}, pods...)
+	f.c.opts.Waves.Record.Client = f.client
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	if n := f.deletes(); n != 0 {
+		t.Fatalf("%d removed under keepNewest 100", n)
+	}
+	if err := f.c.SetEvaluator(keepNewestEvaluator(t, 3)); err != nil {
+		t.Fatal(err)
+	}
+	h, ok := f.c.waves.Held()
+	if !ok || h.Pods != 27 {
+		t.Fatalf("held %+v, %v; want a hold of the 27 pods out of the newest 3", h, ok)
+	}
+	f.drain(100)
+	if n := f.deletes(); n != 0 {
+		t.Fatalf("%d pods removed of a held wave", n)
+	}
+}
+
+// TestSmallKeepNewestChangeGoes: lowering keepNewest from 30 to 25 drops
+// 5 pods out of the newest: under the threshold, no hold; those 5 go, the
+// newest 25 stay.
+func TestSmallKeepNewestChangeGoes(t *testing.T) {
+	var pods []*corev1.Pod
+	for i := range 30 {
+		pods = append(pods, jobPod(fmt.Sprintf("run-%02d", i), time.Hour-time.Duration(i)*time.Minute))
+	}
+	f := newFixture(t, Options{
+		Evaluator: keepNewestEvaluator(t, 30),
+		Waves: &wave.Options{Threshold: wave.Threshold{Pods: 10}, Window: time.Minute,
+			Record: wave.Record{Namespace: "podjanitor", Name: "podjanitor"}},
+	}, pods...)
+	f.c.opts.Waves.Record.Client = f.client
+	for _, p := range pods {
+		f.process(keyOf(p))
+	}
+	if err := f.c.SetEvaluator(keepNewestEvaluator(t, 25)); err != nil {
+		t.Fatal(err)
+	}
+	if h, ok := f.c.waves.Held(); ok {
+		t.Fatalf("held %+v: 5 pods are under the threshold", h)
+	}
+	f.drain(100)
+	got := f.deletedNames()
+	slices.Sort(got)
+	if want := []string{"run-00", "run-01", "run-02", "run-03", "run-04"}; !slices.Equal(got, want) {
+		t.Errorf("deleted %v, want the 5 oldest %v", got, want)
 	}
 }
