@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -34,7 +35,7 @@ func TestExamples(t *testing.T) {
 		{file: "pod-keep.yaml", kept: true},
 		{file: "pod-invalid.yaml", invalid: true},
 	}
-	seen := map[string]bool{"podlifetimepolicy.yaml": true} // TestExamplePodLifetimePolicy
+	seen := map[string]bool{"podlifetimepolicy.yaml": true, "podlifetimepolicy-keep-failed.yaml": true} // TestExamplePodLifetimePolicy, TestExampleKeepFailed
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
 			seen[tc.file] = true
@@ -101,5 +102,53 @@ func TestExamplePodLifetimePolicy(t *testing.T) {
 	job.OwnerReferences = []metav1.OwnerReference{{Kind: "Job", Name: "j", APIVersion: "batch/v1", UID: "u"}}
 	if d, err := e.Decide(job, &policy.Namespace{}, now); err != nil || d.HasDeadline() {
 		t.Errorf("a running Job pod: decision %+v, %v; want no deadline (until it finishes)", d, err)
+	}
+}
+
+// TestExampleKeepFailed keeps artifacts/examples/podlifetimepolicy-keep-failed.yaml
+// true: of a Job's 5 failed pods, the newest 3 stay, the 2 others go an
+// hour after they failed; pods of another Job count apart.
+func TestExampleKeepFailed(t *testing.T) {
+	data, err := os.ReadFile("artifacts/examples/podlifetimepolicy-keep-failed.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj v1alpha1.PodLifetimePolicy
+	if err := yaml.UnmarshalStrict(data, &obj); err != nil {
+		t.Fatal(err)
+	}
+	tp, err := tenantcontroller.Convert(&obj, policy.Restrictions{})
+	if err != nil {
+		t.Fatalf("podjanitor does not use the example: %v", err)
+	}
+	created := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	var pods []*corev1.Pod
+	for i := range 5 {
+		p := apitest.Pod(fmt.Sprintf("job-a-%d", i), created.Add(time.Duration(i)*time.Minute), corev1.PodFailed, nil)
+		p.Namespace = obj.Namespace
+		p.OwnerReferences = []metav1.OwnerReference{{Kind: "Job", Name: "a", APIVersion: "batch/v1", UID: "uid-a", Controller: new(true)}}
+		pods = append(pods, p)
+	}
+	other := apitest.Pod("job-b-0", created, corev1.PodFailed, nil)
+	other.Namespace = obj.Namespace
+	other.OwnerReferences = []metav1.OwnerReference{{Kind: "Job", Name: "b", APIVersion: "batch/v1", UID: "uid-b", Controller: new(true)}}
+	pods = append(pods, other)
+	e := &policy.Evaluator{Tenants: policy.NewStaticTenants(tp), Ranks: planRanks(pods)}
+	now := created.Add(10 * time.Minute)
+	for i, p := range pods {
+		d, err := e.Decide(p, &policy.Namespace{}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case i < 2: // the oldest two of Job a: an hour after they failed
+			if !d.Deadline.Equal(created.Add(time.Duration(i)*time.Minute+time.Hour)) || d.RemovalNotice != 10*time.Minute {
+				t.Errorf("%s: %+v, want a deadline an hour after it failed, a notice 10m before", p.Name, d)
+			}
+		default:
+			if d.HasDeadline() || d.Count == nil || !d.Count.Known {
+				t.Errorf("%s: %+v, want kept for its rank", p.Name, d)
+			}
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -205,25 +206,31 @@ func jsonValue(js []byte) any {
 	return v
 }
 
-// TestTenantAPIAcceptsTheExample: artifacts/examples/podlifetimepolicy.yaml,
-// as a user applies it (in a namespace of the test's own), is accepted by
-// the API server with strict field validation.
+// TestTenantAPIAcceptsTheExample: artifacts/examples/podlifetimepolicy*.yaml,
+// as a user applies them (in a namespace of the test's own), are accepted
+// by the API server with strict field validation.
 func TestTenantAPIAcceptsTheExample(t *testing.T) {
 	t.Parallel()
 	installCRD(t)
-	data, err := os.ReadFile("../../artifacts/examples/podlifetimepolicy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var obj unstructured.Unstructured
-	if err := yaml.Unmarshal(data, &obj.Object); err != nil {
-		t.Fatal(err)
+	files, err := filepath.Glob("../../artifacts/examples/podlifetimepolicy*.yaml")
+	if err != nil || len(files) < 2 {
+		t.Fatalf("examples %v, %v", files, err)
 	}
 	ns := newNamespace(t)
-	obj.SetNamespace(ns)
-	if _, err := dynamicClient(t).Resource(policiesGVR).Namespace(ns).Create(ctxFor(t), &obj,
-		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
-		t.Errorf("the API server refuses artifacts/examples/podlifetimepolicy.yaml: %v", err)
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var obj unstructured.Unstructured
+		if err := yaml.Unmarshal(data, &obj.Object); err != nil {
+			t.Fatal(err)
+		}
+		obj.SetNamespace(ns)
+		if _, err := dynamicClient(t).Resource(policiesGVR).Namespace(ns).Create(ctxFor(t), &obj,
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
+			t.Errorf("the API server refuses %s: %v", file, err)
+		}
 	}
 }
 
