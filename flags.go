@@ -166,7 +166,7 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 	fs.IntVar(&o.workers, "workers", 16, "Number of pods removed concurrently.")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (logs, WouldRemove events, metrics) but remove nothing.")
 	fs.BoolVar(&o.removalEvents, "removal-events", true,
-		"Record LifetimeExpired events of removals: on each pod, and in bulk one per owner and 10 s. false records none; warnings and dry-run events are recorded regardless.")
+		"Record LifetimeExpired events of removals: on each pod, and in bulk one per owner and 10 s. false records none; warnings, removal notices (--removal-notice) and dry-run events are recorded regardless.")
 	fs.DurationVar(&o.removalNotice, "removal-notice", 0,
 		"Tell a pod this long before its deadline that it goes then, by a Normal RemovalScheduled event on it (once per pod and deadline, within the removal events' budget), saying how to keep it longer; a rule's removalNotice overrides it. 0: no notice. A notice never delays a removal.")
 	fs.Float64Var(&o.maxRemovalsPerSecond, "max-deletions-per-second", 50, "Cluster-wide cap on removals per second; 0 means no cap. Removals over the cap wait, they are never dropped.")

@@ -212,3 +212,13 @@ func TestRemovalNoticeInADryRun(t *testing.T) {
 		t.Errorf("events = %q, want %q", got, want)
 	}
 }
+
+// --removal-events=false leaves out the removals' events, not the notices.
+func TestRemovalNoticeWithoutRemovalEvents(t *testing.T) {
+	pod := apitest.Pod("web", t0.Add(-55*time.Minute), corev1.PodPending, map[string]string{"podjanitor.io/ttl": "1h"})
+	f := newFixture(t, Options{RemovalNotice: 10 * time.Minute, NoRemovalEvents: true}, pod)
+	f.checkParked(pod, 5*time.Minute)
+	if got := f.events(); len(got) != 1 || !strings.HasPrefix(got[0], "Normal RemovalScheduled ") {
+		t.Errorf("events = %q, want the notice", got)
+	}
+}

@@ -27,7 +27,7 @@ type Options struct {
 	// decoded whole, so the read need not decode its spec.
 	FreshPods corev1client.PodsGetter
 	// NoRemovalEvents leaves out the LifetimeExpired events of removals.
-	// Warnings and dry-run events are recorded regardless.
+	// Warnings, removal notices and dry-run events are recorded regardless.
 	NoRemovalEvents bool
 	// RemovalNotice is how long before its deadline a pod is told, once per
 	// deadline, that it goes then (a Normal RemovalScheduled event), unless
