@@ -651,7 +651,7 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 	}
 	if wait := decision.Deadline.Sub(now); wait > 0 {
 		logger.V(4).Info("Pod is not due yet", "deadline", decision.Deadline, "wait", wait, "by", decision.Source)
-		return Result{RequeueAfter: wait, parking: untilDeadline}, nil
+		return c.untilDue(pod, decision, wait), nil
 	}
 	// The slot first, then the fresh reads: a pod waiting for its slot in
 	// a backlog reads its namespace (and tenant policy) once, when it may
@@ -669,6 +669,36 @@ func (c *Controller) syncHandler(ctx context.Context, key cache.ObjectName) (Res
 		return result, err
 	}
 	return c.removePod(ctx, pod, decision)
+}
+
+// untilDue parks a pod whose deadline d is wait away: until its deadline,
+// or, with a removal notice (noticeWait), until the notice is due. Then the
+// pod is told once per deadline (a RemovalScheduled event) and parked until
+// its deadline: the notice never delays a removal. A pod decided again with
+// a later deadline (a longer ttl) is told again; one kept is not decided
+// here at all.
+func (c *Controller) untilDue(pod *corev1.Pod, d policy.Decision, wait time.Duration) Result {
+	notice := c.opts.RemovalNotice
+	if d.RemovalNotice > 0 {
+		notice = d.RemovalNotice
+	}
+	if early := noticeWait(wait, notice); early > 0 {
+		return Result{RequeueAfter: early, parking: untilDeadline}
+	}
+	if notice > 0 && c.state.noticeOnce(cache.MetaObjectToName(pod), pod.UID, d.Deadline) {
+		c.reporter.RemovalScheduled(pod, d, wait, c.evaluator.Load().AnnotationKey)
+	}
+	return Result{RequeueAfter: wait, parking: untilDeadline}
+}
+
+// noticeWait is how long until the notice of a removal wait away is due,
+// notice before it; 0: now, or no notice (notice 0). A pod first seen (or
+// given its deadline) less than notice before it is told at once.
+func noticeWait(wait, notice time.Duration) time.Duration {
+	if notice <= 0 || wait <= notice {
+		return 0
+	}
+	return wait - notice
 }
 
 // holdWave asks the holds whether a pod is held: due by the running
@@ -786,7 +816,7 @@ func (c *Controller) decideFresh(ctx context.Context, pod *corev1.Pod, now time.
 		result, err := c.confirmTenantPolicy(ctx, pod, d)
 		return d, err == nil && result == (Result{}), result, err
 	case err == nil && d.HasDeadline():
-		return d, false, Result{RequeueAfter: d.Deadline.Sub(now), parking: untilDeadline}, nil
+		return d, false, c.untilDue(pod, d, d.Deadline.Sub(now)), nil
 	}
 	klog.FromContext(ctx).V(2).Info("Not removing pod: its namespace as read now disagrees with the namespace cache, deciding again",
 		"pod", klog.KObj(pod), "kept", d.Kept, "err", err)
@@ -904,7 +934,7 @@ func (c *Controller) freshDecision(ctx context.Context, cached *corev1.Pod, d po
 		wait := freshD.Deadline.Sub(now)
 		logger.V(2).Info("Pod changed since the decision and is not due yet, not evicting", "pod", klog.KObj(cached),
 			"deadline", freshD.Deadline, "wait", wait, "by", freshD.Source)
-		return nil, d, Result{RequeueAfter: wait, parking: untilDeadline}, nil
+		return nil, d, c.untilDue(fresh, freshD, wait), nil
 	}
 	// The fresh pod may be another tenant policy's, or the same one's at a
 	// newer generation: confirmed as the decision on the cached pod was.

@@ -35,6 +35,7 @@ type flagValues struct {
 	workers              int
 	dryRun               bool
 	removalEvents        bool
+	removalNotice        time.Duration
 	maxRemovalsPerSecond float64 // --max-deletions-per-second
 	removalBurst         int     // --deletion-burst
 	leaderElect          bool
@@ -165,7 +166,9 @@ func newFlagSet(cmd command, o *flagValues) *flag.FlagSet {
 	fs.IntVar(&o.workers, "workers", 16, "Number of pods removed concurrently.")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "Decide and report (logs, WouldRemove events, metrics) but remove nothing.")
 	fs.BoolVar(&o.removalEvents, "removal-events", true,
-		"Record LifetimeExpired events of removals: on each pod, and in bulk one per owner and 10 s. false records none; warnings and dry-run events are recorded regardless.")
+		"Record LifetimeExpired events of removals: on each pod, and in bulk one per owner and 10 s. false records none; warnings, removal notices (--removal-notice) and dry-run events are recorded regardless.")
+	fs.DurationVar(&o.removalNotice, "removal-notice", 0,
+		"Tell a pod this long before its deadline that it goes then, by a Normal RemovalScheduled event on it (once per pod and deadline, within the removal events' budget), saying how to keep it longer; a rule's removalNotice overrides it. 0: no notice. A notice never delays a removal.")
 	fs.Float64Var(&o.maxRemovalsPerSecond, "max-deletions-per-second", 50, "Cluster-wide cap on removals per second; 0 means no cap. Removals over the cap wait, they are never dropped.")
 	fs.IntVar(&o.removalBurst, "deletion-burst", 100, "Removals allowed at once above --max-deletions-per-second.")
 	fs.BoolVar(&o.waves.hold, "hold-waves", true,
@@ -285,6 +288,8 @@ func (o *flagValues) validate(cmd command) error {
 	switch {
 	case o.workers < 1:
 		return bad("workers", "%d: must be at least 1", o.workers)
+	case o.removalNotice < 0:
+		return bad("removal-notice", "%v: must not be negative", o.removalNotice)
 	case o.maxRemovalsPerSecond < 0:
 		return bad("max-deletions-per-second", "%v: must not be negative", o.maxRemovalsPerSecond)
 	case o.removalBurst < 1:

@@ -140,6 +140,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 		DryRun:               o.dryRun,
 		FreshPods:            clients.informerKube.CoreV1(),
 		NoRemovalEvents:      !o.removalEvents,
+		RemovalNotice:        o.removalNotice,
 		MaxRemovalsPerSecond: o.maxRemovalsPerSecond,
 		RemovalBurst:         o.removalBurst,
 		ShutdownTimeout:      o.shutdownTimeout,

@@ -27,8 +27,13 @@ type Options struct {
 	// decoded whole, so the read need not decode its spec.
 	FreshPods corev1client.PodsGetter
 	// NoRemovalEvents leaves out the LifetimeExpired events of removals.
-	// Warnings and dry-run events are recorded regardless.
+	// Warnings, removal notices and dry-run events are recorded regardless.
 	NoRemovalEvents bool
+	// RemovalNotice is how long before its deadline a pod is told, once per
+	// deadline, that it goes then (a Normal RemovalScheduled event), unless
+	// the deciding rule sets its own (policy.Decision.RemovalNotice); 0: no
+	// notice. A notice never delays a removal.
+	RemovalNotice time.Duration
 	// MaxRemovalsPerSecond caps removals cluster-wide; 0 means no limit.
 	MaxRemovalsPerSecond float64
 	// RemovalBurst is the token bucket size; defaults to 1 when a limit is set.

@@ -21,8 +21,9 @@ import (
 // podStates is everything the controller remembers about individual pods, by
 // key: when a parked key is to be handed to the workers again, the removal
 // token reserved for a pod that waits for the rate limit, whether the pod was
-// removed already, how often its removal was refused, and which invalid
-// annotation it was warned about. Only pods that need
+// removed already, how often its removal was refused, which invalid
+// annotation it was warned about, and which deadline it was told of (a
+// removal notice). Only pods that need
 // one of these have an entry, and forget drops a pod's entry with the pod, so
 // memory follows the pods that exist, not the pods seen.
 //
@@ -124,10 +125,13 @@ type podMarks struct {
 	unpaid bool
 	// queued is the pod's place in the backlog while it waits for a slot.
 	queued *backlogEntry
+	// noticed is the deadline the pod was told of (--removal-notice:
+	// noticeOnce); zero: none.
+	noticed time.Time
 }
 
 func (m *podMarks) empty() bool {
-	return m.token == nil && m.queued == nil && !m.removed && m.reported == 0 && !m.unpaid && m.refusals == 0 && m.warned == 0
+	return m.token == nil && m.queued == nil && !m.removed && m.reported == 0 && !m.unpaid && m.refusals == 0 && m.warned == 0 && m.noticed.IsZero()
 }
 
 func newPodStates(clk clock.WithTicker, now func() time.Time, onParkedUntilDeadline func(int)) *podStates {
@@ -319,6 +323,19 @@ func (s *podStates) warnOnce(key cache.ObjectName, uid types.UID, annotation, va
 	_, m := s.get(key, uid)
 	first = m.warned != sum
 	m.warned = sum
+	return first
+}
+
+// noticeOnce records that the pod is told it goes at deadline (a removal
+// notice), and says whether that is news: the first notice for this pod and
+// deadline. A later deadline (a longer ttl) is news again; the entry keeps
+// the last one until the pod is gone.
+func (s *podStates) noticeOnce(key cache.ObjectName, uid types.UID, deadline time.Time) (first bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, m := s.get(key, uid)
+	first = !m.noticed.Equal(deadline)
+	m.noticed = deadline
 	return first
 }
 

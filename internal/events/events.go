@@ -100,6 +100,9 @@ const (
 	ReasonLifetimeExpired = "LifetimeExpired"
 	// ReasonWouldRemove: --dry-run, pods would have been removed.
 	ReasonWouldRemove = "WouldRemove"
+	// ReasonRemovalScheduled (Normal): the pod goes at its deadline, which
+	// is near (--removal-notice), and this is how to keep it longer.
+	ReasonRemovalScheduled = "RemovalScheduled"
 	// ReasonInvalidAnnotation (Warning): an annotation does not parse.
 	ReasonInvalidAnnotation = "InvalidAnnotation"
 	// ReasonEvictionBlocked: a PodDisruptionBudget refused an eviction
@@ -402,6 +405,38 @@ func (r *Reporter) ReportRemoval(pod *corev1.Pod, d policy.Decision) {
 	if r.windowEnd == nil {
 		r.openWindow()
 	}
+}
+
+// RemovalScheduled tells, on the pod, that it goes at d.Deadline, left from
+// now, and how to keep it longer: by the annotation that set the deadline
+// (the ttl one for a rule's: any deadline annotation sets the rules aside),
+// or keep; annotationKey gives the annotations' full keys. It takes a token
+// of the removal events' budget (removalEventRate), so that a wave of
+// notices costs no more event writes than a wave of removals; a notice over
+// the budget is left out, counted (OnWarningDropped) and logged. It says
+// whether the notice was recorded.
+func (r *Reporter) RemovalScheduled(pod *corev1.Pod, d policy.Decision, left time.Duration, annotationKey func(string) string) bool {
+	deadline := d.Deadline.UTC().Format(time.RFC3339)
+	if !r.budget.AllowN(r.clock.Now(), 1) {
+		r.dropped(ReasonRemovalScheduled)
+		r.logger.V(2).Info("Removal notice over the events' budget, left out", "pod", klog.KObj(pod), "deadline", deadline, "by", d.Source)
+		return false
+	}
+	extend, value := annotationKey(policy.AnnotationTTL), "<duration from creation>"
+	switch d.Source {
+	case annotationKey(policy.AnnotationExpiresAt):
+		extend, value = d.Source, "<RFC 3339 time>"
+	case annotationKey(policy.AnnotationTTLAfterFinished):
+		extend, value = d.Source, "<duration from finish>"
+	}
+	what := "Removal (" + string(d.Action) + ") scheduled"
+	if r.dryRun {
+		what = "Dry run: would " + string(d.Action) + " pod"
+	}
+	r.eventf(pod, nil, corev1.EventTypeNormal, ReasonRemovalScheduled, "Schedule",
+		"%s at %s (in %s) by %s; to extend: kubectl annotate pod %s -n %s --overwrite %s=%s, or %s=true",
+		what, deadline, left.Round(time.Second), d.Source, pod.Name, pod.Namespace, extend, value, annotationKey(policy.AnnotationKeep))
+	return true
 }
 
 // openWindow starts an interval at whose end the groups are reported. r.mu is held.

@@ -171,7 +171,7 @@ func New(controller, version, commit string) *Metrics {
 		}, []string{"result"}),
 		warningsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "podjanitor_warnings_dropped_total",
-			Help: "Warnings left out over their budget, by reason (PolicyNotUsed: a tenant policy's, whose Ready condition still says why it is not used).",
+			Help: "Warnings and removal notices left out over their budget, by reason (PolicyNotUsed: a tenant policy's, whose Ready condition still says why it is not used; RemovalScheduled: a pod's removal notice, over the removal events' budget).",
 		}, []string{"reason"}),
 		tenantPolicies: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "podjanitor_tenant_policies",
@@ -236,6 +236,7 @@ func New(controller, version, commit string) *Metrics {
 	m.podsHeld.WithLabelValues("namespace")
 	m.tenantPolicies.WithLabelValues("true")
 	m.warningsDropped.WithLabelValues("PolicyNotUsed")
+	m.warningsDropped.WithLabelValues("RemovalScheduled")
 	m.tenantPolicies.WithLabelValues("false")
 	for _, reason := range TenantLimitReasons {
 		m.tenantOverLimit.WithLabelValues(reason)
@@ -440,7 +441,7 @@ func setBool(g prometheus.Gauge, b bool) {
 	g.Set(v)
 }
 
-// CountWarningDropped counts a Warning left out over its budget.
+// CountWarningDropped counts a Warning, or a removal notice, left out over its budget.
 func (m *Metrics) CountWarningDropped(reason string) {
 	if m != nil {
 		m.warningsDropped.WithLabelValues(reason).Inc()
