@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -156,17 +157,18 @@ type Member struct {
 	Limit int
 }
 
-// Entry orders a group's pods: by Sort, then Created, then Key.
+// Entry orders a group's pods: by Sort, then Created (Unix nanoseconds),
+// then Key.
 type Entry struct {
 	Key           string
-	Sort, Created time.Time
+	Sort, Created int64
 }
 
 func (a Entry) compare(b Entry) int {
-	if c := a.Sort.Compare(b.Sort); c != 0 {
+	if c := cmp.Compare(a.Sort, b.Sort); c != 0 {
 		return c
 	}
-	if c := a.Created.Compare(b.Created); c != 0 {
+	if c := cmp.Compare(a.Created, b.Created); c != 0 {
 		return c
 	}
 	return strings.Compare(a.Key, b.Key)
@@ -188,7 +190,7 @@ func (r ruleRef) rule() *Rule { return &r.p.Rules[r.i] }
 func (r ruleRef) members(pod *corev1.Pod, key string) (owner, namespace Member, shown string) {
 	rule := r.rule()
 	id := r.p.ruleID(r.i) + "\x00" + pod.Namespace + "\x00"
-	e := Entry{Key: key, Sort: SortTime(pod), Created: pod.CreationTimestamp.Time}
+	e := Entry{Key: key, Sort: SortTime(pod).UnixNano(), Created: pod.CreationTimestamp.UnixNano()}
 	if rule.KeepNewest > 0 {
 		var g string
 		g, shown = rule.group(pod)
@@ -293,7 +295,7 @@ func (e *Evaluator) place(pod *corev1.Pod, ns *Namespace, m Member) (rank, size 
 // the pods of its groups. It is the running evaluator's Ranks.
 type Groups struct {
 	mu     sync.Mutex
-	groups map[string][]Entry // oldest first
+	groups map[string]*group
 	pods   map[string][]Member
 	// versions count the changes by namespace (BatchRanks.Version).
 	versions map[string]uint64
@@ -302,7 +304,7 @@ type Groups struct {
 
 // NewGroups makes an empty Groups.
 func NewGroups() *Groups {
-	return &Groups{groups: map[string][]Entry{}, pods: map[string][]Member{}, versions: map[string]uint64{}}
+	return &Groups{groups: map[string]*group{}, pods: map[string][]Member{}, versions: map[string]uint64{}}
 }
 
 // Empty reports whether no pod has a place (the cost of a pod's sync
@@ -323,25 +325,39 @@ func (g *Groups) Set(namespace, key string, members []Member) []string {
 	for _, m := range old {
 		moved = append(moved, g.remove(m)...)
 	}
-	for _, m := range members {
-		moved = append(moved, g.insert(m)...)
-	}
 	if len(members) == 0 {
 		delete(g.pods, key)
 	} else {
-		g.pods[key] = slices.Clone(members)
+		members = slices.Clone(members)
+		for i := range members {
+			moved = append(moved, g.insert(&members[i])...)
+		}
+		g.pods[key] = members
 	}
 	g.n.Store(int64(len(g.pods)))
 	g.versions[namespace]++
 	return slices.DeleteFunc(moved, func(k string) bool { return k == key })
 }
 
-// insert places m; a pod pushed out of the newest m.Limit is returned.
-func (g *Groups) insert(m Member) []string {
-	list := g.groups[m.Group]
-	i, _ := slices.BinarySearchFunc(list, m.Entry, Entry.compare)
-	list = slices.Insert(list, i, m.Entry)
-	g.groups[m.Group] = list
+// group is one group's pods, oldest first; name is its key in
+// Groups.groups, which the places share.
+type group struct {
+	name    string
+	entries []Entry
+}
+
+// insert places m (its Group becomes the group's shared name); a pod
+// pushed out of the newest m.Limit is returned.
+func (g *Groups) insert(m *Member) []string {
+	gr := g.groups[m.Group]
+	if gr == nil {
+		gr = &group{name: m.Group}
+		g.groups[m.Group] = gr
+	}
+	m.Group = gr.name
+	i, _ := slices.BinarySearchFunc(gr.entries, m.Entry, Entry.compare)
+	gr.entries = slices.Insert(gr.entries, i, m.Entry)
+	list := gr.entries
 	// The pod now m.Limit places newer than the newest... is pushed out:
 	// the one at rank m.Limit, when the new pod is among the newest.
 	rank := len(list) - 1 - i
@@ -354,18 +370,21 @@ func (g *Groups) insert(m Member) []string {
 // remove takes m's place away; a pod that comes into the newest m.Limit
 // is returned.
 func (g *Groups) remove(m Member) []string {
-	list := g.groups[m.Group]
-	i, found := slices.BinarySearchFunc(list, m.Entry, Entry.compare)
+	gr := g.groups[m.Group]
+	if gr == nil {
+		return nil
+	}
+	i, found := slices.BinarySearchFunc(gr.entries, m.Entry, Entry.compare)
 	if !found {
 		return nil
 	}
-	rank := len(list) - 1 - i
-	list = slices.Delete(list, i, i+1)
+	rank := len(gr.entries) - 1 - i
+	gr.entries = slices.Delete(gr.entries, i, i+1)
+	list := gr.entries
 	if len(list) == 0 {
 		delete(g.groups, m.Group)
 		return nil
 	}
-	g.groups[m.Group] = list
 	if in := len(list) - m.Limit; rank < m.Limit && in >= 0 {
 		return []string{list[in].Key}
 	}
@@ -383,17 +402,18 @@ func (g *Groups) Version(namespace string) uint64 {
 func (g *Groups) Place(_ *Evaluator, _ *corev1.Pod, _ *Namespace, m Member) (rank, size int, displaced time.Time, ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return placeIn(g.groups[m.Group], m)
-}
-
-func placeIn(list []Entry, m Member) (rank, size int, displaced time.Time, ok bool) {
+	gr := g.groups[m.Group]
+	if gr == nil {
+		return -1, 0, time.Time{}, false
+	}
+	list := gr.entries
 	i, found := slices.BinarySearchFunc(list, m.Entry, Entry.compare)
 	if !found {
 		return -1, len(list), time.Time{}, false
 	}
 	rank = len(list) - 1 - i
 	if rank >= m.Limit {
-		displaced = list[i+m.Limit].Sort
+		displaced = time.Unix(0, list[i+m.Limit].Sort).UTC()
 	}
 	return rank, len(list), displaced, true
 }
