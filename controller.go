@@ -63,6 +63,8 @@ type Controller struct {
 	// them, ranks the evaluators' view of them (counting.go).
 	groups *policy.Groups
 	ranks  policy.Ranks
+	// jobs is the Job metadata cache (Options.Jobs), nil without it.
+	jobs cache.Indexer
 	// namespaces is the namespace controller: what the namespace cache
 	// knows of a pod's namespace, its warnings and its holds; a namespace
 	// change decides its pods again. nsReader reads a due pod's namespace
@@ -220,6 +222,11 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	}, c.enqueueKey,
 		func() bool { return int64(c.queue.Len()) < c.room.Load() })
 	c.ranks = c.newRanks()
+	if opts.Jobs != nil {
+		if err := c.watchJobs(opts.Jobs); err != nil {
+			return nil, fmt.Errorf("adding job event handler: %w", err)
+		}
+	}
 	opts.Evaluator = c.withRanks(opts.Evaluator)
 	c.opts.Evaluator = opts.Evaluator
 	c.evaluator.Store(opts.Evaluator)

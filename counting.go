@@ -2,6 +2,8 @@ package main
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 
@@ -28,14 +30,60 @@ func (c *Controller) newRanks() policy.Ranks {
 	}}
 }
 
-// withRanks is e placing pods by the controller's places.
+// withRanks is e placing pods by the controller's places, and knowing the
+// Jobs' CronJobs.
 func (c *Controller) withRanks(e *policy.Evaluator) *policy.Evaluator {
 	if e.Ranks == c.ranks {
 		return e
 	}
 	copied := *e
 	copied.Ranks = c.ranks
+	if c.jobs != nil {
+		copied.Controllers = c.jobController
+	}
 	return &copied
+}
+
+// watchJobs reads the controllers of Jobs from jobs (Options.Jobs): a Job
+// that comes, goes or changes its controller once pods have places has its
+// namespace's pods placed again (coalesced, as a namespace's change).
+func (c *Controller) watchJobs(jobs cache.SharedIndexInformer) error {
+	c.jobs = jobs.GetIndexer()
+	replace := func(obj interface{}) {
+		if c.groups.Empty() {
+			return
+		}
+		if key, err := cache.DeletionHandlingObjectToName(obj); err == nil {
+			c.enqueueNamespace(key.Namespace)
+		}
+	}
+	_, err := jobs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: replace,
+		UpdateFunc: func(old, cur interface{}) {
+			o, ok1 := old.(*metav1.PartialObjectMetadata)
+			n, ok2 := cur.(*metav1.PartialObjectMetadata)
+			if !ok1 || !ok2 || !equality.Semantic.DeepEqual(metav1.GetControllerOfNoCopy(o), metav1.GetControllerOfNoCopy(n)) {
+				replace(cur)
+			}
+		},
+		DeleteFunc: replace,
+	})
+	return err
+}
+
+// jobController is policy.Controllers: the controller of the Job owner
+// (its CronJob) as the Job cache has it, nil when the cache has no Job
+// of that name and UID.
+func (c *Controller) jobController(namespace string, owner *metav1.OwnerReference) *metav1.OwnerReference {
+	obj, ok, err := c.jobs.GetByKey(namespace + "/" + owner.Name)
+	if err != nil || !ok {
+		return nil
+	}
+	m, isMeta := obj.(*metav1.PartialObjectMetadata)
+	if !isMeta || m.UID != owner.UID {
+		return nil
+	}
+	return metav1.GetControllerOfNoCopy(m)
 }
 
 // place sets pod's places by e (none when pod is nil: gone) and decides

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/wave"
@@ -218,5 +219,37 @@ func TestSmallKeepNewestChangeGoes(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"run-00", "run-01", "run-02", "run-03", "run-04"}; !slices.Equal(got, want) {
 		t.Errorf("deleted %v, want the 5 oldest %v", got, want)
+	}
+}
+
+// TestKeepNewestThroughCronJobs: with the Job metadata cache, a CronJob's
+// runs (one Job and one failed pod each) count together: of 4 runs, the
+// 2 oldest runs' pods go under keepNewest 2. A Job whose UID is not the
+// cached one's (a Job created again) counts alone.
+func TestKeepNewestThroughCronJobs(t *testing.T) {
+	jobs := cache.NewSharedIndexInformer(&cache.ListWatch{}, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
+	cron := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "CronJob", Name: "nightly", UID: "uid-cron", Controller: new(true)}
+	var pods []*corev1.Pod
+	for i := range 5 {
+		name := fmt.Sprintf("nightly-%d", i)
+		job := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name),
+			OwnerReferences: []metav1.OwnerReference{cron}}}
+		if err := jobs.GetIndexer().Add(job); err != nil {
+			t.Fatal(err)
+		}
+		pod := jobPod(name+"-pod", time.Duration(10-i)*time.Minute)
+		pod.OwnerReferences[0].Name, pod.OwnerReferences[0].UID = name, job.UID
+		pods = append(pods, pod)
+	}
+	pods[0].OwnerReferences[0].UID = "uid-recreated" // the oldest: its Job is not the cached one
+	f := newFixture(t, Options{Evaluator: keepTwoFailed(t), Jobs: jobs}, pods...)
+	for _, p := range pods {
+		f.c.queue.Add(keyOf(p))
+	}
+	f.drain(20)
+	got := f.deletedNames()
+	slices.Sort(got)
+	if want := []string{"nightly-1-pod", "nightly-2-pod"}; !slices.Equal(got, want) {
+		t.Errorf("deleted %v, want %v: the CronJob's runs past the newest 2, not the pod whose Job is another", got, want)
 	}
 }

@@ -267,6 +267,7 @@ var (
 	podPermissions       = []string{
 		"/pods delete", "/pods get", "/pods list", "/pods watch",
 		"/pods/eviction create",
+		"batch/jobs list", "batch/jobs watch", // the Job metadata cache: a Job's CronJob
 		"events.k8s.io/events create", "events.k8s.io/events patch",
 		"podjanitor.io/podlifetimepolicies get", "podjanitor.io/podlifetimepolicies list", "podjanitor.io/podlifetimepolicies patch", "podjanitor.io/podlifetimepolicies watch",
 		"podjanitor.io/podlifetimepolicies/status patch", "podjanitor.io/podlifetimepolicies/status update",

@@ -125,6 +125,10 @@ func daemon(ctx context.Context, o *flagValues) error {
 	if err != nil {
 		return err
 	}
+	jobInformer, err := newJobInformer(ctx, clients.metadata, o.scope)
+	if err != nil {
+		return err
+	}
 	podSelector, err := labels.Parse(o.scope.labelSelector) // validated with the flags
 	if err != nil {
 		return err
@@ -154,6 +158,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 		Scope: decisionScope{Namespace: o.scope.namespace, LabelSelector: o.scope.labelSelector, TenantPolicies: o.tenants.enabled,
 			Tenant: newTenantScope(o.tenants.restrictions, o.tenants.limits)},
 		MayRemove: mayRemove,
+		Jobs:      jobInformer,
 	})
 	if err != nil {
 		return err
@@ -204,6 +209,7 @@ func daemon(ctx context.Context, o *flagValues) error {
 		factory.Shutdown()
 	}()
 	go namespaceInformer.RunWithContext(informersCtx)
+	go jobInformer.RunWithContext(informersCtx) // not awaited: pods are grouped by their Jobs until it syncs
 	go releaseSyncMemory(ctx, podInformer.Informer().HasSynced, controller.Pending, passes.begin(logger))
 
 	run := func(ctx context.Context) error { return controller.Run(ctx, o.workers) }

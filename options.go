@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/podjanitor/podjanitor/internal/metrics"
 	"github.com/podjanitor/podjanitor/internal/wave"
@@ -34,6 +35,10 @@ type Options struct {
 	// the deciding rule sets its own (policy.Decision.RemovalNotice); 0: no
 	// notice. A notice never delays a removal.
 	RemovalNotice time.Duration
+	// Jobs, when set, is a Job metadata informer (newJobInformer): the
+	// rules that keep the newest pods of each owner group a CronJob's pods
+	// through its Jobs. Not started by the controller.
+	Jobs cache.SharedIndexInformer
 	// MaxRemovalsPerSecond caps removals cluster-wide; 0 means no limit.
 	MaxRemovalsPerSecond float64
 	// RemovalBurst is the token bucket size; defaults to 1 when a limit is set.

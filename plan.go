@@ -89,6 +89,26 @@ func (r *planRank) String() string {
 	return strings.Join(parts, "; ")
 }
 
+// listJobControllers lists the Jobs the daemon would watch, for their
+// CronJobs (policy.Controllers); nil, logged, when it cannot.
+func listJobControllers(ctx context.Context, client metadata.Interface, scope scopeFlags) policy.Controllers {
+	list, err := client.Resource(jobsResource).Namespace(scope.namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		klog.Background().Info("Cannot list Jobs: a CronJob's pods are grouped by their Jobs", "err", err)
+		return nil
+	}
+	byName := map[string]*metav1.PartialObjectMetadata{}
+	for i := range list.Items {
+		byName[list.Items[i].Namespace+"/"+list.Items[i].Name] = &list.Items[i]
+	}
+	return func(namespace string, owner *metav1.OwnerReference) *metav1.OwnerReference {
+		if m := byName[namespace+"/"+owner.Name]; m != nil && m.UID == owner.UID {
+			return metav1.GetControllerOfNoCopy(m)
+		}
+		return nil
+	}
+}
+
 // planRanks places pods by counting them, for plan's decisions.
 func planRanks(pods []*corev1.Pod) policy.Ranks {
 	byNamespace := map[string][]*corev1.Pod{}
@@ -237,6 +257,7 @@ func plan(ctx context.Context, o *flagValues, out io.Writer) error {
 		evaluator.Tenants = used
 	}
 	evaluator.Ranks = planRanks(pods)
+	evaluator.Controllers = listJobControllers(ctx, clients.metadata, o.scope)
 	report := buildPlan(evaluator, pods, namespaces, clients.clock.Now().Add(clients.apiClock.Offset()))
 	report.TenantPolicies = tenants
 	markTenantHeld(&report, evaluator, pods, namespaces, report.GeneratedAt)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -266,6 +269,47 @@ func newNamespaceInformer(client metadata.Interface, scope scopeFlags, health *n
 		return nil, fmt.Errorf("namespace informer: %w", err)
 	}
 	return informer, nil
+}
+
+// jobsResource is batch/v1 Jobs, whose metadata tells a Job's CronJob.
+var jobsResource = batchv1.SchemeGroupVersion.WithResource("jobs")
+
+// newJobInformer watches the metadata of the Jobs of --namespace, else of
+// every namespace, keeping their controller (a CronJob): the rules that
+// keep the newest pods of each owner group a CronJob's pods through its
+// Jobs. A refused list (RBAC of an earlier release) is logged once, then
+// at -v=4: the pods are grouped by their Jobs meanwhile.
+func newJobInformer(ctx context.Context, client metadata.Interface, scope scopeFlags) (cache.SharedIndexInformer, error) {
+	informer := metadatainformer.NewFilteredMetadataInformer(client, jobsResource, scope.namespace, 0, cache.Indexers{}, nil).Informer()
+	if err := informer.SetTransform(jobTransform); err != nil {
+		return nil, fmt.Errorf("job informer: %w", err)
+	}
+	var told atomic.Bool
+	if err := informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		v := klog.Level(4)
+		if !told.Swap(true) {
+			v = 0
+		}
+		klog.FromContext(ctx).V(int(v)).Info("Cannot watch Jobs: a CronJob's pods are grouped by their Jobs until it can", "err", err)
+	}); err != nil {
+		return nil, fmt.Errorf("job informer: %w", err)
+	}
+	return informer, nil
+}
+
+// jobTransform keeps a Job's name, namespace, UID, resourceVersion and
+// controller.
+func jobTransform(obj interface{}) (interface{}, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil // a tombstone: as it is
+	}
+	lean := &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}}
+	if ref := metav1.GetControllerOfNoCopy(m); ref != nil {
+		lean.OwnerReferences = []metav1.OwnerReference{*ref}
+	}
+	return lean, nil
 }
 
 // namespaceFieldSelector selects namespace (--namespace), else every namespace.

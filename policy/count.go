@@ -110,9 +110,14 @@ func validateCount(rule Rule) error {
 // counts reports whether the rule keeps a number of pods.
 func (r *Rule) counts() bool { return r.KeepNewest > 0 || r.MaxPods > 0 }
 
+// Controllers tells the controller of a pod's owner: a Job's CronJob. nil,
+// or a nil answer: not known (the pod is grouped by its own owner).
+type Controllers func(namespace string, owner *metav1.OwnerReference) *metav1.OwnerReference
+
 // group is pod's group under the rule's GroupBy: its key (unique in the
-// namespace) and how it is shown.
-func (r *Rule) group(pod *corev1.Pod) (key, shown string) {
+// namespace) and how it is shown. A Job controlled by a CronJob groups its
+// pods with the CronJob's other Jobs' (controllers says which).
+func (r *Rule) group(pod *corev1.Pod, controllers Controllers) (key, shown string) {
 	if label, ok := strings.CutPrefix(r.GroupBy, GroupByLabelPrefix); ok {
 		if v, ok := pod.Labels[label]; ok {
 			return "l=" + v, "label " + label + "=" + v
@@ -122,6 +127,11 @@ func (r *Rule) group(pod *corev1.Pod) (key, shown string) {
 	ref := metav1.GetControllerOfNoCopy(pod)
 	if ref == nil {
 		return "o", "no owner"
+	}
+	if ref.Kind == "Job" && controllers != nil {
+		if up := controllers(pod.Namespace, ref); up != nil && up.Kind == "CronJob" {
+			ref = up
+		}
 	}
 	return "o=" + string(ref.UID), "owner " + ref.Kind + "/" + ref.Name
 }
@@ -187,13 +197,13 @@ func (r ruleRef) rule() *Rule { return &r.p.Rules[r.i] }
 
 // members are pod's places under ref's rule: in its group (keepNewest) and
 // in its namespace (maxPods).
-func (r ruleRef) members(pod *corev1.Pod, key string) (owner, namespace Member, shown string) {
+func (r ruleRef) members(pod *corev1.Pod, key string, controllers Controllers) (owner, namespace Member, shown string) {
 	rule := r.rule()
 	id := r.p.ruleID(r.i) + "\x00" + pod.Namespace + "\x00"
 	e := Entry{Key: key, Sort: SortTime(pod).UnixNano(), Created: pod.CreationTimestamp.UnixNano()}
 	if rule.KeepNewest > 0 {
 		var g string
-		g, shown = rule.group(pod)
+		g, shown = rule.group(pod, controllers)
 		owner = Member{Group: id + g, Entry: e, Limit: int(rule.KeepNewest)}
 	}
 	if rule.MaxPods > 0 {
@@ -212,7 +222,7 @@ func (e *Evaluator) Members(pod *corev1.Pod, ns *Namespace, key string) []Member
 	if !ok || !ref.rule().counts() {
 		return nil
 	}
-	owner, namespace, _ := ref.members(pod, key)
+	owner, namespace, _ := ref.members(pod, key, e.Controllers)
 	var out []Member
 	for _, m := range []Member{owner, namespace} {
 		if m.Group != "" {
@@ -253,7 +263,7 @@ type Ranks interface {
 // at once (not before its clock started, nor before it fell past).
 func (e *Evaluator) count(d *Decision, ref ruleRef, pod *corev1.Pod, ns *Namespace, key string) {
 	rule := ref.rule()
-	owner, namespace, shown := ref.members(pod, key)
+	owner, namespace, shown := ref.members(pod, key, e.Controllers)
 	place := &CountPlace{Group: shown, KeepNewest: rule.KeepNewest, MaxPods: rule.MaxPods, Known: e.Ranks != nil, Rank: -1, NamespaceRank: -1}
 	d.Count = place
 	kept := false

@@ -422,3 +422,37 @@ func TestCountValidation(t *testing.T) {
 		t.Errorf("rule %+v", r)
 	}
 }
+
+// TestKeepNewestByCronJob: a CronJob's pods are one group through its
+// Jobs (when the Jobs' controller is known); a Job of no CronJob, or whose
+// controller is not known, groups its own pods.
+func TestKeepNewestByCronJob(t *testing.T) {
+	var pods []*corev1.Pod
+	for i := range 4 { // nightly-0..3: one Job each, one pod each
+		pods = append(pods, failedPod(fmt.Sprintf("nightly-%d", i), time.Duration(i+1)*time.Minute, fmt.Sprintf("Job/nightly-%d/uid-j%d", i, i)))
+	}
+	pods = append(pods, failedPod("manual-0", time.Minute, "Job/manual/uid-m"), failedPod("unknown-0", time.Minute, "Job/unknown/uid-u"))
+	controllers := func(namespace string, owner *metav1.OwnerReference) *metav1.OwnerReference {
+		if strings.HasPrefix(owner.Name, "nightly-") {
+			return &metav1.OwnerReference{Kind: "CronJob", Name: "nightly", UID: "uid-cron", Controller: ptr(true)}
+		}
+		return nil
+	}
+	p, err := Parse([]byte("apiVersion: podjanitor.io/v1alpha1\nkind: PodJanitorPolicy\nrules:\n" + strings.Replace(keepThree, "keepNewest: 3", "keepNewest: 2", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewGroups()
+	e := &Evaluator{Policy: p, Ranks: g, Controllers: controllers}
+	for _, pod := range pods {
+		key := pod.Namespace + "/" + pod.Name
+		g.Set(pod.Namespace, key, e.Members(pod, anyNamespace, key))
+	}
+	want := map[string]string{"nightly-0": "1h1m0s", "nightly-1": "1h2m0s", "nightly-2": "kept", "nightly-3": "kept", "manual-0": "kept", "unknown-0": "kept"}
+	if got := fates(t, e, pods...); !mapsEqual(got, want) {
+		t.Errorf("fates %v, want %v", got, want)
+	}
+	if d, _ := e.Decide(pods[0], anyNamespace, now); d.Count == nil || d.Count.Group != "owner CronJob/nightly" {
+		t.Errorf("nightly-0's place %+v", d.Count)
+	}
+}

@@ -152,8 +152,9 @@ type Evaluator struct {
 	Tenants Tenants
 	// Ranks places pods in the groups of the rules that keep a number of
 	// pods (keepNewest, maxPods); nil: no place is known, and such a rule
-	// keeps its pods.
-	Ranks Ranks
+	// keeps its pods. Controllers tells a Job's CronJob, for groupBy owner.
+	Ranks       Ranks
+	Controllers Controllers
 }
 
 // AnnotationKey is the full key of an annotation name: "podjanitor.io/ttl".

@@ -225,3 +225,58 @@ func TestLoweredKeepNewestIsHeldAsAWave(t *testing.T) {
 		r.checkNotRemoved(t, p)
 	}
 }
+
+// TestKeepNewestOfACronJob: a CronJob's runs are Jobs of their own; a rule
+// that keeps the newest 2 failed pods of each owner counts the CronJob's
+// pods together through its Jobs (podjanitor's Job metadata cache): of 4
+// runs that failed, the 2 oldest runs' pods go. A Job of no CronJob keeps
+// its own.
+func TestKeepNewestOfACronJob(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	r := watchRemovals(t, ns)
+	zero, limit, none := int64(0), int32(10), int32(0)
+	podSpec := corev1.PodSpec{NodeName: realNodeName, RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &zero,
+		Containers: []corev1.Container{crashingContainer()}}
+	cron, err := client.BatchV1().CronJobs(ns).Create(ctxFor(t), &batchv1.CronJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: ns},
+		Spec: batchv1.CronJobSpec{Schedule: "0 0 1 1 *", Suspend: new(true), FailedJobsHistoryLimit: &limit, SuccessfulJobsHistoryLimit: &limit,
+			JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: podSpec}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, owner *metav1.OwnerReference) *corev1.Pod {
+		job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: batchv1.JobSpec{BackoffLimit: &none, Template: corev1.PodTemplateSpec{Spec: podSpec}}}
+		if owner != nil {
+			job.OwnerReferences = []metav1.OwnerReference{*owner}
+		}
+		if _, err := client.BatchV1().Jobs(ns).Create(ctxFor(t), job, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return failedPodsOf(t, ns, name, 1)[0]
+	}
+	owner := &metav1.OwnerReference{APIVersion: "batch/v1", Kind: "CronJob", Name: cron.Name, UID: cron.UID, Controller: new(true)}
+	var runs []*corev1.Pod
+	for i := range 4 {
+		runs = append(runs, run(fmt.Sprintf("nightly-%d", i), owner))
+	}
+	manual := run("manual", nil)
+	newestFirst(runs)
+	cfg := writePolicy(t, "", `
+  - name: failed-job-pods
+    match: {phases: [Failed]}
+    clock: finished
+    after: 0s
+    keepNewest: 2
+`)
+	startDaemon(t, "--namespace", ns, "--config", cfg)
+	for _, p := range runs[2:] {
+		r.waitRemoved(t, p, time.Minute)
+	}
+	time.Sleep(3 * time.Second)
+	for _, p := range append(runs[:2:2], manual) {
+		r.checkNotRemoved(t, p)
+	}
+}
