@@ -18,11 +18,12 @@ import (
 // The evaluators of other rules (a change measured against the rules acted
 // on) count the namespace's pods instead (policy.BatchRanks).
 
-// newRanks makes the controller's places: c.groups, and a count of a
-// namespace's cached pods at most once a second for the other rules.
+// newRanks makes the controller's places: c.groups for the running
+// evaluator, and a count of a namespace's cached pods at most once a
+// second for every other (a change measured, a namespace as it was).
 func (c *Controller) newRanks() policy.Ranks {
 	c.groups = policy.NewGroups()
-	return policy.Counted{Live: c.groups, Batch: &policy.BatchRanks{
+	return policy.Counted{Live: c.groups, Running: c.evaluator.Load, Batch: &policy.BatchRanks{
 		Pods: c.namespacePods,
 		Version: func(namespace string) uint64 {
 			return uint64(c.clock.Now().Unix())<<20 + c.groups.Version(namespace)

@@ -501,19 +501,20 @@ func (e *Evaluator) rulesID(namespace string) string {
 	return b.String()
 }
 
-// Counted places pods by Live where it has them (the running evaluator's
-// places, set pod by pod), and by counting their namespace (Batch) for
-// the evaluators of other rules: a change measured against the rules
-// acted on.
+// Counted places pods by Live for the Running evaluator (its places, set
+// pod by pod as it decides them), and by counting their namespace (Batch)
+// for every other evaluator: a change measured against the rules acted
+// on, a namespace as it was.
 type Counted struct {
-	Live  *Groups
-	Batch *BatchRanks
+	Live    *Groups
+	Batch   *BatchRanks
+	Running func() *Evaluator
 }
 
 // Place is Ranks' Place.
 func (c Counted) Place(e *Evaluator, pod *corev1.Pod, ns *Namespace, m Member) (rank, size int, displaced time.Time, ok bool) {
-	if rank, size, displaced, ok := c.Live.Place(e, pod, ns, m); ok {
-		return rank, size, displaced, ok
+	if e == c.Running() {
+		return c.Live.Place(e, pod, ns, m)
 	}
 	return c.Batch.Place(e, pod, ns, m)
 }
