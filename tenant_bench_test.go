@@ -94,10 +94,11 @@ func benchmarkTenantPolicyChange(b *testing.B, writes int, holdWaves bool) {
 			p = p.DeepCopy()
 			p.Generation = int64(generation)
 			p.Spec.Rules[0].After = fmt.Sprintf("%dh", 1+generation%2) // a real change: every deadline moves
-			if err := informer.GetIndexer().Update(p); err != nil { // as the informer's cache has it
+			// As the informer's cache has it, and its handler does.
+			if err := informer.GetIndexer().Update(p); err != nil {
 				b.Fatal(err)
 			}
-			c.enqueueNamespace(p.Namespace) // as its handler does
+			c.enqueueNamespace(p.Namespace)
 		}
 		for !c.redecide.Idle() { // the namespace fed to the queue
 			time.Sleep(100 * time.Microsecond)

@@ -83,7 +83,6 @@ type Config struct {
 	Requeue func(key cache.ObjectName)
 }
 
-
 // Controller is the PodLifetimePolicy controller. Its informer's handler
 // takes the initial list at once (take) and, after that, only marks the
 // namespace of a policy created, changed or deleted for its coalesced pass
@@ -139,15 +138,12 @@ type Controller struct {
 }
 
 // conversion is the conversion of one generation of a policy: the policy
-// (nil when it cannot be used, err says why), its rule count and the bytes
-// of its rules.
+// (nil when it cannot be used: Seen.Err says why) and the bytes of its rules.
 type conversion struct {
-	uid          types.UID
-	generation   int64
-	deleting     bool
-	policy       *policy.TenantPolicy
-	err          *policy.TenantError
-	rules, bytes int
+	Seen
+	deleting bool
+	policy   *policy.TenantPolicy
+	bytes    int
 }
 
 // Seen is what the controller made of one generation of a policy: Err
@@ -177,7 +173,6 @@ func Convert(obj *v1alpha1.PodLifetimePolicy, r policy.Restrictions) (*policy.Te
 	}
 	return policy.NewTenantPolicy(obj.Namespace, obj.Name, parsed.Rules, r)
 }
-
 
 // New makes the controller of the tenant policies of cfg.Informer and
 // registers its handler. Call it before the informer starts.
@@ -335,7 +330,6 @@ func (c *Controller) take(p *v1alpha1.PodLifetimePolicy) {
 		c.resumeTenantWave(p)
 	}
 	c.mu.Unlock()
-	c.logSeen(p)
 	for _, key := range changed {
 		c.status.Add(key)
 	}
@@ -378,11 +372,8 @@ func (c *Controller) Sync(namespace string) {
 	}
 	for _, p := range policies {
 		key := p.Namespace + "/" + p.Name
-		if slices.Contains(changed, key) {
-			c.logSeen(p)
-			if p.DeletionTimestamp != nil && c.hasFinalizer(p) {
-				c.status.Release(key) // its deletion waits on the write
-			}
+		if slices.Contains(changed, key) && p.DeletionTimestamp != nil && c.hasFinalizer(p) {
+			c.status.Release(key) // its deletion waits on the write
 		} else if storeChanged || object != "" {
 			c.status.Mark(key) // the namespace's change may be held
 		}
@@ -438,8 +429,8 @@ func (c *Controller) choose(namespace string, policies []*v1alpha1.PodLifetimePo
 	for _, p := range policies {
 		if conv, ok := view(p); ok {
 			convs[p.Name] = conv
-			if conv.err == nil {
-				candidates = append(candidates, tenant.Candidate{Name: p.Name, Rules: conv.rules, Bytes: conv.bytes})
+			if conv.Err == nil {
+				candidates = append(candidates, tenant.Candidate{Name: p.Name, Rules: conv.Rules, Bytes: conv.bytes})
 			}
 		}
 	}
@@ -454,7 +445,7 @@ func (c *Controller) choose(namespace string, policies []*v1alpha1.PodLifetimePo
 		if !ok {
 			continue
 		}
-		s := Seen{UID: conv.uid, Generation: conv.generation, Rules: conv.rules, Err: conv.err}
+		s := conv.Seen
 		if reason := refused[p.Name]; reason != "" {
 			s.Err = &policy.TenantError{Reason: reason, Message: c.limits.Message(reason)}
 		}
@@ -469,12 +460,11 @@ func (c *Controller) choose(namespace string, policies []*v1alpha1.PodLifetimePo
 // convert converts one generation of a policy (deleting: it gives no
 // deadline), or reuses its last conversion; c.mu is held.
 func (c *Controller) convert(p *v1alpha1.PodLifetimePolicy, deleting bool) conversion {
-	if conv, ok := c.converted[p.Namespace][p.Name]; ok && conv.uid == p.UID && conv.generation == p.Generation && conv.deleting == deleting {
+	if conv, ok := c.converted[p.Namespace][p.Name]; ok && conv.UID == p.UID && conv.Generation == p.Generation && conv.deleting == deleting {
 		return conv
 	}
-	conv := conversion{uid: p.UID, generation: p.Generation, deleting: deleting, rules: len(p.Spec.Rules)}
 	size, dropped := tenant.RulesBytes(p)
-	conv.bytes = size
+	conv := conversion{Seen: Seen{UID: p.UID, Generation: p.Generation, Rules: len(p.Spec.Rules)}, deleting: deleting, bytes: size}
 	var err error
 	switch {
 	case deleting: // deleted, held by a finalizer: its deadlines are gone
@@ -491,7 +481,7 @@ func (c *Controller) convert(p *v1alpha1.PodLifetimePolicy, deleting bool) conve
 		if !errors.As(err, &te) {
 			te = &policy.TenantError{Reason: policy.TenantReasonInvalid, Message: err.Error()}
 		}
-		conv.policy, conv.err = nil, te
+		conv.policy, conv.Err = nil, te
 	} else {
 		conv.policy.UID, conv.policy.Generation = p.UID, p.Generation
 	}
@@ -519,6 +509,7 @@ func (c *Controller) use(namespace string, ch choice) (changed, gone []string) {
 	for name, s := range ch.seen {
 		if o, ok := was[name]; !ok || !o.equal(s) {
 			changed = append(changed, namespace+"/"+name)
+			klog.Background().V(2).Info("Tenant policy taken", "policy", namespace+"/"+name, "generation", s.Generation, "rules", s.Rules, "notUsed", s.Err)
 		}
 	}
 	for name := range was {
@@ -546,16 +537,6 @@ func (c *Controller) count(seen map[string]Seen, sign int) {
 			c.notReady += sign
 			c.overLimit[s.Err.Reason] += sign
 		}
-	}
-}
-
-// logSeen logs what was made of p.
-func (c *Controller) logSeen(p *v1alpha1.PodLifetimePolicy) {
-	s, _ := c.Policy(p.Namespace + "/" + p.Name)
-	if s.Err != nil {
-		klog.Background().V(2).Info("Tenant policy read, not used", "policy", klog.KObj(p), "generation", p.Generation, "reason", s.Err.Reason, "err", s.Err.Message)
-	} else {
-		klog.Background().V(2).Info("Tenant policy read", "policy", klog.KObj(p), "generation", p.Generation, "rules", s.Rules)
 	}
 }
 
@@ -663,6 +644,9 @@ func (c *Controller) NamespaceTerminating(namespace string) {
 	}
 	c.MarkNamespaces([]string{namespace})
 }
+
+// ErrChanged: the policy as read now is not the one that decided.
+var ErrChanged = errors.New("the policy was deleted or changed since it decided")
 
 // Confirm reads the tenant policy that made decision d (from the API
 // server, or a read shared with other removals: tenant.Reader) and says

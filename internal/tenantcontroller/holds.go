@@ -6,7 +6,6 @@ package tenantcontroller
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -48,7 +47,6 @@ func actedOnEarlier(p *v1alpha1.PodLifetimePolicy) bool {
 	return c != nil && c.ObservedGeneration < p.Generation && (c.Status == metav1.ConditionTrue || c.Reason == wave.ReasonRemovalsHeld)
 }
 
-// convert converts one generation of a policy: deleting, it gives no
 // resumeTenantWave holds p's change again after a restart (or in a replica
 // that starts): its status, written by the leader, says that this
 // generation's change is held (RemovalsHeld, with the change's ID) and p
@@ -270,7 +268,3 @@ func HeldMessage(p *v1alpha1.PodLifetimePolicy, h wave.Hold) string {
 	return fmt.Sprintf("change %s holds %d pod removal(s): it makes them due at once in namespace %s; podjanitor removes none of them until it is approved (%s) or reverted",
 		h.ID, h.Pods, p.Namespace, ApproveCommand(p.Namespace, p.Name, h.ID))
 }
-
-// ErrChanged: the policy as read now is not the one that decided.
-var ErrChanged = errors.New("the policy was deleted or changed since it decided")
-

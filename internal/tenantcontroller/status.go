@@ -43,30 +43,28 @@ func (c *Controller) Status(p *v1alpha1.PodLifetimePolicy, seen Seen) v1alpha1.P
 	status := *p.Status.DeepCopy()
 	status.ObservedGeneration = seen.Generation
 	status.HeldChange = nil
-	cond := metav1.Condition{Type: v1alpha1.ConditionReady, ObservedGeneration: seen.Generation}
-	if seen.Err != nil {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, seen.Err.Reason, events.CutNote(seen.Err.Message)
-		status.PodsWithDeadline, status.NextDeadline = 0, nil
-		if h, held := c.tenantHeld(p); held && seen.Err.Reason == DeletingReason {
-			cond.Reason, cond.Message = wave.ReasonRemovalsHeld, HeldMessage(p, h)
-			status.HeldChange = heldChange(p, h, c.cfg.Now())
-		}
-	} else {
+	cond := metav1.Condition{Type: v1alpha1.ConditionReady, ObservedGeneration: seen.Generation, Status: metav1.ConditionFalse}
+	h, held := c.tenantHeld(p)
+	spread, object, spreadHeld := c.holds.SpreadHeld(p.Namespace, c.cfg.Now())
+	switch {
+	case held && (seen.Err == nil || seen.deleting()):
+		cond.Reason, cond.Message = wave.ReasonRemovalsHeld, HeldMessage(p, h)
+		status.HeldChange = heldChange(p, h, c.cfg.Now())
+	case seen.Err != nil:
+		cond.Reason, cond.Message = seen.Err.Reason, events.CutNote(seen.Err.Message)
+	case spreadHeld && object == p.Namespace+"/"+p.Name:
+		// Not acted on yet: a restart measures the policy again, and
+		// holds it with the other namespaces' changes again.
+		cond.Reason = wave.ReasonRemovalsHeldAcrossNamespaces
+		cond.Message = fmt.Sprintf("change %s holds %d pod removal(s) in all: this change, made with the changes of other namespaces, makes them due at once; podjanitor removes none of them until a cluster admin approves it on its Lease (%s) or the changes are reverted",
+			spread.ID, spread.Pods, c.cfg.Waves.Record.ApproveCommand(spread.ID))
+	default:
 		cond.Status, cond.Reason = metav1.ConditionTrue, InUseReason
 		cond.Message = fmt.Sprintf("podjanitor uses the %d rule(s) for the pods of namespace %s", seen.Rules, p.Namespace)
-		if h, held := c.tenantHeld(p); held {
-			cond.Status, cond.Reason = metav1.ConditionFalse, wave.ReasonRemovalsHeld
-			cond.Message = HeldMessage(p, h)
-			status.HeldChange = heldChange(p, h, c.cfg.Now())
-		} else if h, object, held := c.holds.SpreadHeld(p.Namespace, c.cfg.Now()); held && object == p.Namespace+"/"+p.Name {
-			// Not acted on yet: a restart measures the policy again, and
-			// holds it with the other namespaces' changes again.
-			cond.Status, cond.Reason = metav1.ConditionFalse, wave.ReasonRemovalsHeldAcrossNamespaces
-			cond.Message = fmt.Sprintf("change %s holds %d pod removal(s) in all: this change, made with the changes of other namespaces, makes them due at once; podjanitor removes none of them until a cluster admin approves it on its Lease (%s) or the changes are reverted",
-				h.ID, h.Pods, c.cfg.Waves.Record.ApproveCommand(h.ID))
-		}
-		n, next := c.tracker.Summary(p.Namespace + "/" + p.Name)
-		status.PodsWithDeadline, status.NextDeadline = int32(n), nil
+	}
+	status.PodsWithDeadline, status.NextDeadline = 0, nil
+	if n, next := c.tracker.Summary(p.Namespace + "/" + p.Name); seen.Err == nil {
+		status.PodsWithDeadline = int32(n)
 		if !next.IsZero() {
 			t := metav1.NewTime(next.UTC().Truncate(time.Second))
 			status.NextDeadline = &t
@@ -226,7 +224,7 @@ func (c *Controller) patchTenantStatus(ctx context.Context, p *v1alpha1.PodLifet
 	// One Warning per new reason or message, by the writer of the status
 	// (the leader), not by every replica's informer.
 	was := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionReady)
-	deleting := seen.Err != nil && seen.Err.Reason == DeletingReason
+	deleting := seen.deleting()
 	if h, held := c.tenantHeld(p); held && (seen.Err == nil || deleting) {
 		if msg := HeldMessage(p, h); was == nil || was.Reason != wave.ReasonRemovalsHeld || was.Message != msg {
 			what := "this change of the PodLifetimePolicy"
@@ -331,4 +329,3 @@ func (c *Controller) setTenantFinalizer(ctx context.Context, p *v1alpha1.PodLife
 func (c *Controller) hasFinalizer(p *v1alpha1.PodLifetimePolicy) bool {
 	return tenant.HasFinalizer(p, c.finalizer)
 }
-
