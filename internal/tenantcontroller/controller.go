@@ -84,15 +84,14 @@ type Config struct {
 }
 
 // Controller is the PodLifetimePolicy controller. Its informer's handler
-// takes the initial list at once (take) and, after that, only marks the
-// namespace of a policy created, changed or deleted for its coalesced pass
-// (Config.Redecide); the pass calls Sync first, which takes the namespace's
-// policies as the cache has them then: converts them, chooses those used
-// under the Limits, measures the change against what was acted on (held
-// when its wave is too large, --hold-waves, until a person approves it on a
-// policy) and puts the result in the store that the evaluator reads
-// (Store). A policy whose deletion could be held carries a finalizer, and
-// each policy's status is written at a bounded rate (status.go).
+// takes the initial list at once (take), then only marks the namespace of
+// a policy created, changed or deleted for its coalesced pass
+// (Config.Redecide), which calls Sync: the namespace's policies are
+// converted, those used chosen under the Limits, their change measured
+// (held when its wave is too large, --hold-waves, until approved on a
+// policy) and put in the store the evaluator reads (Store). A policy whose
+// deletion could be held carries a finalizer; statuses are written at a
+// bounded rate (status.go).
 //
 // The pod controller sees it through Store, Observe, Confirm, Sync, Check
 // and Forget; the controller reaches back only through its Config's
@@ -204,10 +203,10 @@ func New(ctx context.Context, cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// eventHandler takes the informer's initial list at once (take), and marks
-// the namespace of every policy it hears of after that for its pass (Sync):
-// created, changed (generation, UID, deletion) or deleted. An approval is
-// taken as it comes (tenantWaveApproved); a status write (ours) is no work.
+// eventHandler takes the initial list at once (take), then marks the
+// namespace of a policy created, changed (generation, UID, deletion) or
+// deleted for its pass (Sync). An approval is taken as it comes
+// (tenantWaveApproved); a status write (ours) is no work.
 func (c *Controller) eventHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj interface{}, isInInitialList bool) {
@@ -314,12 +313,11 @@ func (c *Controller) SetLimits(l tenant.Limits) { c.limits = l }
 
 // take takes a policy of the informer's initial list at once: its
 // namespace's policies as the last podjanitor acted on them (acted) go in
-// the store unmeasured, what the workers decide by from the start. When
-// those differ from the policies as they are now (a deletion held by
-// podjanitor's finalizer, a policy created or changed while none ran), the
-// namespace's pass measures the difference (Sync) as a change made while one
-// ran: a restart cannot let through a change nobody approved. A change its
-// status says is held is held again (resumeTenantWave).
+// the store unmeasured. When they differ from the policies as they are (a
+// deletion held by the finalizer, a policy created or changed while none
+// ran), the namespace's pass measures the difference (Sync), so that a
+// restart lets no change through unapproved. A change its status says is
+// held is held again (resumeTenantWave).
 func (c *Controller) take(p *v1alpha1.PodLifetimePolicy) {
 	policies := c.list(p.Namespace)
 	c.mu.Lock()
@@ -338,15 +336,13 @@ func (c *Controller) take(p *v1alpha1.PodLifetimePolicy) {
 	}
 }
 
-// Sync takes the policies of namespace as the cache has them now: the
-// namespace's pass calls it before it lists the pods to decide again, so
-// that the changes of one interval are measured once, before any worker
-// decides by them (a storm of writes costs one measurement per pass). It
-// chooses the policies used (choose); with --hold-waves, a change of those
-// is measured first (measure), and held when its wave is too large; the
-// store takes them, and the statuses that changed are written. There is
-// nothing to retry: the cache is read, and the status writes retry on their
-// own.
+// Sync takes the policies of namespace as the cache has them now. The
+// namespace's pass calls it before it lists the pods to decide again: the
+// changes of one interval are measured once (a storm of writes costs one
+// measurement per pass), before any worker decides by them. The policies
+// used (choose) are measured (measure, --hold-waves), then the store takes
+// them (use). Nothing is retried: the cache is read, and status writes
+// retry on their own.
 func (c *Controller) Sync(namespace string) {
 	policies := c.list(namespace)
 	c.mu.Lock()
@@ -395,11 +391,10 @@ func (c *Controller) current(p *v1alpha1.PodLifetimePolicy) (conversion, bool) {
 }
 
 // acted is p as its status and finalizer say the last podjanitor acted on
-// it (the start's view, with --hold-waves): a policy being deleted and held
-// by podjanitor's finalizer, its deletion not measured yet or held, as it
-// was before; a live one with no status of its generation used or held
-// (ActedOn), created or changed while none ran (or just before the last
-// leader stopped), as not there.
+// it (the start's view, with --hold-waves): one being deleted and held by
+// the finalizer as it was before; a live one whose generation its status
+// does not say used or held (ActedOn: created or changed while none ran)
+// as not there.
 func (c *Controller) acted(p *v1alpha1.PodLifetimePolicy) (conversion, bool) {
 	switch {
 	case c.holds == nil:
@@ -419,9 +414,8 @@ type choice struct {
 }
 
 // choose converts the policies of namespace as view has them (false: not
-// there) and chooses the used ones under the Limits, in name order; those
-// it cannot use or that are being deleted are not (WriteStatus warns about
-// the former). c.mu is held.
+// there) and chooses the used ones under the Limits, in name order. c.mu
+// is held.
 func (c *Controller) choose(namespace string, policies []*v1alpha1.PodLifetimePolicy, view func(*v1alpha1.PodLifetimePolicy) (conversion, bool)) choice {
 	policies = slices.SortedFunc(slices.Values(policies), func(a, b *v1alpha1.PodLifetimePolicy) int { return strings.Compare(a.Name, b.Name) })
 	convs := map[string]conversion{}
@@ -488,9 +482,8 @@ func (c *Controller) convert(p *v1alpha1.PodLifetimePolicy, deleting bool) conve
 	return conv
 }
 
-// use puts the policies ch uses of namespace in the store and notes what
-// was made of each; it returns the keys of those whose Seen changed and of
-// those gone. c.mu is held.
+// use puts ch in the store and seen; it returns the keys of the policies
+// whose Seen changed, and of those gone. c.mu is held.
 func (c *Controller) use(namespace string, ch choice) (changed, gone []string) {
 	old := c.store.For(namespace)
 	for _, p := range old {
@@ -540,18 +533,16 @@ func (c *Controller) count(seen map[string]Seen, sign int) {
 	}
 }
 
-// measure measures the change from old, what the store holds of namespace,
-// to next against the namespace's pods (before the store takes it: no worker
-// decides by it yet), and holds it when its wave is too large; it returns
-// the name of the policy that made it (the first whose use changed) and
-// the hold. A policy gone from the cache (deleted without podjanitor's
-// finalizer) goes unmeasured, but a namespace whose earlier change waits
-// is measured again without it, against what was acted on before that
-// change. A policy used now that its status says was acted on at an earlier
-// generation (changed while no podjanitor ran: its earlier rules are not
-// known) has the change measured against the pods' own annotations alone.
-// A namespace being deleted loses its pods whatever its policies say: none
-// is held there. c.mu is held.
+// measure measures the change from old (the store's) to next against the
+// namespace's pods, and holds it when its wave is too large; it returns the
+// name of the policy that made it (the first whose use changed) and the
+// hold. A policy gone from the cache (deleted without the finalizer) goes
+// unmeasured, but a change that waits is measured again without it. A
+// policy whose status says it was acted on at an earlier generation
+// (changed while none ran: its rules then are not known) has the change
+// measured against the pods' own annotations alone. A namespace being
+// deleted loses its pods whatever its policies say: nothing is held there.
+// c.mu is held.
 func (c *Controller) measure(namespace string, policies []*v1alpha1.PodLifetimePolicy, old, next []*policy.TenantPolicy) (string, *wave.Hold) {
 	listed := map[string]*v1alpha1.PodLifetimePolicy{}
 	for _, p := range policies {

@@ -232,13 +232,9 @@ func tenantRules(b []byte, name string) []byte {
 // if it changed: a hold of many namespaces' changes together started or
 // ended.
 func (c *Controller) MarkNamespaces(namespaces []string) {
-	in := map[string]bool{}
-	for _, ns := range namespaces {
-		in[ns] = true
-	}
 	var keys []string
 	c.mu.Lock()
-	for ns := range in {
+	for _, ns := range slices.Compact(slices.Sorted(slices.Values(namespaces))) {
 		for name := range c.seen[ns] {
 			keys = append(keys, ns+"/"+name)
 		}
