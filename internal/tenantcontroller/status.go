@@ -28,6 +28,7 @@ import (
 	"github.com/podjanitor/podjanitor/policy"
 )
 
+// PolicyRef is the reference of p's Events.
 func PolicyRef(p *v1alpha1.PodLifetimePolicy) *corev1.ObjectReference {
 	return &corev1.ObjectReference{
 		APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: policy.TenantKind,
@@ -241,14 +242,11 @@ func (c *Controller) patchTenantStatus(ctx context.Context, p *v1alpha1.PodLifet
 }
 
 // wantTenantFinalizer says whether the policy should carry podjanitor's
-// finalizer (Controller.finalizer), so that its deletion is measured as
-// a change (--hold-waves) before the policy goes: a policy in use whose
-// deletion could be held (mayHoldDeletion) gets it (not in a dry run, which
-// changes nothing that blocks a deletion) and keeps it while it is not being
-// deleted; a policy being deleted keeps it while
-// its deletion is held, in a namespace that is not being deleted itself.
-// Once the API server has refused the finalizer (RBAC without patch), no
-// policy gets it. Without --hold-waves no policy keeps it.
+// finalizer, so that its deletion is measured (--hold-waves) before it
+// goes: a policy in use whose deletion could be held (mayHoldDeletion) gets
+// it (not in a dry run, nor once the API server refused it) and keeps it
+// while not being deleted; one being deleted keeps it while its deletion is
+// held, in a namespace not being deleted itself.
 func (c *Controller) wantTenantFinalizer(p *v1alpha1.PodLifetimePolicy, seen Seen) bool {
 	switch {
 	case c.holds == nil:
@@ -261,11 +259,9 @@ func (c *Controller) wantTenantFinalizer(p *v1alpha1.PodLifetimePolicy, seen See
 }
 
 // mayHoldDeletion reports whether the policy's deletion could be held: its
-// wave is at most the pods the policy gives a deadline now (the others
-// decide as they would without it), and a wave of no more than the
-// threshold's floor is never held. A policy of a few pods gets no finalizer,
-// and its deletion (its namespace's) never waits for podjanitor; once it
-// has one, it keeps it while it is not being deleted.
+// wave is at most the pods it gives a deadline now, and a wave of no more
+// than the threshold's floor is never held. A policy of a few pods gets no
+// finalizer: its deletion (its namespace's) never waits for podjanitor.
 func (c *Controller) mayHoldDeletion(p *v1alpha1.PodLifetimePolicy) bool {
 	n, _ := c.tracker.Summary(p.Namespace + "/" + p.Name)
 	return n > c.cfg.Waves.Threshold.Floor()
