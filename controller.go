@@ -143,7 +143,7 @@ type tenantPolicies interface {
 	Observe(podKey string, d policy.Decision)
 	MarkNamespaces(namespaces []string)
 	Confirm(ctx context.Context, d policy.Decision) error
-	ApplyPending(namespace string)
+	Sync(namespace string)
 	HasSynced() bool
 	Holds() *wave.Holds
 	Expect(podKeys []string) <-chan struct{}
@@ -216,7 +216,7 @@ func NewController(ctx context.Context, podInformer coreinformers.PodInformer, n
 	c.room.Store(math.MaxInt64) // until Run: as many as there are
 	c.redecide = redecide.New(clk, opts.RedecisionInterval, func(namespace string) []string {
 		if c.tenants != nil {
-			c.tenants.ApplyPending(namespace) // a namespace's tenant changes take effect at its pass
+			c.tenants.Sync(namespace) // a namespace's tenant changes take effect at its pass
 		}
 		return c.namespacePodKeys(namespace)
 	}, c.enqueueKey,

@@ -26,16 +26,43 @@ import (
 )
 
 // withTenants makes f's controller honour the tenant policies of a fake
-// podjanitor.io clientset whose informer does not run: the tests call the
-// handlers themselves. It returns that clientset.
-func (f *fixture) withTenants(l tenant.Limits) *pjfake.Clientset {
+// podjanitor.io clientset whose informer does not run: the tests write its
+// cache and do its handler's work themselves (policyCache). It returns that
+// clientset and cache.
+func (f *fixture) withTenants(l tenant.Limits) (*pjfake.Clientset, policyCache) {
 	f.t.Helper()
 	pj := pjfake.NewSimpleClientset()
-	if _, err := f.c.SetTenantPolicies(f.ctx, newTenantInformer(pj, scopeFlags{}, l.Bytes), pj, policy.Restrictions{}, time.Hour); err != nil {
+	informer := newTenantInformer(pj, scopeFlags{}, l.Bytes)
+	if _, err := f.c.SetTenantPolicies(f.ctx, informer, pj, policy.Restrictions{}, time.Hour); err != nil {
 		f.t.Fatal(err)
 	}
 	tenantsOf(f.c).SetLimits(l)
-	return pj
+	return pj, policyCache{f: f, Indexer: informer.GetIndexer()}
+}
+
+// policyCache is the cache of a tenant policy informer that does not run.
+type policyCache struct {
+	f *fixture
+	cache.Indexer
+}
+
+// set puts p in the cache and marks its namespace for its pass, as the
+// informer's handler does.
+func (pc policyCache) set(p *v1alpha1.PodLifetimePolicy) {
+	pc.f.t.Helper()
+	if err := pc.Update(p); err != nil {
+		pc.f.t.Fatal(err)
+	}
+	pc.f.c.enqueueNamespace(p.Namespace)
+}
+
+// remove takes p out of the cache and marks its namespace for its pass.
+func (pc policyCache) remove(p *v1alpha1.PodLifetimePolicy) {
+	pc.f.t.Helper()
+	if err := pc.Delete(p); err != nil {
+		pc.f.t.Fatal(err)
+	}
+	pc.f.c.enqueueNamespace(p.Namespace)
 }
 
 // redecided waits until the namespaces to decide again have been fed to
@@ -65,12 +92,12 @@ func TestPolicyWritesCoalesce(t *testing.T) {
 		pods = append(pods, tenantPod(fmt.Sprintf("pod-%d", i), "team-a", t0.Add(-30*time.Minute), nil))
 	}
 	f := newFixture(t, Options{RedecisionInterval: time.Second}, pods...)
-	f.withTenants(tenant.Limits{})
+	_, cached := f.withTenants(tenant.Limits{})
 	decided := 0
 	for i := range 1000 {
 		p := lifetimePolicy("team-a", "max-age", v1alpha1.PodLifetimeRule{Name: "max-age", Clock: "created", After: fmt.Sprintf("%dh", 1+i%2)})
 		p.Generation = int64(i + 1)
-		tenantsOf(f.c).PolicyChanged(p, true)
+		cached.set(p)
 		decided += f.redecided()
 	}
 	f.clock.Step(time.Second)
@@ -130,7 +157,7 @@ func TestTenantPolicyLimits(t *testing.T) {
 	used := tenantPod("used", "team-a", t0.Add(-2*time.Hour), map[string]string{"app": "p00"})
 	past := tenantPod("past", "team-a", t0.Add(-2*time.Hour), map[string]string{"app": "p16"})
 	f := newFixture(t, Options{}, used, past)
-	pj := f.withTenants(tenant.Limits{Policies: 16})
+	pj, cached := f.withTenants(tenant.Limits{Policies: 16})
 	var policies []*v1alpha1.PodLifetimePolicy
 	for i := range 17 {
 		name := fmt.Sprintf("p%02d", i)
@@ -142,8 +169,9 @@ func TestTenantPolicyLimits(t *testing.T) {
 		policies = append(policies, p)
 	}
 	for i := 16; i >= 0; i-- {
-		tenantsOf(f.c).PolicyChanged(policies[i], true)
+		cached.set(policies[i])
 	}
+	f.redecided() // the namespace's pass takes them, then decides its pods
 	var names []string
 	for _, p := range tenantsOf(f.c).Store().For("team-a") {
 		names = append(names, p.Name)
@@ -172,16 +200,15 @@ func TestTenantPolicyLimits(t *testing.T) {
 			t.Errorf("%s{%s=%q} = %v, want %v", m.name, m.label, m.value, got, m.want)
 		}
 	}
-	f.redecided()
 	checkActions(t, []core.Action{deleteAction(used)}, f.podActions())
 
 	f.client.ClearActions()
-	tenantsOf(f.c).PolicyDeleted(policies[3])
+	cached.remove(policies[3])
+	f.redecided()
 	seen = tenantPolicy(f.c, "team-a/p16")
 	if seen.Err != nil {
 		t.Errorf("p16 after p03 is deleted: %+v, want used", seen.Err)
 	}
-	f.redecided()
 	checkActions(t, []core.Action{deleteAction(past)}, f.podActions())
 }
 
@@ -239,9 +266,10 @@ func TestTenantInformerKeepsLittle(t *testing.T) {
 	}
 
 	f := newFixture(t, Options{})
-	f.withTenants(tenant.Limits{Bytes: 512})
-	tenantsOf(f.c).PolicyChanged(cachedBig, false)
-	tenantsOf(f.c).PolicyChanged(cached, false)
+	_, policies := f.withTenants(tenant.Limits{Bytes: 512})
+	policies.set(cachedBig)
+	policies.set(cached)
+	f.redecided()
 	seenBig, seenSmall := tenantPolicy(f.c, "team-a/big"), tenantPolicy(f.c, "team-a/cleanup")
 	if seenBig.Err == nil || seenBig.Err.Reason != tenant.TooLarge || seenSmall.Err != nil {
 		t.Errorf("big: %+v, cleanup: %+v; want big not used (%s), cleanup used", seenBig.Err, seenSmall.Err, tenant.TooLarge)

@@ -445,38 +445,64 @@ func TestSecondTenantChangeJoinsTheHold(t *testing.T) {
 }
 
 // TestTenantPolicyDeletedWhilePendingStaysDeleted: a policy created and
-// deleted before its namespace's pass (its change pending, to be measured
+// deleted before its namespace's pass (its change waiting, to be measured
 // there) is not put back by that pass.
 func TestTenantPolicyDeletedWhilePendingStaysDeleted(t *testing.T) {
 	f, _ := tenantWaveFixture(t, 12)
-	p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
-	// No pass runs on its own: the change stays pending until the test's.
+	// No pass runs on its own: the change waits until the test's.
 	f.c.redecide = redecide.New(f.clock, time.Hour, func(string) []string { return nil }, func(string) {}, func() bool { return false })
-	tenantsOf(f.c).PolicyChanged(p, true)
-	pending := tenantsOf(f.c).Pending("team-a")
-	tenantsOf(f.c).PolicyDeleted(p)
-	tenantsOf(f.c).ApplyPending("team-a") // the pass
-	if got := tenantsOf(f.c).Store().For("team-a"); len(got) != 0 || pending == 0 {
-		t.Errorf("store %v after the deletion (%d change(s) were pending); want the policy gone", got, pending)
+	policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a")
+	if _, err := policies.Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCached("team-a/cleanup", func(p *v1alpha1.PodLifetimePolicy) bool { return p != nil })
+	waited := len(tenantsOf(f.c).Store().For("team-a")) == 0 && f.c.redecide.Pending() == 1
+	if err := policies.Delete(f.ctx, "cleanup", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitCached("team-a/cleanup", func(p *v1alpha1.PodLifetimePolicy) bool { return p == nil })
+	tenantsOf(f.c).Sync("team-a") // the pass
+	if got := tenantsOf(f.c).Store().For("team-a"); len(got) != 0 || !waited {
+		t.Errorf("store %v after the deletion (the creation waited for the pass: %v); want the policy gone", got, waited)
+	}
+}
+
+// waitCached waits until the tenant policy cache's policy of key (nil:
+// none) is as ok wants.
+func (f *tenantFixture) waitCached(key string, ok func(*v1alpha1.PodLifetimePolicy) bool) {
+	f.t.Helper()
+	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		obj, _, _ := f.policies.GetByKey(key)
+		p, _ := obj.(*v1alpha1.PodLifetimePolicy)
+		return ok(p), nil
+	}); err != nil {
+		f.t.Fatalf("the tenant policy cache's %s never came as wanted", key)
 	}
 }
 
 // TestPendingTenantChangesKeepOnePerPolicy: a replica whose passes wait (a
-// follower) keeps the last change of each policy, not one per write.
+// follower) makes none of 50 writes of a policy until its pass, which
+// takes the last.
 func TestPendingTenantChangesKeepOnePerPolicy(t *testing.T) {
 	f, _ := tenantWaveFixture(t, 1)
 	f.c.redecide = redecide.New(f.clock, time.Hour, func(string) []string { return nil }, func(string) {}, func() bool { return false })
-	p := lifetimePolicy("team-a", "cleanup", maxAgeRule)
-	for g := range 50 {
+	policies := f.pj.PodjanitorV1alpha1().PodLifetimePolicies("team-a")
+	p, err := policies.Create(f.ctx, lifetimePolicy("team-a", "cleanup", maxAgeRule), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g := 2; g <= 50; g++ {
 		p = p.DeepCopy()
-		p.Generation = int64(g + 1)
-		tenantsOf(f.c).PolicyChanged(p, true)
+		p.Generation = int64(g)
+		if p, err = policies.Update(f.ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	n := tenantsOf(f.c).Pending("team-a")
-	if n != 1 {
-		t.Errorf("%d pending changes after 50 writes of one policy, want 1", n)
+	f.waitCached("team-a/cleanup", func(p *v1alpha1.PodLifetimePolicy) bool { return p != nil && p.Generation == 50 })
+	if got := tenantsOf(f.c).Store().For("team-a"); len(got) != 0 || f.c.redecide.Pending() != 1 {
+		t.Errorf("store %v and %d namespace(s) pending after 50 writes of one policy; want none made before the pass, 1 pending", got, f.c.redecide.Pending())
 	}
-	tenantsOf(f.c).ApplyPending("team-a")
+	tenantsOf(f.c).Sync("team-a")
 	if got := tenantsOf(f.c).Store().For("team-a"); len(got) != 1 || got[0].Generation != 50 {
 		t.Errorf("store %v, want the policy's generation 50", got)
 	}
@@ -911,7 +937,7 @@ func TestDeletingAnotherPolicyOfAHeldChangeKeepsItHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(f.ctx, time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		return tenantsOf(f.c).Pending("team-a") == 0 && len(tenantsOf(f.c).Store().For("team-a")) == 2, nil
+		return len(tenantsOf(f.c).Store().For("team-a")) == 2, nil
 	}); err != nil {
 		t.Fatal("the second policy was not measured")
 	}
