@@ -9,7 +9,9 @@
 // its annotations alone (the earliest deadline wins); otherwise the first
 // rule whose match and clock apply decides: of the tenant policies of the
 // pod's namespace (Evaluator.Tenants, by policy name; never for kube-system
-// or the critical priority classes), then of the policy file. Last, the keep annotation
+// or the critical priority classes), then of the policy file. A rule that
+// keeps a number of pods (keepNewest, maxPods) places the pod in its group
+// (Evaluator.Ranks): among the newest it has no deadline. Last, the keep annotation
 // of the pod's namespace vetoes whatever deadline was found. A key under the
 // prefix that is not one of AnnotationNames makes the pod's annotations
 // invalid, as a value that does not parse does.
@@ -25,5 +27,6 @@
 // and rules ("90m", "3d", "1w"); policy.go the policy file's types; and
 // validation.go, with decode.go, how a file is parsed and checked, with
 // errors that name the rule and the field; tenant.go the tenant policies
-// (PodLifetimePolicy) and the cluster admin's restrictions on them.
+// (PodLifetimePolicy) and the cluster admin's restrictions on them; count.go
+// retention by count (Groups, kept pod by pod; BatchRanks, counted at once).
 package policy
