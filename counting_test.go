@@ -1,15 +1,25 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	metadatafake "k8s.io/client-go/metadata/fake"
+	core "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/podjanitor/podjanitor/internal/apitest"
 	"github.com/podjanitor/podjanitor/internal/wave"
@@ -251,5 +261,64 @@ func TestKeepNewestThroughCronJobs(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"nightly-1-pod", "nightly-2-pod"}; !slices.Equal(got, want) {
 		t.Errorf("deleted %v, want %v: the CronJob's runs past the newest 2, not the pod whose Job is another", got, want)
+	}
+}
+
+// TestJobReadsRefused: the Job reads are optional. A refused list (RBAC of
+// an earlier release, an API server error) leaves plan without CronJobs:
+// each Job's pods count alone (more kept, never fewer). The daemon's Job
+// informer, refused, holds no Job (so jobController answers nil), and
+// takes the Jobs once the list is allowed again.
+func TestJobReadsRefused(t *testing.T) {
+	for _, refusal := range []error{
+		apierrors.NewForbidden(schema.GroupResource{Group: "batch", Resource: "jobs"}, "", errors.New("RBAC: access denied")),
+		apierrors.NewServiceUnavailable("the API server is restarting"),
+		apierrors.NewTooManyRequests("slow down", 1),
+	} {
+		cron := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "CronJob", Name: "nightly", UID: "uid-cron", Controller: new(true)}
+		job := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+			ObjectMeta: metav1.ObjectMeta{Name: "nightly-1", Namespace: "default", UID: "uid-job", OwnerReferences: []metav1.OwnerReference{cron}}}
+		scheme := metadatafake.NewTestScheme()
+		scheme.AddKnownTypeWithName(schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}, &metav1.PartialObjectMetadata{})
+		scheme.AddKnownTypeWithName(schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "JobList"}, &metav1.PartialObjectMetadataList{})
+		client := metadatafake.NewSimpleMetadataClient(scheme, job)
+		var refuse atomic.Bool
+		refuse.Store(true)
+		client.PrependReactor("list", "jobs", func(core.Action) (bool, runtime.Object, error) {
+			if refuse.Load() {
+				return true, nil, refusal
+			}
+			return false, nil, nil // the tracker's Jobs
+		})
+		_, ctx := ktesting.NewTestContext(t)
+		ref := &metav1.OwnerReference{Kind: "Job", Name: "nightly-1", UID: "uid-job"}
+		if controllers := listJobControllers(ctx, client, scopeFlags{}); controllers != nil {
+			t.Errorf("%v: plan's Job list refused, yet it has controllers", refusal)
+		}
+
+		informer, err := newJobInformer(ctx, client, scopeFlags{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &Controller{jobs: informer.GetIndexer()}
+		runCtx, cancel := context.WithCancel(ctx)
+		go informer.RunWithContext(runCtx)
+		time.Sleep(100 * time.Millisecond)
+		if up := c.jobController("default", ref); up != nil || informer.HasSynced() {
+			t.Errorf("%v: refused, the Job cache answers %v (synced %v)", refusal, up, informer.HasSynced())
+		}
+		refuse.Store(false)
+		if err := wait.PollUntilContextTimeout(runCtx, 10*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+			return c.jobController("default", ref) != nil, nil
+		}); err != nil {
+			t.Errorf("%v: the Job cache did not take the Job once allowed", refusal)
+		}
+		if up := c.jobController("default", ref); up != nil && up.UID != cron.UID {
+			t.Errorf("%v: controller %+v, want the CronJob", refusal, up)
+		}
+		if controllers := listJobControllers(ctx, client, scopeFlags{}); controllers == nil || controllers("default", ref) == nil {
+			t.Errorf("%v: plan's Job list allowed, yet no CronJob", refusal)
+		}
+		cancel()
 	}
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -86,25 +87,13 @@ func TestKeepNewestByOwner(t *testing.T) {
 		"a-2": "kept", "a-3": "kept", "a-4": "kept",
 		"b-0": "kept", "b-1": "kept",
 	}
-	if !mapsEqual(got, want) {
+	if !maps.Equal(got, want) {
 		t.Errorf("fates %v, want %v", got, want)
 	}
 	d, _ := e.Decide(pods[0], anyNamespace, now)
 	if c := d.Count; c == nil || c.Rank != 4 || c.Size != 5 || c.KeepNewest != 3 || c.Group != "owner Job/a" || !c.Known {
 		t.Errorf("a-0's place %+v, want rank 4 of 5 in owner Job/a", c)
 	}
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // TestKeepNewestAfterZeroGoesWhenPushedOut: with after 0s, a pod past the
@@ -123,7 +112,7 @@ func TestKeepNewestAfterZeroGoesWhenPushedOut(t *testing.T) {
     after: 0s
     keepNewest: 2
 `, pods...)
-	if got, want := fates(t, e, pods...), map[string]string{"old": "30m0s", "mid": "kept", "new": "kept"}; !mapsEqual(got, want) {
+	if got, want := fates(t, e, pods...), map[string]string{"old": "30m0s", "mid": "kept", "new": "kept"}; !maps.Equal(got, want) {
 		t.Errorf("fates %v, want %v", got, want)
 	}
 }
@@ -139,7 +128,7 @@ func TestKeepNewestTies(t *testing.T) {
 	}
 	e, _ := countEvaluator(t, strings.Replace(keepThree, "keepNewest: 3", "keepNewest: 2", 1), pods...)
 	// Newest first: a-created-later (created last), y (name), x.
-	if got, want := fates(t, e, pods...), map[string]string{"x": "1h1m0s", "y": "kept", "a-created-later": "kept"}; !mapsEqual(got, want) {
+	if got, want := fates(t, e, pods...), map[string]string{"x": "1h1m0s", "y": "kept", "a-created-later": "kept"}; !maps.Equal(got, want) {
 		t.Errorf("fates %v, want %v", got, want)
 	}
 }
@@ -159,7 +148,7 @@ func TestKeepNewestWithoutOwners(t *testing.T) {
 	}
 	e, _ := countEvaluator(t, keepThree, pods...)
 	want := map[string]string{"bare-0": "1h1m0s", "bare-1": "kept", "bare-2": "kept", "bare-3": "kept", "other-ns": "kept"}
-	if got := fates(t, e, pods...); !mapsEqual(got, want) {
+	if got := fates(t, e, pods...); !maps.Equal(got, want) {
 		t.Errorf("fates %v, want %v", got, want)
 	}
 	if d, _ := e.Decide(pods[0], anyNamespace, now); d.Count == nil || d.Count.Group != "no owner" {
@@ -177,7 +166,7 @@ func TestKeepNewestOwnerReplaced(t *testing.T) {
 	pods = append(pods, failedPod("second-0", 10*time.Minute, "Job/a/uid-2"))
 	e, _ := countEvaluator(t, strings.Replace(keepThree, "keepNewest: 3", "keepNewest: 2", 1), pods...)
 	want := map[string]string{"first-0": "1h1m0s", "first-1": "kept", "first-2": "kept", "second-0": "kept"}
-	if got := fates(t, e, pods...); !mapsEqual(got, want) {
+	if got := fates(t, e, pods...); !maps.Equal(got, want) {
 		t.Errorf("fates %v, want %v", got, want)
 	}
 }
@@ -201,7 +190,7 @@ func TestKeepNewestByLabel(t *testing.T) {
     groupBy: "label:app"
 `, pods...)
 	want := map[string]string{"web-0": "1h1m0s", "web-1": "kept", "db-0": "kept", "none-0": "1h1m0s", "none-1": "kept"}
-	if got := fates(t, e, pods...); !mapsEqual(got, want) {
+	if got := fates(t, e, pods...); !maps.Equal(got, want) {
 		t.Errorf("fates %v, want %v", got, want)
 	}
 	if d, _ := e.Decide(pods[3], anyNamespace, now); d.Count == nil || d.Count.Group != "label app absent" {
@@ -290,7 +279,7 @@ func TestMaxPods(t *testing.T) {
 	// p-1 are past the namespace's newest 3 (pushed out at p-3's and p-4's
 	// finish).
 	want := map[string]string{"p-0": "4m0s", "p-1": "5m0s", "p-2": "kept", "p-3": "kept", "p-4": "kept"}
-	if got := fates(t, e, pods...); !mapsEqual(got, want) {
+	if got := fates(t, e, pods...); !maps.Equal(got, want) {
 		t.Errorf("fates %v, want %v", got, want)
 	}
 	d, _ := e.Decide(pods[0], anyNamespace, now)
@@ -306,7 +295,7 @@ func TestMaxPods(t *testing.T) {
     maxPods: 3
 `, pods...)
 	want = map[string]string{"p-0": "4m0s", "p-1": "5m0s", "p-2": "1h3m0s", "p-3": "1h4m0s", "p-4": "1h5m0s"}
-	if got := fates(t, e, pods...); !mapsEqual(got, want) {
+	if got := fates(t, e, pods...); !maps.Equal(got, want) {
 		t.Errorf("maxPods alone: fates %v, want %v", got, want)
 	}
 }
@@ -323,7 +312,7 @@ func TestCountPlaceNotKnown(t *testing.T) {
     keepNewest: 1
     maxPods: 1
 `)
-	if got, want := fates(t, e, pods...), map[string]string{"a": "kept", "b": "kept", "c": "kept"}; !mapsEqual(got, want) {
+	if got, want := fates(t, e, pods...), map[string]string{"a": "kept", "b": "kept", "c": "kept"}; !maps.Equal(got, want) {
 		t.Errorf("not placed: fates %v, want %v", got, want)
 	}
 	e.Ranks = nil
@@ -345,7 +334,7 @@ func TestBatchRanksCountAsGroups(t *testing.T) {
 	batch := &BatchRanks{Pods: func(string) []*corev1.Pod { return pods }, Version: func(string) uint64 { return version }}
 	e := *live
 	e.Ranks = batch
-	if got, want := fates(t, &e, pods...), fates(t, live, pods...); !mapsEqual(got, want) {
+	if got, want := fates(t, &e, pods...), fates(t, live, pods...); !maps.Equal(got, want) {
 		t.Errorf("batch %v, live %v", got, want)
 	}
 	pods = pods[2:]
@@ -373,7 +362,7 @@ func TestTenantRuleCounts(t *testing.T) {
 	for _, p := range pods {
 		g.Set("default", "default/"+p.Name, e.Members(p, anyNamespace, "default/"+p.Name))
 	}
-	if got, want := fates(t, e, pods...), map[string]string{"a": "2h1m0s", "b": "kept"}; !mapsEqual(got, want) {
+	if got, want := fates(t, e, pods...), map[string]string{"a": "2h1m0s", "b": "kept"}; !maps.Equal(got, want) {
 		t.Errorf("fates %v, want %v", got, want)
 	}
 	for _, c := range []struct {
@@ -449,7 +438,7 @@ func TestKeepNewestByCronJob(t *testing.T) {
 		g.Set(pod.Namespace, key, e.Members(pod, anyNamespace, key))
 	}
 	want := map[string]string{"nightly-0": "1h1m0s", "nightly-1": "1h2m0s", "nightly-2": "kept", "nightly-3": "kept", "manual-0": "kept", "unknown-0": "kept"}
-	if got := fates(t, e, pods...); !mapsEqual(got, want) {
+	if got := fates(t, e, pods...); !maps.Equal(got, want) {
 		t.Errorf("fates %v, want %v", got, want)
 	}
 	if d, _ := e.Decide(pods[0], anyNamespace, now); d.Count == nil || d.Count.Group != "owner CronJob/nightly" {

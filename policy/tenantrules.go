@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	utilptr "k8s.io/utils/ptr"
 )
 
 // TenantRuleSpec is a PodLifetimePolicy's rule as its typed resource holds
@@ -117,7 +118,7 @@ func checkTenantBounds(rules []TenantRuleSpec) *RulesError {
 			func() *RulesError { return str(at+".action", "rules[].action", r.Action) },
 			func() *RulesError { return str(at+".after", "rules[].after", r.After) },
 			func() *RulesError { return str(at+".clock", "rules[].clock", r.Clock) },
-			func() *RulesError { return str(at+".groupBy", "rules[].groupBy", deref(r.GroupBy)) },
+			func() *RulesError { return str(at+".groupBy", "rules[].groupBy", utilptr.Deref(r.GroupBy, "")) },
 			func() *RulesError {
 				return str(at+".match.labelSelector", "rules[].match.labelSelector", r.LabelSelector)
 			},
@@ -136,7 +137,9 @@ func checkTenantBounds(rules []TenantRuleSpec) *RulesError {
 			},
 			func() *RulesError { return list(at+".match.reasons", "rules[].match.reasons", r.Reasons) },
 			func() *RulesError { return str(at+".name", "rules[].name", r.Name) },
-			func() *RulesError { return str(at+".removalNotice", "rules[].removalNotice", deref(r.RemovalNotice)) },
+			func() *RulesError {
+				return str(at+".removalNotice", "rules[].removalNotice", utilptr.Deref(r.RemovalNotice, ""))
+			},
 		} {
 			if err := err(); err != nil {
 				return err
@@ -158,7 +161,7 @@ func TenantRulesSize(rules []TenantRuleSpec) int {
 		}
 	}
 	for _, r := range rules {
-		n += 64 + len(r.Name) + len(r.LabelSelector) + len(r.Clock) + len(r.After) + len(r.Action) + len(deref(r.GroupBy)) + len(deref(r.RemovalNotice))
+		n += 64 + len(r.Name) + len(r.LabelSelector) + len(r.Clock) + len(r.After) + len(r.Action) + len(utilptr.Deref(r.GroupBy, "")) + len(utilptr.Deref(r.RemovalNotice, ""))
 		strs(r.OwnerKinds.Include)
 		strs(r.OwnerKinds.Exclude)
 		strs(r.PriorityClassNames.Include)
@@ -169,11 +172,4 @@ func TenantRulesSize(rules []TenantRuleSpec) int {
 		}
 	}
 	return n
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
